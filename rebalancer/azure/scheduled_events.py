@@ -1,0 +1,187 @@
+"""The IMDS Scheduled Events document: its fields and a parser that never crashes.
+
+Pure: bytes in, a `Document` (or `DocumentError`) out. Faithful to the service as documented
+(api-version 2020-07-01): DocumentIncarnation, and per event EventId, EventType, ResourceType,
+Resources, EventStatus, NotBefore (RFC 1123, empty once Started), Description, EventSource,
+DurationInSeconds. Fields of newer api-versions are kept, not rejected; an EventType we do not
+know is kept and flagged, so the caller can report it. One malformed event is skipped with its
+reason; the rest of the document still counts.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+KNOWN_FIELDS = frozenset(
+    {
+        "EventId",
+        "EventType",
+        "ResourceType",
+        "Resources",
+        "EventStatus",
+        "NotBefore",
+        "Description",
+        "EventSource",
+        "DurationInSeconds",
+    }
+)
+
+
+class EventType(StrEnum):
+    FREEZE = "Freeze"
+    REBOOT = "Reboot"
+    REDEPLOY = "Redeploy"
+    PREEMPT = "Preempt"
+    TERMINATE = "Terminate"
+
+
+class EventStatus(StrEnum):
+    SCHEDULED = "Scheduled"
+    STARTED = "Started"
+
+
+class DocumentError(ValueError):
+    """The body is not a Scheduled Events document at all (not JSON, no incarnation, ...)."""
+
+
+@dataclass(frozen=True)
+class ScheduledEvent:
+    event_id: str
+    event_type: str  # an EventType value, or whatever newer string the service sent
+    status: str  # an EventStatus value, or an unknown string
+    resources: tuple[str, ...]
+    resource_type: str = "VirtualMachine"
+    not_before: datetime | None = None  # UTC; None when empty (Started) or unparsable
+    not_before_raw: str = ""
+    description: str = ""
+    event_source: str = ""
+    duration_seconds: int | None = None  # -1 in the document means unknown; kept as -1
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def known_type(self) -> bool:
+        return self.event_type in EventType.__members__.values()
+
+    @property
+    def not_before_invalid(self) -> bool:
+        """A NotBefore was given but could not be read: callers must act now, never guess."""
+        return bool(self.not_before_raw) and self.not_before is None
+
+
+@dataclass(frozen=True)
+class Document:
+    incarnation: int
+    events: tuple[ScheduledEvent, ...]
+    skipped: tuple[str, ...] = ()  # one line per event that could not be read, with why
+
+
+def parse_not_before(raw: str) -> datetime | None:
+    """RFC 1123 ('Mon, 19 Sep 2016 18:29:47 GMT') to an aware UTC datetime; None if empty or bad.
+
+    Other zones and numeric offsets are converted to UTC; a time without a zone is rejected
+    rather than guessed.
+    """
+    text = raw.strip()
+    if not text:
+        return None
+    try:
+        parsed = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if parsed.tzinfo is None:
+        return None
+    try:
+        return parsed.astimezone(UTC)
+    except (OverflowError, ValueError):
+        return None
+
+
+def parse_document(body: bytes | str) -> Document:
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise DocumentError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise DocumentError(f"expected a JSON object, got {type(data).__name__}")
+    incarnation = data.get("DocumentIncarnation")
+    if isinstance(incarnation, bool) or not isinstance(incarnation, int | str):
+        raise DocumentError("DocumentIncarnation missing or not an integer")
+    try:
+        incarnation = int(incarnation)
+    except ValueError:
+        raise DocumentError(f"DocumentIncarnation {incarnation!r} is not an integer") from None
+    raw_events = data.get("Events", [])
+    if not isinstance(raw_events, list):
+        raise DocumentError("Events is not a list")
+    events: list[ScheduledEvent] = []
+    skipped: list[str] = []
+    for index, raw in enumerate(raw_events):
+        try:
+            events.append(_parse_event(raw))
+        except ValueError as exc:
+            skipped.append(f"event {index}: {exc}")
+    return Document(incarnation=incarnation, events=tuple(events), skipped=tuple(skipped))
+
+
+def _parse_event(raw: object) -> ScheduledEvent:
+    if not isinstance(raw, dict):
+        raise ValueError(f"not an object ({type(raw).__name__})")
+    event_id = _required_str(raw, "EventId")
+    event_type = _required_str(raw, "EventType")
+    status = _required_str(raw, "EventStatus")
+    resources = raw.get("Resources", [])
+    if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
+        raise ValueError(f"{event_id}: Resources is not a list of names")
+    not_before_raw = _optional_str(raw, "NotBefore", event_id)
+    duration = raw.get("DurationInSeconds")
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int)):
+        try:
+            duration = int(str(duration))
+        except ValueError:
+            duration = None  # an odd duration never makes the event unreadable
+    return ScheduledEvent(
+        event_id=event_id,
+        event_type=event_type,
+        status=status,
+        resources=tuple(resources),
+        resource_type=_optional_str(raw, "ResourceType", event_id) or "VirtualMachine",
+        not_before=parse_not_before(not_before_raw),
+        not_before_raw=not_before_raw,
+        description=_optional_str(raw, "Description", event_id),
+        event_source=_optional_str(raw, "EventSource", event_id),
+        duration_seconds=duration,
+        extra={k: v for k, v in raw.items() if k not in KNOWN_FIELDS},
+    )
+
+
+def _required_str(raw: dict[str, Any], key: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{key} missing or not a non-empty string")
+    return value.strip()
+
+
+def _optional_str(raw: dict[str, Any], key: str, event_id: str) -> str:
+    value = raw.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{event_id}: {key} is not a string")
+    return value
+
+
+def render_document(incarnation: int, events: list[dict[str, Any]]) -> str:
+    """The document as the service writes it (used by the emulator)."""
+    return json.dumps({"DocumentIncarnation": incarnation, "Events": events})
+
+
+def format_not_before(moment: datetime | None) -> str:
+    """RFC 1123 in GMT, as the service writes NotBefore; empty for None."""
+    if moment is None:
+        return ""
+    return email.utils.format_datetime(moment.astimezone(UTC), usegmt=True)

@@ -1,0 +1,85 @@
+"""`rebalancer` command line: agent | controller | demo | sim ... | version.
+
+Settings come from flags and `REBALANCER_*` variables (pydantic-settings); a bad value stops the
+process at start with one line naming the setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, CliSettingsSource
+
+from rebalancer import __version__
+from rebalancer.config import AgentSettings, describe_error
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def _settings_parser(
+    subparsers: Any, name: str, settings_cls: type[BaseSettings], help_text: str
+) -> CliSettingsSource[Any]:
+    parser = subparsers.add_parser(name, help=help_text, description=help_text)
+    return CliSettingsSource(
+        settings_cls, root_parser=parser, cli_kebab_case=True, cli_implicit_flags=True
+    )
+
+
+def _load(settings_cls: type[S], source: CliSettingsSource[Any], args: argparse.Namespace) -> S:
+    try:
+        return settings_cls(_cli_settings_source=source(parsed_args=args))  # type: ignore[call-arg]
+    except ValidationError as error:
+        print(f"rebalancer: {describe_error(error)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, CliSettingsSource[Any]]]:
+    parser = argparse.ArgumentParser(
+        prog="rebalancer",
+        description="Keep GPU inference available on evictable Azure spot capacity.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sources = {
+        "agent": _settings_parser(
+            commands, "agent", AgentSettings, "Publish this VM's Azure Scheduled Events on its Node."
+        ),
+    }
+    commands.add_parser("version", help="Print the version.")
+    demo = commands.add_parser("demo", help="Run the demo on an emulated cluster.")
+    demo.add_argument("--notice-seconds", type=float, default=30.0)
+    sim = commands.add_parser("sim", help="Emulators for tests and demos.")
+    sim_commands = sim.add_subparsers(dest="sim_command", metavar="EMULATOR")
+    imds = sim_commands.add_parser("imds", help="Serve an IMDS Scheduled Events emulator.")
+    imds.add_argument("--host", default="127.0.0.1")
+    imds.add_argument("--port", type=int, default=8169)
+    return parser, sources
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, sources = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "version":
+        print(f"rebalancer {__version__}")
+        return 0
+    if args.command == "agent":
+        from rebalancer.agent.main import run_agent
+
+        return run_agent(_load(AgentSettings, sources["agent"], args))
+    if args.command == "demo":
+        from rebalancer.demo import run_demo
+
+        return run_demo(notice_seconds=args.notice_seconds)
+    if args.command == "sim" and args.sim_command == "imds":
+        from rebalancer.sim.serve import serve_imds
+
+        return serve_imds(host=args.host, port=args.port)
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""Settings of each process, validated at start (pydantic-settings).
+
+Every setting can come from the environment (`REBALANCER_<NAME>`) or a command-line flag of the
+same name (`--<name-with-dashes>`); a flag wins over the environment. A bad value stops the process
+with one line naming the setting (see `describe_error`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+# IMDS rejects more than 5 requests per second per VM; the agent never asks faster.
+IMDS_MIN_INTERVAL_SECONDS = 0.2
+
+
+class CommonSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="REBALANCER_",
+        cli_kebab_case=True,
+        cli_implicit_flags=True,
+        extra="ignore",
+    )
+
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Least severe log level printed."
+    )
+    log_format: Literal["auto", "json", "console"] = Field(
+        "auto", description="auto: JSON unless stderr is a terminal."
+    )
+    http_host: str = Field("0.0.0.0", description="Address of /metrics, /healthz and /readyz.")
+    kubeconfig: str | None = Field(
+        None,
+        description="Path of a kubeconfig; unset: in-cluster config, else $KUBECONFIG.",
+    )
+    kube_timeout_seconds: float = Field(
+        10.0, gt=0, description="Timeout of one Kubernetes API request."
+    )
+
+
+class AgentSettings(CommonSettings):
+    node_name: str = Field(
+        "",
+        validation_alias=AliasChoices("node_name", "REBALANCER_NODE_NAME", "NODE_NAME"),
+        description="This Node's name (NODE_NAME from the downward API).",
+    )
+    vm_name: str = Field(
+        "",
+        description="Azure VM name as IMDS lists it in Resources; unset: from the Node's "
+        "providerID, else from IMDS instance metadata.",
+    )
+    http_port: int = Field(9101, ge=0, le=65535, description="Port of the agent's HTTP server.")
+    imds_url: str = Field(
+        "http://169.254.169.254", description="Base URL of the Instance Metadata Service."
+    )
+    imds_api_version: str = Field("2020-07-01", description="Scheduled Events api-version.")
+    poll_interval_seconds: float = Field(
+        1.0,
+        ge=IMDS_MIN_INTERVAL_SECONDS,
+        le=60,
+        description="Seconds between Scheduled Events polls (IMDS allows 5 per second).",
+    )
+    imds_timeout_seconds: float = Field(2.0, gt=0, le=60, description="Timeout of one poll.")
+    imds_first_call_timeout_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="Timeout of the first call, which Azure documents may take up to 2 minutes.",
+    )
+    imds_max_body_bytes: int = Field(
+        1 << 20, ge=1024, description="Largest IMDS answer read; a larger one is an error."
+    )
+    ack_enabled: bool = Field(
+        True, description="Acknowledge drained events to Azure (lets them start sooner)."
+    )
+    ack_event_types: list[str] = Field(
+        ["Preempt", "Terminate", "Redeploy", "Reboot"],
+        description="Event types the agent may acknowledge once the Node is marked drained.",
+    )
+    node_resync_seconds: float = Field(
+        60.0, gt=0, description="Re-check what is published on the Node at least this often."
+    )
+
+    @field_validator("ack_event_types")
+    @classmethod
+    def _known_types(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(EVENT_TYPES))
+        if unknown:
+            raise ValueError(f"unknown event types {unknown}; known: {list(EVENT_TYPES)}")
+        return value
+
+
+def describe_error(error: ValidationError, prefix: str = "REBALANCER_") -> str:
+    """One line naming the first bad setting, its env variable and flag, and what is wrong."""
+    first = error.errors()[0]
+    name = ".".join(str(part) for part in first["loc"]) or "settings"
+    flag = "--" + name.replace("_", "-")
+    env = prefix + name.upper()
+    count = error.error_count()
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    return f"invalid setting {name} ({env} / {flag}): {first['msg']}{more}"

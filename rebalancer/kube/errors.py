@@ -1,0 +1,115 @@
+"""Kubernetes API errors, translated once at the boundary into a small tree of our own."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class KubeError(Exception):
+    """An API call that failed. `kind` is a bounded metric label."""
+
+    kind = "error"
+    retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        reason: str = "",
+        retry_after: float | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
+        self.body = body or {}
+
+
+class NotFound(KubeError):
+    kind = "not_found"
+
+
+class Conflict(KubeError):
+    kind = "conflict"
+    retryable = True
+
+
+class Gone(KubeError):
+    """A watch or list from a resourceVersion that is too old: list again."""
+
+    kind = "gone"
+
+
+class TooManyRequests(KubeError):
+    """Rate limited, or an eviction blocked by a PodDisruptionBudget (see `is_disruption_budget`)."""
+
+    kind = "too_many_requests"
+    retryable = True
+
+    @property
+    def is_disruption_budget(self) -> bool:
+        causes = (self.body.get("details") or {}).get("causes") or []
+        return any(cause.get("type") == "DisruptionBudget" for cause in causes)
+
+
+class Forbidden(KubeError):
+    kind = "forbidden"
+
+
+class Invalid(KubeError):
+    kind = "invalid"
+
+
+class ServerError(KubeError):
+    kind = "server_error"
+    retryable = True
+
+
+class Unavailable(KubeError):
+    """No answer: connection refused, reset, or timed out."""
+
+    kind = "unavailable"
+    retryable = True
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+    400: Invalid,
+    429: TooManyRequests,
+}
+
+
+def from_response(status: int, body: bytes, headers: Any = None) -> KubeError:
+    """Build the error for a non-2xx answer from its `Status` body."""
+    try:
+        parsed = json.loads(body) if body else {}
+    except ValueError:
+        parsed = {}
+    if not isinstance(parsed, dict):
+        parsed = {}
+    message = str(parsed.get("message") or body[:200].decode("utf-8", "replace") or status)
+    retry_after: float | None = None
+    header = headers.get("Retry-After") if headers is not None else None
+    details = parsed.get("details") or {}
+    try:
+        if header:
+            retry_after = float(header)
+        elif isinstance(details, dict) and details.get("retryAfterSeconds"):
+            retry_after = float(details["retryAfterSeconds"])
+    except (TypeError, ValueError):
+        retry_after = None
+    cls = _BY_STATUS.get(status, ServerError if status >= 500 else KubeError)
+    return cls(
+        f"HTTP {status}: {message}",
+        status=status,
+        reason=str(parsed.get("reason", "")),
+        retry_after=retry_after,
+        body=parsed,
+    )

@@ -1,0 +1,1 @@
+"""Emulators for tests, benchmarks and the demo: IMDS Scheduled Events and a Kubernetes cluster."""
