@@ -31,7 +31,7 @@ def _settings_parser(
 
 def _load(settings_cls: type[S], source: CliSettingsSource[Any], args: argparse.Namespace) -> S:
     try:
-        return settings_cls(_cli_settings_source=source(parsed_args=args))  # type: ignore[call-arg]
+        return settings_cls(_cli_settings_source=source(parsed_args=args))
     except ValidationError as error:
         print(f"rebalancer: {describe_error(error)}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -45,7 +45,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, CliSettingsSource
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     sources = {
         "agent": _settings_parser(
-            commands, "agent", AgentSettings, "Publish this VM's Azure Scheduled Events on its Node."
+            commands, "agent", AgentSettings, "Publish this VM's Scheduled Events on its Node."
         ),
     }
     commands.add_parser("version", help="Print the version.")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 SHUTDOWN_SECONDS = 5.0
 
 
-def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
+def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> int:
     """Run `main(stop)` until it returns; SIGTERM or SIGINT set `stop`.
 
     `main` must return soon after `stop` is set; if it is still running 5 seconds later it is

@@ -1,1 +1,1 @@
-"""Azure: the Instance Metadata Service (Scheduled Events, instance name). Nothing else talks to IMDS."""
+"""Azure: the Instance Metadata Service (Scheduled Events, VM name). Nothing else calls IMDS."""

@@ -2,7 +2,7 @@
 
 Rules of the real service that this client keeps:
 - plain HTTP, `Metadata: true` on every request, never through a proxy (proxy variables ignored);
-- at most 5 requests per second, whatever the caller does (a floor between request starts);
+- at most 4 requests per second (a floor between request starts), under the service's 5;
 - the first Scheduled Events call may take up to two minutes (enabling the feature): it gets a
   long timeout of its own and is not an outage;
 - 429 and 5xx are retried with backoff (Retry-After honoured), 410 for up to 70 seconds;
@@ -54,7 +54,7 @@ class ImdsClient:
         timeout_seconds: float = 2.0,
         first_call_timeout_seconds: float = 120.0,
         max_body_bytes: int = 1 << 20,
-        min_interval_seconds: float = 0.2,
+        min_interval_seconds: float = 0.25,
         retry_budget_seconds: float = 5.0,
         backoff: Backoff | None = None,
         clock: Clock | None = None,
@@ -202,7 +202,7 @@ async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
     async for chunk in response.content.iter_chunked(64 * 1024):
         size += len(chunk)
         if size > limit:
-            raise ImdsError("too_large", f"answer larger than {limit} bytes", status=response.status)
+            raise ImdsError("too_large", f"answer over {limit} bytes", status=response.status)
         chunks.append(chunk)
     return b"".join(chunks)
 

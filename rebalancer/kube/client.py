@@ -32,10 +32,10 @@ class KubeClient:
     async def connect(
         cls, kubeconfig: str | None = None, *, timeout_seconds: float = 10.0
     ) -> KubeClient:
-        """In-cluster credentials when running in a pod, else the kubeconfig given or $KUBECONFIG."""
+        """In-cluster credentials in a pod, else the kubeconfig given or $KUBECONFIG."""
         configuration = k8s_client.Configuration()
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=configuration)
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             await k8s_config.load_kube_config(
                 config_file=kubeconfig, client_configuration=configuration
@@ -70,7 +70,7 @@ class KubeClient:
         try:
             return json.loads(payload)
         except ValueError:
-            raise KubeError(f"{method} {path}: answer is not JSON", status=response.status) from None
+            raise KubeError(f"{method} {path}: not JSON", status=response.status) from None
 
     async def stream(
         self,

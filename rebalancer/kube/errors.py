@@ -44,7 +44,7 @@ class Gone(KubeError):
 
 
 class TooManyRequests(KubeError):
-    """Rate limited, or an eviction blocked by a PodDisruptionBudget (see `is_disruption_budget`)."""
+    """Rate limited, or an eviction blocked by a PodDisruptionBudget (`is_disruption_budget`)."""
 
     kind = "too_many_requests"
     retryable = True

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
@@ -325,7 +326,8 @@ class ImdsEmulator:
     async def _gate(self, request: web.Request, vm: EmulatedVm) -> web.Response | None:
         """Header, query and rate-limit rules shared by every IMDS path; None means go on."""
         vm.requests += 1
-        now = self.clock.monotonic()
+        # Real time, even under a virtual clock: the limit is on how fast requests really arrive.
+        now = time.monotonic()
         vm.recent_requests.append(now)
         while vm.recent_requests and vm.recent_requests[0] <= now - 1.0:
             vm.recent_requests.popleft()
@@ -337,7 +339,9 @@ class ImdsEmulator:
         if "X-Forwarded-For" in request.headers:
             return web.json_response({"error": "Bad request. Proxy not supported"}, status=400)
         if any(len(request.query.getall(key)) > 1 for key in request.query):
-            return web.json_response({"error": "Bad request. Duplicate query parameter"}, 400)
+            return web.json_response(
+                {"error": "Bad request. Duplicate query parameter"}, status=400
+            )
         return None
 
     async def _apply_faults(self, vm: EmulatedVm) -> web.Response | None:
@@ -392,7 +396,9 @@ class ImdsEmulator:
             return web.json_response({"error": "Bad request. Invalid StartRequests"}, status=400)
         unknown = self.acknowledge(vm.name, ids)
         if unknown:
-            return web.json_response({"error": f"Bad request. Unknown EventId {unknown}"}, 400)
+            return web.json_response(
+                {"error": f"Bad request. Unknown EventId {unknown}"}, status=400
+            )
         return web.Response(status=200)
 
     async def _instance(self, request: web.Request) -> web.Response:

@@ -1,0 +1,62 @@
+"""`rebalancer agent`: wire settings, logging, metrics, the HTTP probes and the loop together."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rebalancer.agent.agent import Agent
+from rebalancer.azure.imds import ImdsClient
+from rebalancer.clock import SystemClock
+from rebalancer.config import IMDS_MIN_INTERVAL_SECONDS, AgentSettings
+from rebalancer.http import bound_port, build_app, start_server
+from rebalancer.kube.client import KubeClient
+from rebalancer.kube.nodes import NodeApi
+from rebalancer.logging import get_logger, setup_logging
+from rebalancer.metrics import AgentMetrics
+from rebalancer.process import run_until_signalled
+
+
+def run_agent(settings: AgentSettings) -> int:
+    setup_logging(settings.log_level, settings.log_format)
+    log = get_logger(component="agent")
+    if not settings.node_name:
+        log.error("invalid setting node_name (NODE_NAME / --node-name): not set")
+        return 2
+
+    async def main(stop: asyncio.Event) -> None:
+        clock = SystemClock()
+        metrics = AgentMetrics()
+        kube = await KubeClient.connect(
+            settings.kubeconfig, timeout_seconds=settings.kube_timeout_seconds
+        )
+        imds = ImdsClient(
+            base_url=settings.imds_url,
+            api_version=settings.imds_api_version,
+            timeout_seconds=settings.imds_timeout_seconds,
+            first_call_timeout_seconds=settings.imds_first_call_timeout_seconds,
+            max_body_bytes=settings.imds_max_body_bytes,
+            min_interval_seconds=IMDS_MIN_INTERVAL_SECONDS,
+            clock=clock,
+        )
+        agent = Agent(
+            settings=settings,
+            imds=imds,
+            nodes=NodeApi(kube),
+            metrics=metrics,
+            clock=clock,
+            log=log,
+        )
+        app = build_app(
+            registry=metrics.registry, liveness=agent.liveness, readiness=agent.readiness
+        )
+        runner = await start_server(app, host=settings.http_host, port=settings.http_port)
+        log.info("serving probes and metrics", port=bound_port(runner), node=settings.node_name)
+        try:
+            await agent.run(stop)
+        finally:
+            log.info("shutting down")
+            await runner.cleanup()
+            await imds.close()
+            await kube.close()
+
+    return run_until_signalled(main)

@@ -1,0 +1,265 @@
+"""What the agent publishes on its Node, and how readers parse it: a shared contract.
+
+The agent writes, the controller and outside tools read. Nothing here does I/O.
+
+Condition `spot-rebalancer.io/ScheduledEvent` (status, reason, message):
+- `True`, reason `EventScheduled` or `EventStarted`, while IMDS lists an event for this VM;
+- `False`, reason `EventCancelled`, `EventCompleted` or `EventEnded` once it is gone, or
+  `NoScheduledEvents` when there never was one.
+The message is space-separated `Key=Value` pairs, values without spaces, e.g.
+`EventType=Preempt EventId=A123BC45-... EventStatus=Scheduled NotBefore=2021-03-16T00:58:46Z
+Pending=1`.
+`NotBefore` is RFC 3339 in UTC, or `now` when the event has started or its time could not be read
+(act at once, never guess). With several events pending, the message names the most urgent.
+
+Annotation `spot-rebalancer.io/scheduled-events`: JSON, see `NodeEvents.to_json`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from rebalancer import names
+
+CONDITION_TYPE = names.CONDITION_TYPE
+EVENTS_ANNOTATION = names.EVENTS_ANNOTATION
+DRAINED_FOR_ANNOTATION = names.DRAINED_FOR_ANNOTATION
+NOW = "now"
+SCHEMA_VERSION = 1
+
+
+class Reason(StrEnum):
+    NO_EVENTS = "NoScheduledEvents"
+    SCHEDULED = "EventScheduled"
+    STARTED = "EventStarted"
+    CANCELLED = "EventCancelled"
+    COMPLETED = "EventCompleted"
+    ENDED = "EventEnded"
+
+
+class Outcome(StrEnum):
+    """How an event that disappeared from IMDS ended, as far as the agent can tell."""
+
+    CANCELLED = "cancelled"  # gone while Scheduled, before its NotBefore: Azure called it off
+    COMPLETED = "completed"  # gone after we saw it Started (or after we acknowledged it)
+    ENDED = "ended"  # gone after its NotBefore without us seeing it start: most likely ran
+
+
+OUTCOME_REASON = {
+    Outcome.CANCELLED: Reason.CANCELLED,
+    Outcome.COMPLETED: Reason.COMPLETED,
+    Outcome.ENDED: Reason.ENDED,
+}
+
+
+@dataclass(frozen=True)
+class PublishedEvent:
+    event_id: str
+    event_type: str
+    status: str
+    not_before: datetime | None
+    first_seen: datetime
+    resources: tuple[str, ...] = ()
+    not_before_raw: str = ""
+    description: str = ""
+    event_source: str = ""
+    duration_seconds: int | None = None
+    acknowledged_at: datetime | None = None
+
+    @property
+    def act_now(self) -> bool:
+        """Started, or a deadline we cannot read: there is no time left to plan with."""
+        return self.status == "Started" or self.not_before is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "eventId": self.event_id,
+            "eventType": self.event_type,
+            "eventStatus": self.status,
+            "notBefore": _iso(self.not_before),
+            "notBeforeRaw": self.not_before_raw,
+            "firstSeen": _iso(self.first_seen, "milliseconds"),
+            "resources": list(self.resources),
+            "description": self.description,
+            "eventSource": self.event_source,
+            "durationInSeconds": self.duration_seconds,
+            "acknowledgedAt": _iso(self.acknowledged_at, "milliseconds"),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PublishedEvent:
+        first_seen = _parse_iso(data.get("firstSeen"))
+        if first_seen is None:
+            raise ValueError("event without firstSeen")
+        duration = data.get("durationInSeconds")
+        return cls(
+            event_id=_str(data, "eventId", required=True),
+            event_type=_str(data, "eventType", required=True),
+            status=_str(data, "eventStatus", required=True),
+            not_before=_parse_iso(data.get("notBefore")),
+            first_seen=first_seen,
+            resources=tuple(str(r) for r in data.get("resources") or []),
+            not_before_raw=_str(data, "notBeforeRaw"),
+            description=_str(data, "description"),
+            event_source=_str(data, "eventSource"),
+            duration_seconds=duration if isinstance(duration, int) else None,
+            acknowledged_at=_parse_iso(data.get("acknowledgedAt")),
+        )
+
+
+@dataclass(frozen=True)
+class EndedEvent:
+    event_id: str
+    event_type: str
+    outcome: Outcome
+    at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "eventId": self.event_id,
+            "eventType": self.event_type,
+            "outcome": str(self.outcome),
+            "at": _iso(self.at, "milliseconds"),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EndedEvent:
+        at = _parse_iso(data.get("at"))
+        if at is None:
+            raise ValueError("ended event without time")
+        return cls(
+            event_id=_str(data, "eventId", required=True),
+            event_type=_str(data, "eventType", required=True),
+            outcome=Outcome(_str(data, "outcome", required=True)),
+            at=at,
+        )
+
+
+@dataclass(frozen=True)
+class NodeEvents:
+    """The annotation: pending events of this VM and the last few that ended."""
+
+    vm_name: str
+    events: tuple[PublishedEvent, ...] = ()
+    ended: tuple[EndedEvent, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "version": SCHEMA_VERSION,
+                "vmName": self.vm_name,
+                "events": [event.to_json() for event in self.events],
+                "ended": [event.to_json() for event in self.ended],
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeEvents:
+        """Parse the annotation; raises ValueError with the reason when it is malformed."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        try:
+            return cls(
+                vm_name=str(data.get("vmName", "")),
+                events=tuple(PublishedEvent.from_json(e) for e in data.get("events") or []),
+                ended=tuple(EndedEvent.from_json(e) for e in data.get("ended") or []),
+            )
+        except (TypeError, AttributeError, KeyError) as exc:
+            raise ValueError(f"malformed: {exc}") from None
+
+    def most_urgent(self) -> PublishedEvent | None:
+        if not self.events:
+            return None
+        far_future = datetime.max.replace(tzinfo=UTC)
+        return min(
+            self.events,
+            key=lambda e: (not e.act_now, e.not_before or far_future, e.first_seen),
+        )
+
+
+@dataclass(frozen=True)
+class ConditionValue:
+    status: str  # "True" | "False"
+    reason: Reason
+    message: str
+
+
+def condition_for(state: NodeEvents) -> ConditionValue:
+    urgent = state.most_urgent()
+    if urgent is not None:
+        reason = Reason.STARTED if urgent.status == "Started" else Reason.SCHEDULED
+        deadline = NOW if urgent.act_now else _iso(urgent.not_before)
+        message = format_message(
+            EventType=urgent.event_type,
+            EventId=urgent.event_id,
+            EventStatus=urgent.status,
+            NotBefore=deadline or NOW,
+            Pending=str(len(state.events)),
+        )
+        return ConditionValue("True", reason, message)
+    if state.ended:
+        last = state.ended[-1]
+        message = format_message(
+            EventType=last.event_type, EventId=last.event_id, Outcome=str(last.outcome)
+        )
+        return ConditionValue("False", OUTCOME_REASON[last.outcome], message)
+    return ConditionValue("False", Reason.NO_EVENTS, format_message(VM=state.vm_name or "unknown"))
+
+
+def format_message(**fields: str) -> str:
+    return " ".join(f"{key}={_token(value)}" for key, value in fields.items())
+
+
+def parse_message(message: str) -> dict[str, str]:
+    """`Key=Value` pairs of a condition message; words without `=` are ignored."""
+    pairs: dict[str, str] = {}
+    for word in message.split():
+        key, sep, value = word.partition("=")
+        if sep and key:
+            pairs[key] = value
+    return pairs
+
+
+def drained_event_ids(annotations: dict[str, str]) -> frozenset[str]:
+    """EventIds (upper case) the controller has marked this node drained for."""
+    raw = annotations.get(DRAINED_FOR_ANNOTATION, "")
+    return frozenset(part.strip().upper() for part in raw.split(",") if part.strip())
+
+
+def _token(value: str) -> str:
+    return "_".join(value.split()) or "-"
+
+
+def _iso(moment: datetime | None, timespec: str = "seconds") -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+def _parse_iso(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed.astimezone(UTC) if parsed.tzinfo else None
+
+
+def _str(data: dict[str, Any], key: str, *, required: bool = False) -> str:
+    value = data.get(key)
+    if value is None or value == "":
+        if required:
+            raise ValueError(f"{key} missing")
+        return ""
+    return str(value)

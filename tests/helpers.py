@@ -1,0 +1,41 @@
+"""Small helpers for tests: servers on ephemeral ports, bounded waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from aiohttp import web
+
+
+@asynccontextmanager
+async def serve(app: web.Application) -> AsyncIterator[str]:
+    """Serve `app` on 127.0.0.1 on a free port; yields the base URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def wait_for(predicate: Callable[[], bool], *, timeout: float = 10.0, what: str = "") -> None:
+    """Poll until `predicate()` holds; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        await asyncio.sleep(0.02)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
