@@ -22,3 +22,18 @@ AKS_AGENTPOOL_LABEL: Final = "kubernetes.azure.com/agentpool"
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 ZONE_LABEL: Final = "topology.kubernetes.io/zone"
 REGION_LABEL: Final = "topology.kubernetes.io/region"
+
+# An operator sets this on a Node to have it drained now, as if a notice had arrived. Its value
+# is "now", or an RFC 3339 deadline; anything else also means now.
+DRAIN_REQUEST_ANNOTATION: Final = f"{PREFIX}/drain"
+
+# AKS's node-problem-detector conditions for Scheduled Events (shared reference E).
+NPD_PREEMPTION_CONDITION: Final = "PreemptionScheduled"
+NPD_ANY_EVENT_CONDITION: Final = "VMEventScheduled"
+NPD_PER_TYPE_CONDITIONS: Final = {
+    "FreezeScheduled": "Freeze",
+    "RebootScheduled": "Reboot",
+    "RedeployScheduled": "Redeploy",
+    "TerminateScheduled": "Terminate",
+    "PreemptScheduled": "Preempt",
+}

@@ -1,0 +1,277 @@
+"""Slim, frozen views of the cluster objects the planner reads, built from raw API JSON.
+
+The informers keep these instead of full objects: 50 000 pods as generated client models are
+slow and large; these hold only what a decision needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rebalancer import names
+from rebalancer.controller.scheduling import Taint
+from rebalancer.notices import Notice, notices_of
+
+GPU_RESOURCE = "nvidia.com/gpu"
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+OPT_OUT_ANNOTATION = f"{names.PREFIX}/ignore"
+
+
+def parse_quantity(value: object) -> float:
+    """A Kubernetes quantity ('500m', '16Gi', '1', '2k') as a float; 0 for what it cannot read."""
+    text = str(value or "0").strip()
+    suffixes = {
+        "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+        "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+        "E": 1e18,
+    }  # fmt: skip
+    for suffix in sorted(suffixes, key=len, reverse=True):
+        if text.endswith(suffix):
+            try:
+                return float(text[: -len(suffix)]) * suffixes[suffix]
+            except ValueError:
+                return 0.0
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    ready: bool
+    allocatable_gpus: int
+    notices: tuple[Notice, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def pool(self) -> str:
+        return self.labels.get(names.AKS_AGENTPOOL_LABEL, "")
+
+    @property
+    def spot(self) -> bool:
+        return self.labels.get(names.AKS_SPOT_LABEL) == "spot"
+
+    @property
+    def sku(self) -> str:
+        return self.labels.get(names.INSTANCE_TYPE_LABEL, "")
+
+    @property
+    def zone(self) -> str:
+        return self.labels.get(names.ZONE_LABEL, "")
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> NodeInfo:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+            if isinstance(c, dict)
+        )
+        found = notices_of(obj)
+        return cls(
+            name=str(meta.get("name", "")),
+            labels=dict(meta.get("labels") or {}),
+            annotations={
+                k: v
+                for k, v in (meta.get("annotations") or {}).items()
+                if k.startswith(names.PREFIX)
+            },
+            taints=tuple(Taint.from_json(t) for t in spec.get("taints") or []),
+            unschedulable=bool(spec.get("unschedulable", False)),
+            ready=ready,
+            allocatable_gpus=int(
+                parse_quantity((status.get("allocatable") or {}).get(GPU_RESOURCE))
+            ),
+            notices=found.notices,
+            skipped=found.skipped,
+        )
+
+
+@dataclass(frozen=True)
+class Owner:
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    phase: str
+    ready: bool
+    deleting: bool
+    owner: Owner | None
+    gpus: int
+    deletion_cost: str | None  # as annotated, None when absent
+    original_deletion_cost: str | None  # what we saved before lowering it, if we did
+    mirror: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    grace_seconds: int = 30
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    @property
+    def daemonset(self) -> bool:
+        return self.owner is not None and self.owner.kind == "DaemonSet"
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> PodInfo:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        annotations = meta.get("annotations") or {}
+        owner = next(
+            (
+                Owner(str(ref.get("kind")), str(ref.get("name")))
+                for ref in meta.get("ownerReferences") or []
+                if ref.get("controller")
+            ),
+            None,
+        )
+        gpus = 0
+        for container in spec.get("containers") or []:
+            resources = container.get("resources") or {}
+            wanted = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
+                resources.get("requests") or {}
+            ).get(GPU_RESOURCE)
+            gpus += int(parse_quantity(wanted))
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            node_name=str(spec.get("nodeName") or ""),
+            phase=str(status.get("phase", "Pending")),
+            ready=any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            ),
+            deleting=meta.get("deletionTimestamp") is not None,
+            owner=owner,
+            gpus=gpus,
+            deletion_cost=annotations.get(DELETION_COST),
+            original_deletion_cost=annotations.get(ORIGINAL_COST_ANNOTATION),
+            mirror=MIRROR_ANNOTATION in annotations,
+            labels=dict(meta.get("labels") or {}),
+            grace_seconds=int(spec.get("terminationGracePeriodSeconds", 30) or 0),
+        )
+
+
+ORIGINAL_COST_ANNOTATION = f"{names.PREFIX}/original-deletion-cost"
+SURGE_ANNOTATION = f"{names.PREFIX}/surge"
+
+
+@dataclass(frozen=True)
+class Surge:
+    """What we recorded on a Deployment when we surged it, so any leader can finish or undo it."""
+
+    base_replicas: int
+    added: int
+    event_ids: tuple[str, ...]
+    doomed_pods: tuple[str, ...]  # "namespace/name" of the pods we are replacing
+    deadline: str | None  # RFC 3339 of the earliest notice, None: act now
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "baseReplicas": self.base_replicas,
+                "added": self.added,
+                "eventIds": list(self.event_ids),
+                "doomedPods": list(self.doomed_pods),
+                "deadline": self.deadline,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Surge:
+        data = json.loads(text)
+        return cls(
+            base_replicas=int(data["baseReplicas"]),
+            added=int(data["added"]),
+            event_ids=tuple(str(e) for e in data.get("eventIds") or []),
+            doomed_pods=tuple(str(p) for p in data.get("doomedPods") or []),
+            deadline=data.get("deadline"),
+        )
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    kind: str  # Deployment | StatefulSet
+    namespace: str
+    name: str
+    replicas: int
+    ready_replicas: int
+    template_spec: Mapping[str, Any]  # tolerations, nodeSelector, affinity only
+    gpus_per_replica: int
+    annotations: Mapping[str, str]
+    surge: Surge | None = None
+    surge_unreadable: bool = False
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.kind, self.namespace, self.name
+
+    @property
+    def opted_out(self) -> bool:
+        return self.annotations.get(OPT_OUT_ANNOTATION, "").lower() in ("true", "1", "yes")
+
+    @classmethod
+    def from_json(cls, kind: str, obj: Mapping[str, Any]) -> WorkloadInfo:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        pod_spec = (spec.get("template") or {}).get("spec") or {}
+        annotations = {
+            k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(names.PREFIX)
+        }
+        gpus = 0
+        for container in pod_spec.get("containers") or []:
+            resources = container.get("resources") or {}
+            wanted = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
+                resources.get("requests") or {}
+            ).get(GPU_RESOURCE)
+            gpus += int(parse_quantity(wanted))
+        surge = None
+        unreadable = False
+        if SURGE_ANNOTATION in annotations:
+            try:
+                surge = Surge.from_json(annotations[SURGE_ANNOTATION])
+            except (ValueError, KeyError, TypeError):
+                unreadable = True
+        return cls(
+            kind=kind,
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            replicas=int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1),
+            ready_replicas=int(status.get("readyReplicas") or 0),
+            template_spec={
+                key: pod_spec[key]
+                for key in ("tolerations", "nodeSelector", "affinity")
+                if key in pod_spec
+            },
+            gpus_per_replica=gpus,
+            annotations=annotations,
+            surge=surge,
+            surge_unreadable=unreadable,
+        )

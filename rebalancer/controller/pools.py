@@ -1,0 +1,108 @@
+"""Node pools as the controller sees them, and which on-demand pools a workload can fail over to.
+
+A pool is the set of Nodes with one `kubernetes.azure.com/agentpool` label. Its taints and labels
+are those all its nodes share, minus the transient ones (cordon, not-ready, ours), so a pod
+template can be checked against the pool rather than against one node's passing state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rebalancer import names
+from rebalancer.controller.model import NodeInfo
+from rebalancer.controller.scheduling import Taint, unmet_placement, untolerated
+
+TRANSIENT_TAINT_PREFIXES = (
+    "node.kubernetes.io/",
+    "node.cloudprovider.kubernetes.io/",
+    "ToBeDeletedByClusterAutoscaler",
+    "DeletionCandidateOfClusterAutoscaler",
+    names.PREFIX,
+)
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    spot: bool
+    taints: tuple[Taint, ...]
+    labels: Mapping[str, str]
+    nodes: tuple[str, ...]
+    gpus_per_node: int = 0
+
+    def problems_for(self, template_spec: Mapping[str, Any], gpus: int = 0) -> list[str]:
+        """Why pods of this template cannot land here ([] when they can)."""
+        tolerations = template_spec.get("tolerations") or []
+        problems = [
+            f"taint {taint} not tolerated" for taint in untolerated(tolerations, self.taints)
+        ]
+        if gpus > self.gpus_per_node:
+            problems.append(f"needs {gpus} nvidia.com/gpu, nodes have {self.gpus_per_node}")
+        problems += [
+            f"{unmet} not matched" for unmet in unmet_placement(template_spec, self.labels)
+        ]
+        return problems
+
+
+def pools_of(nodes: Iterable[NodeInfo]) -> dict[str, Pool]:
+    members: dict[str, list[NodeInfo]] = {}
+    for node in nodes:
+        members.setdefault(node.pool or "(no pool label)", []).append(node)
+    pools = {}
+    for name, group in members.items():
+        common_taints = set.intersection(*(set(n.taints) for n in group))
+        taints = tuple(
+            sorted(
+                (t for t in common_taints if not t.key.startswith(TRANSIENT_TAINT_PREFIXES)),
+                key=str,
+            )
+        )
+        shared = dict(group[0].labels)
+        for node in group[1:]:
+            shared = {k: v for k, v in shared.items() if node.labels.get(k) == v}
+        pools[name] = Pool(
+            name=name,
+            spot=all(n.spot for n in group),
+            taints=taints,
+            labels=shared,
+            nodes=tuple(sorted(n.name for n in group)),
+            gpus_per_node=max(n.allocatable_gpus for n in group),
+        )
+    return pools
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """The on-demand pools a template fits, and for every other on-demand pool, why not."""
+
+    pools: tuple[str, ...]
+    rejected: Mapping[str, tuple[str, ...]]
+
+    @property
+    def blocked_reason(self) -> str:
+        if self.pools:
+            return ""
+        if not self.rejected:
+            return "no on-demand pool in the cluster"
+        return "; ".join(
+            f"pool {name}: {', '.join(why)}" for name, why in sorted(self.rejected.items())
+        )
+
+
+def on_demand_fallback(
+    template_spec: Mapping[str, Any], pools: Mapping[str, Pool], *, gpus: int = 0
+) -> Fallback:
+    fits: list[str] = []
+    rejected: dict[str, tuple[str, ...]] = {}
+    for pool in pools.values():
+        if pool.spot:
+            continue
+        problems = pool.problems_for(template_spec, gpus)
+        if problems:
+            rejected[pool.name] = tuple(problems)
+        else:
+            fits.append(pool.name)
+    return Fallback(pools=tuple(sorted(fits)), rejected=rejected)

@@ -1,0 +1,267 @@
+"""Every signal that a node is going away, read into one `Notice`.
+
+Sources, each a pure function of a Node's JSON:
+- our agent: the `spot-rebalancer.io/ScheduledEvent` condition and its annotation;
+- AKS's node-problem-detector: `PreemptionScheduled`, `VMEventScheduled` and the per-type
+  `*Scheduled` conditions, whose message reads `<EventType> <EventStatus>[: <NotBefore>]. ...
+  EventId: <id>`;
+- an operator: the `spot-rebalancer.io/drain` annotation.
+A deadline that cannot be read becomes `None`, which means "act now": never a guessed time.
+What cannot be used is returned as a skip reason, for a log line and a metric.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from rebalancer import names
+from rebalancer.node_signal import NOW, NodeEvents, parse_message
+
+KNOWN_EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+MANUAL = "Manual"
+
+
+class Source(StrEnum):
+    AGENT = "agent"
+    AKS_NPD = "aks-npd"
+    MANUAL = "manual"
+
+
+@dataclass(frozen=True)
+class Notice:
+    node: str
+    event_type: str  # one of KNOWN_EVENT_TYPES, "Manual", or what a source sent
+    deadline: datetime | None  # None: act now
+    event_id: str  # upper case; correlates the same event seen through several sources
+    source: Source
+    started: bool = False
+    seen_at: datetime | None = None  # when the source first reported it, if it says
+
+    @property
+    def act_now(self) -> bool:
+        return self.started or self.deadline is None
+
+    def seconds_left(self, now: datetime) -> float:
+        if self.act_now or self.deadline is None:
+            return 0.0
+        return (self.deadline - now).total_seconds()
+
+
+@dataclass(frozen=True)
+class NodeNotices:
+    notices: tuple[Notice, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+
+def notices_of(node: Mapping[str, Any]) -> NodeNotices:
+    """All active notices on one Node (JSON as the API serves it), merged by EventId."""
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    annotations = meta.get("annotations") or {}
+    conditions = {
+        str(c.get("type")): c
+        for c in (node.get("status") or {}).get("conditions") or []
+        if isinstance(c, dict)
+    }
+    found: list[Notice] = []
+    skipped: list[str] = []
+    for parse in (_from_agent, _from_npd, _from_manual):
+        notices, reasons = parse(name, annotations, conditions)
+        found.extend(notices)
+        skipped.extend(reasons)
+    return NodeNotices(notices=tuple(merge(found)), skipped=tuple(skipped))
+
+
+def merge(notices: Iterable[Notice]) -> list[Notice]:
+    """One notice per (node, EventId): the most urgent reading wins, the agent's on a tie."""
+    best: dict[tuple[str, str], Notice] = {}
+    for notice in notices:
+        key = (notice.node, notice.event_id)
+        current = best.get(key)
+        if current is None or _urgency(notice) < _urgency(current):
+            best[key] = notice
+    return sorted(best.values(), key=lambda n: (n.node, _urgency(n)))
+
+
+def _urgency(notice: Notice) -> tuple[int, datetime, int]:
+    far = datetime.max.replace(tzinfo=UTC)
+    order = {Source.AGENT: 0, Source.AKS_NPD: 1, Source.MANUAL: 2}
+    return (0 if notice.act_now else 1, notice.deadline or far, order[notice.source])
+
+
+Parsed = tuple[list[Notice], list[str]]
+
+
+def _from_agent(node: str, annotations: Mapping[str, str], conditions: Mapping[str, Any]) -> Parsed:
+    condition = conditions.get(names.CONDITION_TYPE)
+    if condition is None or condition.get("status") != "True":
+        return [], []
+    raw = annotations.get(names.EVENTS_ANNOTATION)
+    if raw is not None:
+        try:
+            state = NodeEvents.from_json(raw)
+        except ValueError as error:
+            skipped = [f"{node}: agent annotation unreadable ({error}); using the condition"]
+        else:
+            if state.events:
+                return [
+                    Notice(
+                        node=node,
+                        event_type=event.event_type,
+                        deadline=None if event.act_now else event.not_before,
+                        event_id=event.event_id.upper(),
+                        source=Source.AGENT,
+                        started=event.status == "Started",
+                        seen_at=event.first_seen,
+                    )
+                    for event in state.events
+                ], []
+            skipped = [f"{node}: agent condition True but its annotation lists no event"]
+    else:
+        skipped = []
+    fields = parse_message(str(condition.get("message", "")))
+    event_id = fields.get("EventId", "")
+    if not event_id:
+        return [], [*skipped, f"{node}: agent condition True without an EventId"]
+    deadline_text = fields.get("NotBefore", NOW)
+    deadline = None if deadline_text == NOW else _parse_rfc3339(deadline_text)
+    notice = Notice(
+        node=node,
+        event_type=fields.get("EventType", "Unknown"),
+        deadline=deadline,
+        event_id=event_id.upper(),
+        source=Source.AGENT,
+        started=fields.get("EventStatus") == "Started",
+        seen_at=_parse_rfc3339(str(condition.get("lastTransitionTime", ""))),
+    )
+    return [notice], skipped
+
+
+# "<EventType> <EventStatus>[: <NotBefore>]" at the start of an NPD message.
+_NPD_HEAD = re.compile(
+    r"^\s*(?P<type>[A-Za-z]+)\s+(?P<status>[A-Za-z]+)\s*(?P<rest>[:.].*)?$", re.S
+)
+_NPD_TIME = re.compile(
+    r"^:\s*(?P<time>[A-Za-z]{3},\s+\d{1,2}\s+[A-Za-z]{3}\s+\d{4}\s+\d{1,2}:\d{2}:\d{2}\s+[A-Za-z]+)"
+)
+_EVENT_ID = re.compile(r"EventId:\s*(?P<id>[0-9A-Fa-f-]{8,})", re.I)
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], 1
+    )
+}
+
+
+def parse_npd_message(message: str) -> tuple[str, str, datetime | None, str] | None:
+    """(event type, status, deadline or None, EventId or "") from an NPD condition message.
+
+    None when the message is not an event notice at all (for example an `Advisory`).
+    Only GMT/UTC deadlines are read; any other zone or shape gives None (act now).
+    """
+    text = " ".join(message.split())
+    head = _NPD_HEAD.match(text)
+    if head is None:
+        return None
+    status = head.group("status")
+    if status not in ("Scheduled", "Started"):
+        return None
+    rest = head.group("rest") or ""
+    deadline = None
+    timed = _NPD_TIME.match(rest)
+    if status == "Scheduled" and timed is not None:
+        deadline = parse_rfc1123_utc(timed.group("time"))
+    event_id = _EVENT_ID.search(text)
+    return head.group("type"), status, deadline, event_id.group("id").upper() if event_id else ""
+
+
+def parse_rfc1123_utc(text: str) -> datetime | None:
+    """'Sat, 1 Aug 2026 05:41:02 GMT' (one- or two-digit day) to UTC; None for other zones."""
+    parts = text.split()
+    if len(parts) != 6 or parts[5].upper() not in ("GMT", "UTC"):
+        return None
+    _, day, month, year, clock, _ = parts
+    try:
+        hour, minute, second = (int(p) for p in clock.split(":"))
+        return datetime(
+            int(year), _MONTHS[month.title()], int(day), hour, minute, second, tzinfo=UTC
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+def _from_npd(node: str, annotations: Mapping[str, str], conditions: Mapping[str, Any]) -> Parsed:
+    del annotations
+    types = {
+        names.NPD_PREEMPTION_CONDITION: "Preempt",
+        names.NPD_ANY_EVENT_CONDITION: None,
+        **names.NPD_PER_TYPE_CONDITIONS,
+    }
+    notices: list[Notice] = []
+    skipped: list[str] = []
+    for condition_type, implied_type in types.items():
+        condition = conditions.get(condition_type)
+        if condition is None or condition.get("status") != "True":
+            continue
+        message = str(condition.get("message", ""))
+        parsed = parse_npd_message(message)
+        if parsed is None:
+            if implied_type is None:
+                skipped.append(f"{node}: {condition_type} message not understood")
+                continue
+            if "Advisory" in message.split(":", maxsplit=1)[0]:
+                skipped.append(f"{node}: {condition_type} is an advisory, not a notice")
+                continue
+            # The condition type alone says what is coming; the time is unknown: act now.
+            parsed = (implied_type, "Scheduled", None, "")
+        event_type, status, deadline, event_id = parsed
+        if implied_type is not None and event_type != implied_type:
+            skipped.append(f"{node}: {condition_type} carries a {event_type} event; ignored")
+            continue
+        transition = str(condition.get("lastTransitionTime", ""))
+        notices.append(
+            Notice(
+                node=node,
+                event_type=event_type,
+                deadline=deadline,
+                # Without an EventId the condition's transition time tells one event from the next.
+                event_id=event_id or f"NPD-{condition_type}-{transition}".upper(),
+                source=Source.AKS_NPD,
+                started=status == "Started",
+                seen_at=_parse_rfc3339(transition),
+            )
+        )
+    return notices, skipped
+
+
+def _from_manual(
+    node: str, annotations: Mapping[str, str], conditions: Mapping[str, Any]
+) -> Parsed:
+    del conditions
+    value = annotations.get(names.DRAIN_REQUEST_ANNOTATION)
+    if value is None:
+        return [], []
+    deadline = None if value.strip().lower() in ("", "now", "true") else _parse_rfc3339(value)
+    notice = Notice(
+        node=node,
+        event_type=MANUAL,
+        deadline=deadline,
+        event_id=f"MANUAL-{node}".upper(),
+        source=Source.MANUAL,
+    )
+    return [notice], []
+
+
+def _parse_rfc3339(text: str) -> datetime | None:
+    if not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed.astimezone(UTC) if parsed.tzinfo else None

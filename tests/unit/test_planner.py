@@ -1,0 +1,467 @@
+"""The planner, step by step through a notice's life: pure tables, no I/O, no clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from rebalancer import names
+from rebalancer.controller.model import (
+    ORIGINAL_COST_ANNOTATION,
+    SURGE_ANNOTATION,
+    NodeInfo,
+    PodInfo,
+    Surge,
+    WorkloadInfo,
+)
+from rebalancer.controller.planner import (
+    COOLDOWN_UNTIL,
+    CORDONED_FOR,
+    LOWEST_DELETION_COST,
+    Cordon,
+    Delete,
+    EndCooldown,
+    Evict,
+    MarkDrained,
+    Reason,
+    ReportBlocked,
+    Restore,
+    ScaleBack,
+    ScaleUp,
+    SetDeletionCost,
+    Settings,
+    Snapshot,
+    StartCooldown,
+    plan,
+)
+
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+EVENT = "A123BC45-1234-5678-AB90-ABCDEF123456"
+SPOT = [
+    {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "effect": "NoSchedule"},
+    {"key": "sku", "value": "gpu", "effect": "NoSchedule"},
+]
+TOLERATE_BOTH = {
+    "tolerations": [
+        {
+            "key": "kubernetes.azure.com/scalesetpriority",
+            "operator": "Equal",
+            "value": "spot",
+            "effect": "NoSchedule",
+        },
+        {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+    ]
+}
+
+
+def node_json(
+    name: str,
+    *,
+    pool: str = "spotgpu",
+    spot: bool = True,
+    zone: str = "eastus-1",
+    notice_seconds: float | None = None,
+    event_type: str = "Preempt",
+    annotations: dict[str, str] | None = None,
+    gpus: int = 1,
+) -> dict[str, Any]:
+    labels = {
+        names.AKS_AGENTPOOL_LABEL: pool,
+        names.INSTANCE_TYPE_LABEL: "Standard_NC24ads_A100_v4",
+        names.ZONE_LABEL: zone,
+        names.AKS_SPOT_LABEL: "spot" if spot else "regular",
+    }
+    conditions = [{"type": "Ready", "status": "True"}]
+    if notice_seconds is not None:
+        deadline = (NOW + timedelta(seconds=notice_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions.append(
+            {
+                "type": names.CONDITION_TYPE,
+                "status": "True",
+                "message": f"EventType={event_type} EventId={EVENT} EventStatus=Scheduled NotBefore={deadline}",
+                "lastTransitionTime": NOW.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        )
+    taints = SPOT if spot else [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]
+    return {
+        "metadata": {"name": name, "labels": labels, "annotations": annotations or {}},
+        "spec": {"taints": taints},
+        "status": {"conditions": conditions, "allocatable": {"nvidia.com/gpu": str(gpus)}},
+    }
+
+
+def pod(
+    name: str,
+    node: str,
+    *,
+    owner: tuple[str, str] | None = ("ReplicaSet", "infer-abc"),
+    ready: bool = True,
+    gpus: int = 1,
+    annotations: dict[str, str] | None = None,
+    deleting: bool = False,
+    grace: int = 30,
+) -> PodInfo:
+    meta: dict[str, Any] = {
+        "namespace": "ml",
+        "name": name,
+        "uid": f"uid-{name}",
+        "annotations": annotations or {},
+    }
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-29T12:00:00Z"
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    return PodInfo.from_json(
+        {
+            "metadata": meta,
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "c", "resources": resources}],
+                "terminationGracePeriodSeconds": grace,
+            },
+            "status": {
+                "phase": "Running" if ready else "Pending",
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+    )
+
+
+def deployment(
+    replicas: int = 3,
+    *,
+    surge: Surge | None = None,
+    template: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+    gpus: int = 1,
+) -> WorkloadInfo:
+    notes = dict(annotations or {})
+    if surge is not None:
+        notes[SURGE_ANNOTATION] = surge.to_json()
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    spec = dict(TOLERATE_BOTH if template is None else template)
+    spec["containers"] = [{"name": "c", "resources": resources}]
+    return WorkloadInfo.from_json(
+        "Deployment",
+        {
+            "metadata": {"namespace": "ml", "name": "infer", "annotations": notes},
+            "spec": {"replicas": replicas, "template": {"spec": spec}},
+            "status": {"readyReplicas": replicas},
+        },
+    )
+
+
+def snapshot(
+    nodes: list[dict[str, Any]],
+    pods: list[PodInfo],
+    workloads: list[WorkloadInfo] | None = None,
+    now: datetime = NOW,
+) -> Snapshot:
+    infos = [NodeInfo.from_json(n) for n in nodes]
+    workload_list = workloads if workloads is not None else [deployment()]
+    return Snapshot(
+        now=now,
+        nodes={n.name: n for n in infos},
+        pods={p.key: p for p in pods},
+        workloads={w.key: w for w in workload_list},
+        replicaset_owners={("ml", "infer-abc"): "infer"},
+    )
+
+
+def cluster_nodes(**doomed: Any) -> list[dict[str, Any]]:
+    return [
+        node_json("spot-0", notice_seconds=30, **doomed),
+        node_json("spot-1"),
+        node_json("spot-2", zone="eastus-2"),
+        node_json("od-0", pool="odgpu", spot=False),
+    ]
+
+
+def of_type(actions: tuple[Any, ...], kind: type) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+KEY = ("Deployment", "ml", "infer")
+SURGE = Surge(3, 1, (EVENT,), ("ml/p0",), "2026-11-29T12:00:30Z")
+
+
+def test_a_notice_cordons_surges_and_lowers_the_doomed_pods_cost() -> None:
+    pods = [
+        pod("p0", "spot-0"),
+        pod("p1", "spot-1"),
+        pod("p2", "od-0"),
+        pod("web", "spot-0", owner=None, gpus=0),
+    ]
+    result = plan(snapshot(cluster_nodes(), pods), Settings())
+    assert of_type(result.actions, Cordon) == [Cordon("spot-0", EVENT, "Preempt")]
+    (scale,) = of_type(result.actions, ScaleUp)
+    assert scale.workload == KEY and scale.replicas == 4
+    assert scale.record == Surge(3, 1, (EVENT,), ("ml/p0",), "2026-11-29T12:00:30Z")
+    assert of_type(result.actions, SetDeletionCost) == [
+        SetDeletionCost(("ml", "p0"), LOWEST_DELETION_COST, save_original="")
+    ]
+    # Make before break: the GPU replica is not evicted; the other pod is.
+    assert [a.pod for a in of_type(result.actions, Evict)] == [("ml", "web")]
+    assert of_type(result.actions, MarkDrained) == []
+    assert of_type(result.actions, ReportBlocked) == []
+
+
+def test_surge_in_progress_waits_for_replacements() -> None:
+    nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
+    pods = [
+        pod(
+            "p0",
+            "spot-0",
+            annotations={
+                "controller.kubernetes.io/pod-deletion-cost": LOWEST_DELETION_COST,
+                ORIGINAL_COST_ANNOTATION: "",
+            },
+        ),
+        pod("p1", "spot-1"),
+        pod("p2", "od-0"),
+        pod("p3", "od-0", ready=False),  # the replacement, loading its model
+    ]
+    result = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
+    waiting = [a for a in result.actions if not isinstance(a, StartCooldown)]
+    assert waiting == []  # nothing to do but wait: no scale-back, no eviction, no second surge
+
+
+def test_replacements_ready_scale_back() -> None:
+    nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
+    pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("p2", "od-0"), pod("p3", "od-0")]
+    result = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
+    assert of_type(result.actions, ScaleBack) == [ScaleBack(KEY, 3, Reason.REPLACEMENTS_READY)]
+    assert of_type(result.actions, Delete) == []
+
+
+def test_deadline_near_deletes_doomed_pods_then_scales_back() -> None:
+    nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
+    pods = [
+        pod("p0", "spot-0"),
+        pod("p1", "spot-1"),
+        pod("p2", "od-0"),
+        pod("p3", "od-0", ready=False),
+    ]
+    later = NOW + timedelta(seconds=26)  # 4 s left, margin 5 s
+    result = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)], now=later), Settings())
+    deletes = of_type(result.actions, Delete)
+    assert [(d.pod, d.grace_seconds) for d in deletes] == [(("ml", "p0"), 3)]
+    assert of_type(result.actions, ScaleBack) == [ScaleBack(KEY, 3, Reason.DEADLINE)]
+    order = [type(a) for a in result.actions]
+    assert order.index(Delete) < order.index(ScaleBack)
+
+
+def test_doomed_pods_gone_scale_back() -> None:
+    pods = [pod("p1", "spot-1"), pod("p2", "od-0"), pod("p3", "od-0", ready=False)]
+    nodes = [n for n in cluster_nodes() if n["metadata"]["name"] != "spot-0"]
+    result = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
+    assert of_type(result.actions, ScaleBack) == [ScaleBack(KEY, 3, Reason.DOOMED_GONE)]
+
+
+def test_cancellation_restores_costs_then_scales_back_then_uncordons() -> None:
+    nodes = [
+        node_json("spot-0", annotations={CORDONED_FOR: EVENT}),
+        node_json("od-0", pool="odgpu", spot=False),
+    ]
+    lowered = {
+        "controller.kubernetes.io/pod-deletion-cost": LOWEST_DELETION_COST,
+        ORIGINAL_COST_ANNOTATION: "100",
+    }
+    pods = [
+        pod("p0", "spot-0", annotations=lowered),
+        pod("p1", "od-0"),
+        pod("p2", "od-0"),
+        pod("p3", "od-0"),
+    ]
+    first = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
+    assert of_type(first.actions, Restore) == [Restore("spot-0", EVENT)]
+    assert of_type(first.actions, SetDeletionCost) == [
+        SetDeletionCost(("ml", "p0"), "100", restore=True)
+    ]
+    assert of_type(first.actions, ScaleBack) == []  # not before the old pod's cost is back
+
+    pods[0] = pod("p0", "spot-0", annotations={"controller.kubernetes.io/pod-deletion-cost": "100"})
+    second = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
+    assert of_type(second.actions, ScaleBack) == [ScaleBack(KEY, 3, Reason.CANCELLED)]
+
+
+def test_replicas_changed_by_someone_else_are_left_alone() -> None:
+    nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
+    pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("p2", "od-0"), pod("p3", "od-0")]
+    result = plan(snapshot(nodes, pods, [deployment(7, surge=SURGE)]), Settings())
+    assert of_type(result.actions, ScaleBack) == [ScaleBack(KEY, None, Reason.REPLICAS_CHANGED)]
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        (
+            {"tolerations": TOLERATE_BOTH["tolerations"][:1]},
+            "pool odgpu: taint sku=gpu:NoSchedule not tolerated",
+        ),
+        (
+            {
+                **TOLERATE_BOTH,
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "kubernetes.azure.com/scalesetpriority",
+                                            "operator": "In",
+                                            "values": ["spot"],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                },
+            },
+            "pool odgpu: required node affinity (kubernetes.azure.com/scalesetpriority In ['spot']) not matched",
+        ),
+        (
+            {**TOLERATE_BOTH, "nodeSelector": {"kubernetes.azure.com/scalesetpriority": "spot"}},
+            "pool odgpu: nodeSelector kubernetes.azure.com/scalesetpriority=spot not matched",
+        ),
+    ],
+)
+def test_no_compatible_on_demand_pool_is_reported_and_the_rest_still_done(
+    template: dict[str, Any], expected: str
+) -> None:
+    pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("p2", "spot-1")]
+    result = plan(snapshot(cluster_nodes(), pods, [deployment(template=template)]), Settings())
+    (blocked,) = of_type(result.actions, ReportBlocked)
+    assert blocked.detail == expected
+    assert of_type(result.actions, Cordon) and of_type(result.actions, ScaleUp)
+
+
+def test_on_demand_pool_without_gpus_does_not_count() -> None:
+    nodes = [
+        node_json("spot-0", notice_seconds=30),
+        node_json("sys-0", pool="system", spot=False, gpus=0),
+    ]
+    nodes[1]["spec"]["taints"] = []
+    result = plan(snapshot(nodes, [pod("p0", "spot-0")]), Settings())
+    (blocked,) = of_type(result.actions, ReportBlocked)
+    assert "needs 1 nvidia.com/gpu, nodes have 0" in blocked.detail
+
+
+def test_statefulset_replicas_are_evicted_at_once() -> None:
+    pods = [pod("db-0", "spot-0", owner=("StatefulSet", "db"))]
+    sts = replace(deployment(), kind="StatefulSet", name="db")
+    result = plan(snapshot(cluster_nodes(), pods, [sts]), Settings())
+    assert of_type(result.actions, ScaleUp) == []
+    assert [a.pod for a in of_type(result.actions, Evict)] == [("ml", "db-0")]
+
+
+def test_daemonsets_and_mirror_pods_stay_and_the_node_is_drained() -> None:
+    nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
+    pods = [
+        pod("ds", "spot-0", owner=("DaemonSet", "agent")),
+        pod("static", "spot-0", owner=None, annotations={"kubernetes.io/config.mirror": "x"}),
+    ]
+    result = plan(snapshot(nodes, pods), Settings())
+    assert of_type(result.actions, Evict) == []
+    assert of_type(result.actions, MarkDrained) == [MarkDrained("spot-0", EVENT)]
+
+
+def test_terminating_pods_keep_the_node_from_being_marked_drained() -> None:
+    nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
+    result = plan(snapshot(nodes, [pod("p0", "spot-0", owner=None, deleting=True)]), Settings())
+    assert of_type(result.actions, MarkDrained) == []
+    assert of_type(result.actions, Evict) == []
+
+
+def test_already_marked_is_not_marked_again() -> None:
+    nodes = cluster_nodes(
+        annotations={CORDONED_FOR: EVENT, names.DRAINED_FOR_ANNOTATION: EVENT.lower()}
+    )
+    assert of_type(plan(snapshot(nodes, []), Settings()).actions, MarkDrained) == []
+
+
+@pytest.mark.parametrize(
+    ("event_type", "cordon", "surge", "evict"),
+    [
+        ("Freeze", False, False, False),
+        ("Reboot", True, False, True),
+        ("Redeploy", True, False, True),
+        ("Terminate", True, True, False),
+        ("Hibernate", False, False, False),
+    ],
+)
+def test_policy_per_event_type(event_type: str, cordon: bool, surge: bool, evict: bool) -> None:
+    pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("p2", "od-0")]
+    result = plan(snapshot(cluster_nodes(event_type=event_type), pods), Settings())
+    assert bool(of_type(result.actions, Cordon)) == cordon
+    assert bool(of_type(result.actions, ScaleUp)) == surge
+    assert bool(of_type(result.actions, Evict)) == evict
+
+
+def test_a_wave_raises_an_existing_surge() -> None:
+    nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
+    nodes[1] = node_json("spot-1", notice_seconds=20)
+    pods = [
+        pod("p0", "spot-0"),
+        pod("p1", "spot-1"),
+        pod("p2", "od-0"),
+        pod("p3", "od-0", ready=False),
+    ]
+    result = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
+    (scale,) = of_type(result.actions, ScaleUp)
+    assert scale.replicas == 5
+    assert scale.record.added == 2 and scale.record.doomed_pods == ("ml/p0", "ml/p1")
+    assert scale.record.base_replicas == 3
+
+
+def test_cooldown_on_the_rest_of_the_pool_and_zone() -> None:
+    result = plan(snapshot(cluster_nodes(), [pod("p0", "spot-0")]), Settings(cooldown_seconds=600))
+    assert of_type(result.actions, StartCooldown) == [
+        StartCooldown("spot-1", NOW + timedelta(seconds=600))
+    ]
+
+
+def test_cooldown_ends_after_its_time_when_no_notice_remains() -> None:
+    until = (NOW - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    nodes = [node_json("spot-1", annotations={COOLDOWN_UNTIL: until})]
+    assert of_type(plan(snapshot(nodes, []), Settings()).actions, EndCooldown) == [
+        EndCooldown("spot-1")
+    ]
+    not_yet = (NOW + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    nodes = [node_json("spot-1", annotations={COOLDOWN_UNTIL: not_yet})]
+    assert of_type(plan(snapshot(nodes, []), Settings()).actions, EndCooldown) == []
+
+
+def test_act_now_deletes_with_a_short_grace() -> None:
+    nodes = [
+        node_json("spot-0", annotations={names.DRAIN_REQUEST_ANNOTATION: "now"}),
+        node_json("od-0", pool="odgpu", spot=False),
+    ]
+    pods = [pod("web", "spot-0", owner=None, gpus=0, grace=60)]
+    result = plan(snapshot(nodes, pods), Settings(act_now_grace_seconds=5))
+    assert [(d.pod, d.grace_seconds) for d in of_type(result.actions, Delete)] == [
+        (("ml", "web"), 5)
+    ]
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [deployment(annotations={"spot-rebalancer.io/ignore": "true"}), deployment(gpus=0)],
+)
+def test_unmanaged_workloads_are_simply_drained(workload: WorkloadInfo) -> None:
+    pods = [pod("p0", "spot-0", gpus=0 if not workload.gpus_per_replica else 1)]
+    result = plan(snapshot(cluster_nodes(), pods, [workload]), Settings())
+    assert of_type(result.actions, ScaleUp) == []
+    assert [a.pod for a in of_type(result.actions, Evict)] == [("ml", "p0")]
+
+
+def test_planning_twice_gives_the_same_plan() -> None:
+    pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("web", "spot-0", owner=None, gpus=0)]
+    state = snapshot(cluster_nodes(), pods)
+    assert plan(state, Settings()) == plan(state, Settings())
