@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, CliSettingsSource
 
 from rebalancer import __version__
-from rebalancer.config import AgentSettings, describe_error
+from rebalancer.config import AgentSettings, ControllerSettings, describe_error
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -47,6 +47,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, CliSettingsSource
         "agent": _settings_parser(
             commands, "agent", AgentSettings, "Publish this VM's Scheduled Events on its Node."
         ),
+        "controller": _settings_parser(
+            commands,
+            "controller",
+            ControllerSettings,
+            "Cordon, surge, fail over and drain nodes that are being evicted.",
+        ),
     }
     commands.add_parser("version", help="Print the version.")
     demo = commands.add_parser("demo", help="Run the demo on an emulated cluster.")
@@ -69,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rebalancer.agent.main import run_agent
 
         return run_agent(_load(AgentSettings, sources["agent"], args))
+    if args.command == "controller":
+        from rebalancer.controller.main import run_controller
+
+        return run_controller(_load(ControllerSettings, sources["controller"], args))
     if args.command == "demo":
         from rebalancer.demo import run_demo
 

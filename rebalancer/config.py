@@ -102,3 +102,54 @@ def describe_error(error: ValidationError, prefix: str = "REBALANCER_") -> str:
     count = error.error_count()
     more = f" (and {count - 1} more)" if count > 1 else ""
     return f"invalid setting {name} ({env} / {flag}): {first['msg']}{more}"
+
+
+class ControllerSettings(CommonSettings):
+    http_port: int = Field(
+        9102, ge=0, le=65535, description="Port of the controller's HTTP server."
+    )
+    namespace: str = Field(
+        "spot-rebalancer",
+        validation_alias=AliasChoices("namespace", "REBALANCER_NAMESPACE", "POD_NAMESPACE"),
+        description="Namespace of the leader-election Lease (POD_NAMESPACE from the downward API).",
+    )
+    identity: str = Field(
+        "",
+        validation_alias=AliasChoices("identity", "REBALANCER_IDENTITY", "POD_NAME"),
+        description="This replica's name in the Lease; unset: host name and a random suffix.",
+    )
+    lease_name: str = Field("spot-rebalancer-controller", description="Name of the Lease.")
+    lease_duration_seconds: float = Field(15.0, gt=0, description="Lease duration.")
+    renew_deadline_seconds: float = Field(10.0, gt=0, description="Give up leading after this.")
+    retry_period_seconds: float = Field(2.0, gt=0, description="Between lease attempts.")
+    dry_run: bool = Field(False, description="Plan, log and count, but write nothing.")
+    resync_seconds: float = Field(
+        1.0, gt=0, le=60, description="Plan at least this often, even without a change."
+    )
+    deadline_margin_seconds: float = Field(
+        5.0, ge=0, description="Delete what remains on a node this long before its deadline."
+    )
+    act_now_grace_seconds: int = Field(
+        5, ge=0, description="Grace period of deletions when the deadline is unknown or past."
+    )
+    cooldown_seconds: float = Field(
+        600.0, ge=0, description="PreferNoSchedule on the rest of an evicted spot pool this long."
+    )
+    gpu_workloads_only: bool = Field(
+        True, description="Fail over only workloads whose pods request nvidia.com/gpu."
+    )
+    event_policy: dict[str, Literal["failover", "drain", "none"]] = Field(
+        {
+            "Preempt": "failover",
+            "Terminate": "failover",
+            "Manual": "failover",
+            "Redeploy": "drain",
+            "Reboot": "drain",
+            "Freeze": "none",
+        },
+        description="What to do per event type: failover (surge, then drain), drain, or none.",
+    )
+    client_qps: float = Field(
+        50.0, gt=0, description="Most API writes per second the controller sends."
+    )
+    watch_timeout_seconds: int = Field(300, ge=10, description="Server-side watch timeout.")

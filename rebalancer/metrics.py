@@ -102,3 +102,104 @@ class AgentMetrics:
             ["kind"],
             registry=r,
         )
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        Info("rebalancer_build", "Version of the running rebalancer.", registry=r).info(
+            {"version": __version__, "component": "controller"}
+        )
+        self.notices = Counter(
+            "rebalancer_controller_notices_total",
+            "Notices first seen, by event type, source, pool, zone, SKU and priority.",
+            ["event_type", "source", "pool", "zone", "sku", "priority"],
+            registry=r,
+        )
+        self.notice_lead_time = Histogram(
+            "rebalancer_controller_notice_lead_time_seconds",
+            "Deadline minus the time the controller first saw the notice.",
+            ["event_type"],
+            buckets=LEAD_TIME_BUCKETS,
+            registry=r,
+        )
+        self.notice_to_cordon = Histogram(
+            "rebalancer_controller_notice_to_cordon_seconds",
+            "From the controller seeing a notice to the node being cordoned.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.drain_duration = Histogram(
+            "rebalancer_controller_drain_duration_seconds",
+            "From the controller seeing a notice to the node marked drained.",
+            buckets=LEAD_TIME_BUCKETS,
+            registry=r,
+        )
+        self.drain_missed_deadline = Counter(
+            "rebalancer_controller_drain_missed_deadline_total",
+            "Nodes marked drained after their deadline, or never (node gone first).",
+            ["pool"],
+            registry=r,
+        )
+        self.pods = Counter(
+            "rebalancer_controller_pods_total",
+            "Pods acted on: evicted, deleted (at the deadline), eviction_blocked (429).",
+            ["action"],
+            registry=r,
+        )
+        self.failovers = Counter(
+            "rebalancer_controller_failovers_total",
+            "Workload surges by stage: started, completed (by reason), blocked (by reason).",
+            ["stage", "reason"],
+            registry=r,
+        )
+        self.replacement_ready = Histogram(
+            "rebalancer_controller_notice_to_replacement_ready_seconds",
+            "From a workload's surge to its replacements being Ready.",
+            buckets=LEAD_TIME_BUCKETS,
+            registry=r,
+        )
+        self.replica_deficit = Counter(
+            "rebalancer_controller_replica_deficit_replica_seconds_total",
+            "Integral over time of desired minus Ready replicas of managed workloads.",
+            ["workload"],
+            registry=r,
+        )
+        self.actions = Counter(
+            "rebalancer_controller_actions_total",
+            "Planned actions by kind and outcome (ok, error, dry_run, noop).",
+            ["action", "outcome"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "rebalancer_controller_leader", "1 while this replica leads.", registry=r
+        )
+        self.reconcile_errors = Counter(
+            "rebalancer_controller_reconcile_errors_total",
+            "Errors while planning or acting, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.reconcile_duration = Histogram(
+            "rebalancer_controller_reconcile_duration_seconds",
+            "Time of one plan-and-act pass.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.skipped = Counter(
+            "rebalancer_controller_skipped_total",
+            "Signals that could not be used, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.cache_synced = Gauge(
+            "rebalancer_controller_cache_synced",
+            "1 once every informer has listed.",
+            registry=r,
+        )
+        self.active_notices = Gauge(
+            "rebalancer_controller_active_notices",
+            "Nodes with a notice being acted on.",
+            registry=r,
+        )

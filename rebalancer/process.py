@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -38,3 +39,11 @@ def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None
         return 0
 
     return asyncio.run(runner())
+
+
+async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep `seconds`, or less if `stop` is set meanwhile."""
+    if seconds <= 0:
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

@@ -15,7 +15,6 @@ on them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -37,6 +36,7 @@ from rebalancer.node_signal import (
     condition_for,
     drained_event_ids,
 )
+from rebalancer.process import sleep_or_stop
 
 INIT_RETRY_SECONDS = 2.0
 
@@ -106,13 +106,13 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set() and not await self._initialize():
-            await _wait(stop, INIT_RETRY_SECONDS)
+            await sleep_or_stop(stop, INIT_RETRY_SECONDS)
         interval = self._settings.poll_interval_seconds
         while not stop.is_set():
             started = self._clock.monotonic()
             self._heartbeat = started
             await self.tick()
-            await _wait(stop, interval - (self._clock.monotonic() - started))
+            await sleep_or_stop(stop, interval - (self._clock.monotonic() - started))
 
     async def _initialize(self) -> bool:
         """Read our Node once: the VM name, and what an earlier run already published."""
@@ -373,10 +373,3 @@ class Agent:
 
 def _kube_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-async def _wait(stop: asyncio.Event, seconds: float) -> None:
-    if seconds <= 0:
-        return
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)

@@ -227,6 +227,7 @@ class WorkloadInfo:
     annotations: Mapping[str, str]
     surge: Surge | None = None
     surge_unreadable: bool = False
+    resource_version: str = ""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -274,4 +275,5 @@ class WorkloadInfo:
             annotations=annotations,
             surge=surge,
             surge_unreadable=unreadable,
+            resource_version=str(meta.get("resourceVersion", "")),
         )

@@ -1,0 +1,215 @@
+"""Applying a plan: the only place the controller writes to the API.
+
+`Executor` performs each action (safe to repeat: node changes are read-modify-write with a
+resourceVersion guard, workload changes carry the resourceVersion the plan was made from, pod
+deletions a UID precondition) and records a Kubernetes Event for it. `DryRunExecutor` has the
+same interface and writes nothing: it logs what it would do. Neither decides anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from rebalancer.controller import node_patches
+from rebalancer.controller.model import (
+    DELETION_COST,
+    ORIGINAL_COST_ANNOTATION,
+    SURGE_ANNOTATION,
+    WorkloadInfo,
+)
+from rebalancer.controller.planner import (
+    Action,
+    Cordon,
+    Delete,
+    EndCooldown,
+    Evict,
+    MarkDrained,
+    ReportBlocked,
+    Restore,
+    ScaleBack,
+    ScaleUp,
+    SetDeletionCost,
+    StartCooldown,
+)
+from rebalancer.kube.errors import TooManyRequests
+from rebalancer.kube.writes import Writer
+
+# Reasons of the Kubernetes Events we record (documented in the README).
+EVENT_REASONS = {
+    Cordon: "SpotRebalancerCordoned",
+    Restore: "SpotRebalancerRestored",
+    ScaleUp: "SpotRebalancerSurge",
+    ScaleBack: "SpotRebalancerScaleBack",
+    Evict: "SpotRebalancerEvicted",
+    Delete: "SpotRebalancerDeleted",
+    MarkDrained: "SpotRebalancerDrained",
+    StartCooldown: "SpotRebalancerCooldown",
+    EndCooldown: "SpotRebalancerCooldownOver",
+    ReportBlocked: "SpotRebalancerFailoverBlocked",
+}
+
+
+@dataclass
+class Outcome:
+    """What happened: `done` False means nothing needed writing (or the object is gone)."""
+
+    done: bool
+    blocked: bool = False  # an eviction refused by a PodDisruptionBudget
+    detail: str = ""
+
+
+@dataclass
+class Executor:
+    writer: Writer
+    workloads: Mapping[tuple[str, str, str], WorkloadInfo] = field(default_factory=dict)
+    reported: set[tuple[Any, ...]] = field(default_factory=set)
+
+    async def apply(self, action: Action, now: datetime) -> Outcome:
+        match action:
+            case Cordon():
+                done = await self.writer.update_node(
+                    action.node, node_patches.cordon(action.event_id, action.event_type)
+                )
+                if done:
+                    await self._event_on_node(
+                        action, f"Cordoned for {action.event_type} event {action.event_id}", now
+                    )
+                return Outcome(done)
+            case Restore():
+                done = await self.writer.update_node(action.node, node_patches.restore)
+                if done:
+                    await self._event_on_node(
+                        action, f"Notice {action.event_id} gone: cordon and taint undone", now
+                    )
+                return Outcome(done)
+            case MarkDrained():
+                done = await self.writer.update_node(
+                    action.node, node_patches.mark_drained(action.event_id)
+                )
+                if done:
+                    await self._event_on_node(action, f"Drained for {action.event_id}", now)
+                return Outcome(done)
+            case StartCooldown():
+                done = await self.writer.update_node(
+                    action.node, node_patches.start_cooldown(action.until)
+                )
+                return Outcome(done)
+            case EndCooldown():
+                return Outcome(
+                    await self.writer.update_node(action.node, node_patches.end_cooldown)
+                )
+            case ScaleUp():
+                return await self._scale_up(action, now)
+            case ScaleBack():
+                return await self._scale_back(action, now)
+            case SetDeletionCost():
+                annotations: dict[str, str | None] = {DELETION_COST: action.cost}
+                if action.restore:
+                    annotations[ORIGINAL_COST_ANNOTATION] = None
+                elif action.save_original is not None:
+                    annotations[ORIGINAL_COST_ANNOTATION] = action.save_original
+                namespace, name = action.pod
+                return Outcome(await self.writer.annotate_pod(namespace, name, annotations))
+            case Evict():
+                namespace, name = action.pod
+                try:
+                    return Outcome(await self.writer.evict(namespace, name, action.uid))
+                except TooManyRequests as error:
+                    if error.is_disruption_budget:
+                        return Outcome(False, blocked=True, detail=str(error))
+                    raise
+            case Delete():
+                namespace, name = action.pod
+                return Outcome(
+                    await self.writer.delete_pod(namespace, name, action.uid, action.grace_seconds)
+                )
+            case ReportBlocked():
+                key = (action.workload, action.detail)
+                if key in self.reported:
+                    return Outcome(False)
+                self.reported.add(key)
+                await self._event_on_workload(
+                    action.workload,
+                    action,
+                    f"No on-demand fallback: {action.detail}",
+                    now,
+                    warning=True,
+                )
+                return Outcome(True)
+        raise TypeError(f"unknown action {action!r}")
+
+    async def _scale_up(self, action: ScaleUp, now: datetime) -> Outcome:
+        kind, namespace, name = action.workload
+        current = self.workloads.get(action.workload)
+        patch: dict[str, Any] = {
+            "metadata": {"annotations": {SURGE_ANNOTATION: action.record.to_json()}},
+            "spec": {"replicas": action.replicas},
+        }
+        if current is not None and current.resource_version:
+            # The plan was made from this version; if the workload changed since, 409 and replan.
+            patch["metadata"]["resourceVersion"] = current.resource_version
+        done = await self.writer.patch_workload(kind, namespace, name, patch)
+        if done:
+            await self._event_on_workload(
+                action.workload,
+                action,
+                f"Scaled to {action.replicas} to replace {action.record.added} replica(s) on "
+                f"evicted nodes before they go ({', '.join(action.record.event_ids)})",
+                now,
+            )
+        return Outcome(done)
+
+    async def _scale_back(self, action: ScaleBack, now: datetime) -> Outcome:
+        kind, namespace, name = action.workload
+        patch: dict[str, Any] = {"metadata": {"annotations": {SURGE_ANNOTATION: None}}}
+        if action.replicas is not None:
+            patch["spec"] = {"replicas": action.replicas}
+        current = self.workloads.get(action.workload)
+        if current is not None and current.resource_version:
+            patch["metadata"]["resourceVersion"] = current.resource_version
+        done = await self.writer.patch_workload(kind, namespace, name, patch)
+        if done:
+            target = "left as is" if action.replicas is None else f"to {action.replicas}"
+            await self._event_on_workload(
+                action.workload, action, f"Scaled back {target}: {action.reason}", now
+            )
+        return Outcome(done)
+
+    async def _event_on_node(self, action: Any, message: str, now: datetime) -> None:
+        await self.writer.record_event(
+            regarding={"kind": "Node", "name": action.node, "apiVersion": "v1", "namespace": ""},
+            reason=EVENT_REASONS[type(action)],
+            message=message,
+            now=now,
+        )
+
+    async def _event_on_workload(
+        self,
+        workload: tuple[str, str, str],
+        action: Any,
+        message: str,
+        now: datetime,
+        *,
+        warning: bool = False,
+    ) -> None:
+        kind, namespace, name = workload
+        await self.writer.record_event(
+            regarding={"kind": kind, "namespace": namespace, "name": name, "apiVersion": "apps/v1"},
+            reason=EVENT_REASONS[type(action)],
+            message=message,
+            event_type="Warning" if warning else "Normal",
+            now=now,
+        )
+
+
+class DryRunExecutor:
+    """Writes nothing: every action is reported as it would have been applied."""
+
+    workloads: Mapping[tuple[str, str, str], WorkloadInfo] = {}
+
+    async def apply(self, action: Action, now: datetime) -> Outcome:
+        del action, now
+        return Outcome(False, detail="dry run")

@@ -1,0 +1,51 @@
+"""`rebalancer controller`: wire settings, logging, metrics, probes, leader election and the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+
+from rebalancer.clock import SystemClock
+from rebalancer.config import ControllerSettings
+from rebalancer.controller.reconciler import Controller
+from rebalancer.http import bound_port, build_app, start_server
+from rebalancer.kube.client import KubeClient
+from rebalancer.logging import get_logger, setup_logging
+from rebalancer.metrics import ControllerMetrics
+from rebalancer.process import run_until_signalled
+
+
+def run_controller(settings: ControllerSettings) -> int:
+    setup_logging(settings.log_level, settings.log_format)
+    identity = settings.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    log = get_logger(component="controller", identity=identity)
+
+    async def main(stop: asyncio.Event) -> None:
+        metrics = ControllerMetrics()
+        client = await KubeClient.connect(
+            settings.kubeconfig, timeout_seconds=settings.kube_timeout_seconds
+        )
+        controller = Controller(
+            settings=settings,
+            client=client,
+            metrics=metrics,
+            clock=SystemClock(),
+            log=log,
+            identity=identity,
+        )
+        app = build_app(
+            registry=metrics.registry,
+            liveness=controller.liveness,
+            readiness=controller.readiness,
+        )
+        runner = await start_server(app, host=settings.http_host, port=settings.http_port)
+        log.info("serving probes and metrics", port=bound_port(runner), dry_run=settings.dry_run)
+        try:
+            await controller.run(stop)
+        finally:
+            log.info("shutting down")
+            await runner.cleanup()
+            await client.close()
+
+    return run_until_signalled(main)

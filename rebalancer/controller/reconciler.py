@@ -1,0 +1,407 @@
+"""The controller's loop: informers feed a snapshot, the planner decides, the executor acts.
+
+Plans whenever an informer sees a change (and at least every `resync_seconds`), only once every
+cache has listed, and acts only while this replica holds the Lease; a follower keeps its caches
+warm so it can take over at once. Actions run in phases (cordons first, then pod costs and
+deadline deletions, then scaling, then evictions and marks), each phase concurrently within the
+client's write budget. Errors are logged and counted and never stop the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rebalancer.clock import Clock
+from rebalancer.config import ControllerSettings
+from rebalancer.controller.executor import DryRunExecutor, Executor, Outcome
+from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
+from rebalancer.controller.planner import (
+    Action,
+    Cordon,
+    Delete,
+    Evict,
+    MarkDrained,
+    Policy,
+    ReportBlocked,
+    Restore,
+    ScaleBack,
+    ScaleUp,
+    SetDeletionCost,
+    Settings,
+    Snapshot,
+    plan,
+)
+from rebalancer.http import Health
+from rebalancer.kube.client import KubeClient
+from rebalancer.kube.errors import KubeError
+from rebalancer.kube.informer import Informer
+from rebalancer.kube.leader import LeaderElector
+from rebalancer.kube.writes import Writer
+from rebalancer.metrics import ControllerMetrics, event_type_label
+from rebalancer.process import sleep_or_stop
+
+PHASES: tuple[tuple[type, ...], ...] = (
+    (Cordon, Restore),
+    (SetDeletionCost, Delete),
+    (ScaleUp, ScaleBack),
+)
+
+
+def replicaset_owner(obj: Mapping[str, Any]) -> str:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "Deployment":
+            return str(ref.get("name"))
+    return ""
+
+
+@dataclass
+class Seen:
+    """What the controller remembers of a notice it saw, for latency metrics."""
+
+    first_seen: float
+    cordoned: bool = False
+    drained: bool = False
+
+
+class Controller:
+    def __init__(
+        self,
+        *,
+        settings: ControllerSettings,
+        client: KubeClient,
+        metrics: ControllerMetrics,
+        clock: Clock,
+        log: Any,
+        identity: str,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.log = log
+        self._wake = asyncio.Event()
+        timeout = settings.watch_timeout_seconds
+
+        def informer(path: str, project: Any, name: str) -> Informer[Any]:
+            return Informer(
+                client,
+                path,
+                project,
+                name=name,
+                on_change=self._wake.set,
+                watch_timeout_seconds=timeout,
+                log=log,
+            )
+
+        self.nodes: Informer[NodeInfo] = informer("/api/v1/nodes", NodeInfo.from_json, "nodes")
+        self.pods: Informer[PodInfo] = informer("/api/v1/pods", PodInfo.from_json, "pods")
+        self.replicasets: Informer[str] = informer(
+            "/apis/apps/v1/replicasets", replicaset_owner, "replicasets"
+        )
+        self.deployments: Informer[WorkloadInfo] = informer(
+            "/apis/apps/v1/deployments",
+            lambda o: WorkloadInfo.from_json("Deployment", o),
+            "deployments",
+        )
+        self.statefulsets: Informer[WorkloadInfo] = informer(
+            "/apis/apps/v1/statefulsets",
+            lambda o: WorkloadInfo.from_json("StatefulSet", o),
+            "statefulsets",
+        )
+        self.informers: list[Informer[Any]] = [
+            self.nodes, self.pods, self.replicasets, self.deployments, self.statefulsets,
+        ]  # fmt: skip
+        self.elector = LeaderElector(
+            client,
+            namespace=settings.namespace,
+            name=settings.lease_name,
+            identity=identity,
+            lease_duration=settings.lease_duration_seconds,
+            renew_deadline=settings.renew_deadline_seconds,
+            retry_period=settings.retry_period_seconds,
+            clock=clock,
+            log=log,
+        )
+        self.executor: Executor | DryRunExecutor = (
+            DryRunExecutor() if settings.dry_run else Executor(Writer(client))
+        )
+        self.planner_settings = Settings(
+            event_policy={k: Policy(v) for k, v in settings.event_policy.items()},
+            deadline_margin_seconds=settings.deadline_margin_seconds,
+            act_now_grace_seconds=settings.act_now_grace_seconds,
+            cooldown_seconds=settings.cooldown_seconds,
+            gpu_workloads_only=settings.gpu_workloads_only,
+        )
+        self._write_gap = 1.0 / settings.client_qps
+        self._write_lock = asyncio.Lock()
+        self._last_write = 0.0
+        self._seen: dict[tuple[str, str], Seen] = {}
+        self._surge_started: dict[tuple[str, str, str], float] = {}
+        self._logged: set[str] = set()
+        self._last_pass = clock.monotonic()
+        self.passes = 0
+
+    # ---- health ------------------------------------------------------------------------------
+
+    def liveness(self) -> Health:
+        silent = self.clock.monotonic() - self._last_pass
+        limit = 60.0 + 5 * self.settings.resync_seconds
+        synced = all(i.synced.is_set() for i in self.informers)
+        if synced and silent > limit:
+            return Health(False, f"no planning pass for {silent:.0f}s")
+        return Health(True)
+
+    def readiness(self) -> Health:
+        waiting = [i.name for i in self.informers if not i.synced.is_set()]
+        if waiting:
+            return Health(False, f"caches not synced: {', '.join(waiting)}")
+        return Health(True)
+
+    # ---- loop --------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        tasks = [asyncio.create_task(i.run(stop)) for i in self.informers]
+        tasks.append(asyncio.create_task(self.elector.run(stop)))
+        try:
+            for informer in self.informers:
+                while not informer.synced.is_set() and not stop.is_set():
+                    await sleep_or_stop(stop, 0.05)
+            self.metrics.cache_synced.set(1)
+            self.log.info("caches synced", nodes=len(self.nodes.items), pods=len(self.pods.items))
+            while not stop.is_set():
+                self._wake.clear()
+                await self.reconcile()
+                await self._wait_for_change(stop)
+        finally:
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _wait_for_change(self, stop: asyncio.Event) -> None:
+        wake = asyncio.ensure_future(self._wake.wait())
+        stopping = asyncio.ensure_future(stop.wait())
+        leading = asyncio.ensure_future(self.elector.leading.wait())
+        waiters = {wake, stopping}
+        if not self.elector.is_leader:
+            waiters.add(leading)
+        try:
+            await asyncio.wait(
+                waiters, timeout=self.settings.resync_seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+            # Let a burst of watch events land before planning again.
+            await asyncio.sleep(0.01)
+        finally:
+            for waiter in (wake, stopping, leading):
+                waiter.cancel()
+
+    def snapshot(self) -> Snapshot:
+        workloads = {w.key: w for w in self.deployments.items.values()}
+        workloads.update({w.key: w for w in self.statefulsets.items.values()})
+        return Snapshot(
+            now=self.clock.now(),
+            nodes={node.name: node for node in self.nodes.items.values()},
+            pods=dict(self.pods.items),
+            workloads=workloads,
+            replicaset_owners={
+                key: owner for key, owner in self.replicasets.items.items() if owner
+            },
+        )
+
+    async def reconcile(self) -> None:
+        started = time.perf_counter()
+        self.passes += 1
+        now_mono = self.clock.monotonic()
+        elapsed = now_mono - self._last_pass
+        self._last_pass = now_mono
+        leader = self.elector.is_leader
+        self.metrics.leader.set(1 if leader else 0)
+        try:
+            state = self.snapshot()
+            result = plan(state, self.planner_settings)
+        except Exception as error:  # a bug in planning must not stop the loop
+            self.metrics.reconcile_errors.labels("plan").inc()
+            self.log.exception("planning failed", error=str(error))
+            return
+        self._observe(state, result.active, elapsed)
+        if leader and result.actions:
+            if isinstance(self.executor, Executor):
+                self.executor.workloads = state.workloads
+            await self._execute(result.actions, state)
+        elif result.actions and self.settings.dry_run:
+            await self._execute(result.actions, state)
+        self.metrics.reconcile_duration.observe(time.perf_counter() - started)
+
+    async def _execute(self, actions: tuple[Action, ...], state: Snapshot) -> None:
+        batches: list[list[Action]] = [[] for _ in range(len(PHASES) + 1)]
+        for action in actions:
+            phase = next(
+                (i for i, kinds in enumerate(PHASES) if isinstance(action, kinds)), len(PHASES)
+            )
+            batches[phase].append(action)
+        for batch in batches:
+            if batch:
+                await asyncio.gather(*(self._apply(action, state) for action in batch))
+
+    async def _apply(self, action: Action, state: Snapshot) -> None:
+        name = type(action).__name__
+        await self._pace()
+        try:
+            outcome = await self.executor.apply(action, state.now)
+        except KubeError as error:
+            self.metrics.actions.labels(name, "error").inc()
+            self.metrics.reconcile_errors.labels(error.kind).inc()
+            self.log.warning(
+                "action failed",
+                action=name,
+                detail=repr(action),
+                kind=error.kind,
+                reason=str(error),
+            )
+            return
+        if self.settings.dry_run:
+            self.metrics.actions.labels(name, "dry_run").inc()
+            self._log_once("would act (dry run)", action)
+            return
+        self.metrics.actions.labels(name, "ok" if outcome.done else "noop").inc()
+        self._account(action, outcome, state)
+
+    def _account(self, action: Action, outcome: Outcome, state: Snapshot) -> None:
+        now = self.clock.monotonic()
+        match action:
+            case Cordon() if outcome.done:
+                seen = self._seen.get((action.node, action.event_id))
+                if seen is not None and not seen.cordoned:
+                    seen.cordoned = True
+                    self.metrics.notice_to_cordon.observe(now - seen.first_seen)
+                self.log.info(
+                    "cordoned",
+                    node=action.node,
+                    event_id=action.event_id,
+                    event_type=action.event_type,
+                )
+            case ScaleUp() if outcome.done:
+                self._surge_started.setdefault(action.workload, now)
+                self.metrics.failovers.labels("started", "Notice").inc()
+                self.log.info(
+                    "surged",
+                    workload="/".join(action.workload),
+                    replicas=action.replicas,
+                    doomed=list(action.record.doomed_pods),
+                )
+            case ScaleBack() if outcome.done:
+                started = self._surge_started.pop(action.workload, None)
+                if started is not None and action.reason == "ReplacementsReady":
+                    self.metrics.replacement_ready.observe(now - started)
+                self.metrics.failovers.labels("completed", str(action.reason)).inc()
+                self.log.info(
+                    "scaled back",
+                    workload="/".join(action.workload),
+                    replicas=action.replicas,
+                    reason=str(action.reason),
+                )
+            case Evict():
+                if outcome.blocked:
+                    self.metrics.pods.labels("eviction_blocked").inc()
+                    self._log_once(
+                        "eviction blocked by a PodDisruptionBudget", action, detail=outcome.detail
+                    )
+                elif outcome.done:
+                    self.metrics.pods.labels("evicted").inc()
+                    self.log.info("evicted", pod="/".join(action.pod), node=action.node)
+            case Delete() if outcome.done:
+                self.metrics.pods.labels("deleted").inc()
+                self.log.info(
+                    "deleted at the deadline",
+                    pod="/".join(action.pod),
+                    node=action.node,
+                    grace_seconds=action.grace_seconds,
+                )
+            case MarkDrained() if outcome.done:
+                seen = self._seen.get((action.node, action.event_id))
+                if seen is not None and not seen.drained:
+                    seen.drained = True
+                    self.metrics.drain_duration.observe(now - seen.first_seen)
+                self.log.info("drained", node=action.node, event_id=action.event_id)
+            case ReportBlocked() if outcome.done:
+                self.metrics.failovers.labels("blocked", str(action.reason)).inc()
+                self.log.warning(
+                    "failover blocked", workload="/".join(action.workload), detail=action.detail
+                )
+            case Restore() if outcome.done:
+                self.log.info("restored", node=action.node, event_id=action.event_id)
+            case _:
+                if outcome.done:
+                    self._log_once("applied", action)
+        del state
+
+    def _observe(self, state: Snapshot, active: Mapping[str, Any], elapsed: float) -> None:
+        """Metrics that come from looking at the cluster, not from acting on it."""
+        now = self.clock.monotonic()
+        self.metrics.active_notices.set(len(active))
+        live: set[tuple[str, str]] = set()
+        for node in state.nodes.values():
+            for reason in node.skipped:
+                self._log_once("notice skipped", reason, node=node.name)
+            for notice in node.notices:
+                key = (node.name, notice.event_id)
+                live.add(key)
+                if key in self._seen:
+                    continue
+                self._seen[key] = Seen(first_seen=now)
+                self.metrics.notices.labels(
+                    event_type_label(notice.event_type)
+                    if notice.event_type != "Manual"
+                    else "Manual",
+                    str(notice.source),
+                    node.pool,
+                    node.zone,
+                    node.sku,
+                    "spot" if node.spot else "regular",
+                ).inc()
+                if notice.deadline is not None:
+                    lead = (notice.deadline - state.now).total_seconds()
+                    self.metrics.notice_lead_time.labels(
+                        event_type_label(notice.event_type)
+                    ).observe(max(0.0, lead))
+                self.log.info(
+                    "notice",
+                    node=node.name,
+                    event_id=notice.event_id,
+                    event_type=notice.event_type,
+                    source=str(notice.source),
+                    deadline=str(notice.deadline) if notice.deadline else "now",
+                )
+        for key in [k for k in self._seen if k not in live]:
+            seen = self._seen.pop(key)
+            if seen.cordoned and not seen.drained:
+                gone = state.nodes.get(key[0])
+                self.metrics.drain_missed_deadline.labels(gone.pool if gone else "").inc()
+        for workload in state.workloads.values():
+            if workload.surge is None:
+                continue
+            deficit = max(0, workload.surge.base_replicas - workload.ready_replicas)
+            if deficit:
+                self.metrics.replica_deficit.labels(f"{workload.namespace}/{workload.name}").inc(
+                    deficit * elapsed
+                )
+
+    async def _pace(self) -> None:
+        """Keep writes under `client_qps` (a floor between write starts)."""
+        async with self._write_lock:
+            wait = self._last_write + self._write_gap - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._last_write = time.monotonic()
+
+    def _log_once(self, message: str, subject: Any, **fields: Any) -> None:
+        key = f"{message}:{subject!r}"
+        if key in self._logged:
+            return
+        if len(self._logged) > 10_000:
+            self._logged.clear()
+        self._logged.add(key)
+        self.log.info(message, detail=repr(subject), **fields)

@@ -1,0 +1,149 @@
+"""List-then-watch caches of slim projections (the informer pattern, without generated models).
+
+One `Informer` per resource: list (in chunks), then watch from the list's resourceVersion with
+bookmarks and a server-side timeout; re-list on 410 Gone or a watch ERROR; reconnect with backoff
+when the connection drops. `synced` is set after the first complete list: nothing may decide
+before that. Every change calls `on_change`, so the controller can plan at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+from rebalancer.kube.client import KubeClient
+from rebalancer.kube.errors import Gone, KubeError
+from rebalancer.process import sleep_or_stop
+from rebalancer.retry import Backoff
+
+T = TypeVar("T")
+Key = tuple[str, str]
+
+
+def object_key(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+class Informer(Generic[T]):
+    def __init__(
+        self,
+        client: KubeClient,
+        path: str,
+        project: Callable[[Mapping[str, Any]], T],
+        *,
+        name: str = "",
+        on_change: Callable[[], None] | None = None,
+        watch_timeout_seconds: int = 300,
+        page_size: int = 500,
+        backoff: Backoff | None = None,
+        log: Any = None,
+    ) -> None:
+        self.client = client
+        self.path = path
+        self.project = project
+        self.name = name or path
+        self.items: dict[Key, T] = {}
+        self.synced = asyncio.Event()
+        self.resource_version = ""
+        self.relists = 0
+        self.errors = 0
+        self._on_change = on_change or (lambda: None)
+        self._watch_timeout = watch_timeout_seconds
+        self._page_size = page_size
+        self._backoff = backoff or Backoff(initial_seconds=0.2, max_seconds=10.0)
+        self._log = log
+
+    async def run(self, stop: asyncio.Event) -> None:
+        attempt = 0
+        need_list = True
+        while not stop.is_set():
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                await self._watch(stop)
+                attempt = 0
+            except Gone:
+                need_list = True  # our resourceVersion is too old: start again from a list
+                self.relists += 1
+            except KubeError as error:
+                attempt += 1
+                self.errors += 1
+                if self._log is not None:
+                    self._log.warning(
+                        "watch failed", informer=self.name, kind=error.kind, reason=str(error)
+                    )
+                await sleep_or_stop(
+                    stop, self._backoff.delay(attempt, retry_after=error.retry_after)
+                )
+
+    async def _list(self) -> None:
+        items: dict[Key, T] = {}
+        token = ""
+        while True:
+            query = {"limit": str(self._page_size)}
+            if token:
+                query["continue"] = token
+            page = await self.client.request("GET", self.path, query=query)
+            for obj in page.get("items") or []:
+                items[object_key(obj)] = self.project(obj)
+            meta = page.get("metadata") or {}
+            token = str(meta.get("continue") or "")
+            if not token:
+                self.resource_version = str(meta.get("resourceVersion", ""))
+                break
+        self.items = items
+        self.synced.set()
+        self._on_change()
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        query = {
+            "watch": "true",
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self._watch_timeout),
+        }
+        stream = self.client.stream(
+            self.path, query=query, timeout_seconds=self._watch_timeout + 30
+        )
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            iterator = stream.__aiter__()
+            while True:
+                next_event = asyncio.ensure_future(iterator.__anext__())
+                done, _ = await asyncio.wait(
+                    {next_event, stopping}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if stopping in done:
+                    next_event.cancel()
+                    return
+                try:
+                    event = next_event.result()
+                except StopAsyncIteration:
+                    return  # the server ended the watch (timeoutSeconds): watch again
+                self._apply(event)
+        finally:
+            stopping.cancel()
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    def _apply(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                raise Gone(f"watch {self.path}: {obj.get('message', 'expired')}", status=410)
+            raise KubeError(f"watch {self.path}: {obj.get('message')}", status=code)
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = str(version)
+        if kind == "BOOKMARK":
+            return
+        key = object_key(obj)
+        if kind == "DELETED":
+            self.items.pop(key, None)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.items[key] = self.project(obj)
+        self._on_change()

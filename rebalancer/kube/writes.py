@@ -1,0 +1,158 @@
+"""The controller's writes, each safe to repeat and each guarded against racing other writers.
+
+Read-modify-write of a Node goes through `update_node`: GET, build a merge patch from what was
+read, send it with the resourceVersion read (a merge patch carrying `metadata.resourceVersion`
+fails with 409 if the object changed meanwhile), and try again from a fresh read on conflict.
+Pods are evicted through `pods/eviction` (PodDisruptionBudgets apply) or deleted with a UID
+precondition, so a replacement that reuses the name is never hit. "Already gone" is success.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from rebalancer.kube.client import MERGE, KubeClient
+from rebalancer.kube.errors import Conflict, NotFound
+
+CONFLICT_RETRIES = 5
+
+WORKLOAD_PATHS = {
+    "Deployment": "/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+    "StatefulSet": "/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}",
+}
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+class Writer:
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+
+    async def update_node(
+        self, name: str, build_patch: Callable[[Mapping[str, Any]], dict[str, Any] | None]
+    ) -> bool:
+        """Apply `build_patch(node)` with optimistic concurrency; False if the node is gone.
+
+        `build_patch` returns None when the node is already as wanted (nothing is written).
+        """
+        path = f"/api/v1/nodes/{_q(name)}"
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                node = await self._client.request("GET", path)
+            except NotFound:
+                return False
+            patch = build_patch(node)
+            if patch is None:
+                return True
+            patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"][
+                "resourceVersion"
+            ]
+            try:
+                await self._client.request("PATCH", path, body=patch, content_type=MERGE)
+                return True
+            except NotFound:
+                return False
+            except Conflict:
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
+        return False
+
+    async def patch_workload(
+        self, kind: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> bool:
+        path = WORKLOAD_PATHS[kind].format(namespace=_q(namespace), name=_q(name))
+        try:
+            await self._client.request("PATCH", path, body=patch, content_type=MERGE)
+        except NotFound:
+            return False
+        return True
+
+    async def get_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        path = WORKLOAD_PATHS[kind].format(namespace=_q(namespace), name=_q(name))
+        try:
+            result: dict[str, Any] = await self._client.request("GET", path)
+        except NotFound:
+            return None
+        return result
+
+    async def annotate_pod(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> bool:
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
+        try:
+            await self._client.request(
+                "PATCH",
+                path,
+                body={"metadata": {"annotations": dict(annotations)}},
+                content_type=MERGE,
+            )
+        except NotFound:
+            return False
+        return True
+
+    async def evict(self, namespace: str, name: str, uid: str) -> bool:
+        """POST pods/eviction; raises TooManyRequests when a PDB blocks it. False: already gone."""
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}/eviction"
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        try:
+            await self._client.request("POST", path, body=body)
+        except (NotFound, Conflict):
+            return False  # gone, or a new pod with the same name: not ours to evict
+        return True
+
+    async def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int) -> bool:
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": max(0, grace_seconds),
+            "preconditions": {"uid": uid},
+        }
+        try:
+            await self._client.request("DELETE", path, body=body)
+        except (NotFound, Conflict):
+            return False
+        return True
+
+    async def record_event(
+        self,
+        *,
+        regarding: Mapping[str, str],
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        component: str = "spot-rebalancer",
+        now: datetime | None = None,
+    ) -> None:
+        """A core/v1 Event on an object (kubectl describe shows it)."""
+        namespace = regarding.get("namespace") or "default"
+        stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "generateName": f"{regarding.get('name', 'object')}.",
+                "namespace": namespace,
+            },
+            "involvedObject": dict(regarding),
+            "reason": reason,
+            "message": message[:1024],
+            "type": event_type,
+            "source": {"component": component},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+            "reportingComponent": component,
+            "reportingInstance": component,
+        }
+        await self._client.request("POST", f"/api/v1/namespaces/{_q(namespace)}/events", body=body)
