@@ -1,4 +1,4 @@
-"""`rebalancer controller`: wire settings, logging, metrics, probes, leader election and the loop."""
+"""`rebalancer controller`: settings, logging, metrics, probes, leader election, the loop."""
 
 from __future__ import annotations
 
