@@ -45,7 +45,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, CliSettingsSource
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     sources = {
         "agent": _settings_parser(
-            commands, "agent", AgentSettings, "Publish this VM's Azure Scheduled Events on its Node."
+            commands,
+            "agent",
+            AgentSettings,
+            "Publish this VM's Azure Scheduled Events on its Node.",
         ),
     }
     commands.add_parser("version", help="Print the version.")

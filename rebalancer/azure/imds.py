@@ -202,7 +202,9 @@ async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
     async for chunk in response.content.iter_chunked(64 * 1024):
         size += len(chunk)
         if size > limit:
-            raise ImdsError("too_large", f"answer larger than {limit} bytes", status=response.status)
+            raise ImdsError(
+                "too_large", f"answer larger than {limit} bytes", status=response.status
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 

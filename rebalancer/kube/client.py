@@ -70,7 +70,9 @@ class KubeClient:
         try:
             return json.loads(payload)
         except ValueError:
-            raise KubeError(f"{method} {path}: answer is not JSON", status=response.status) from None
+            raise KubeError(
+                f"{method} {path}: answer is not JSON", status=response.status
+            ) from None
 
     async def stream(
         self,

@@ -241,9 +241,7 @@ class ApiServer:
     ) -> web.StreamResponse:
         labels, fields, _ = self._selectors(request, route.resource)
         if single is not None:
-            name = single
-            previous = fields
-            fields = lambda o: o["metadata"]["name"] == name and (previous is None or previous(o))
+            fields = _only_named(single, fields)
         since_text = request.query.get("resourceVersion", "")
         since: int | None = None
         if since_text not in ("", "0"):
@@ -483,6 +481,13 @@ class ApiServer:
         self.closing.set()
         for task in list(self._watch_tasks):
             task.cancel()
+
+
+def _only_named(name: str, fields: ObjectPredicate | None) -> ObjectPredicate:
+    def matches(obj: Obj) -> bool:
+        return bool(obj["metadata"]["name"] == name and (fields is None or fields(obj)))
+
+    return matches
 
 
 def _scale_of(owner: Obj) -> Obj:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from rebalancer.sim import resources as R
 from rebalancer.sim.cloud import Cloud
 from rebalancer.sim.objects import Obj, is_terminating, pod_requests
-from rebalancer.sim.pools import is_workload_pod, pod_fits_pool, template_node
+from rebalancer.sim.pools import PoolSpec, is_workload_pod, pod_fits_pool, template_node
 from rebalancer.sim.scheduler import Scheduler
 from rebalancer.sim.scheduling import allocatable, insufficient
 
@@ -96,11 +96,11 @@ class Autoscaler:
     @staticmethod
     def _fit_inflight(
         requests: dict[str, float],
-        pools: list[object],
+        pools: list[PoolSpec],
         inflight: dict[str, list[dict[str, float]]],
     ) -> bool:
         for pool in pools:
-            for free in inflight.get(pool.name, []):  # type: ignore[attr-defined]
+            for free in inflight.get(pool.name, []):
                 if not insufficient(requests, free):
                     for name, amount in requests.items():
                         free[name] = free.get(name, 0.0) - amount

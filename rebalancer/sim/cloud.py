@@ -204,8 +204,10 @@ class Cloud:
             if vm.state == "provisioning" and vm.ready_at <= now:
                 self._boot(vm)
                 acted += 1
-            elif vm.state == "deleted" and vm.delete_node_at is not None and (
-                vm.delete_node_at <= now
+            elif (
+                vm.state == "deleted"
+                and vm.delete_node_at is not None
+                and (vm.delete_node_at <= now)
             ):
                 if self.store.get(R.NODES, "", vm.node_name) is not None:
                     self.store.delete(R.NODES, "", vm.node_name)

@@ -171,8 +171,12 @@ class ClusterEmulator:
                 when = step.at + offset
                 if offset:
                     self._timeline.append(
-                        TimelineStep(when, "event", {"type": event_type, "node": node,
-                                                     "noticeSeconds": notice}, step.id)
+                        TimelineStep(
+                            when,
+                            "event",
+                            {"type": event_type, "node": node, "noticeSeconds": notice},
+                            step.id,
+                        )
                     )
                     continue
                 events.append(
@@ -193,8 +197,9 @@ class ClusterEmulator:
                 notice_seconds=float(args.get("noticeSeconds", 30.0)),
             )
         elif step.action == "scale":
-            self.scale(str(args["workload"]), int(args["replicas"]),
-                       namespace=args.get("namespace"))
+            self.scale(
+                str(args["workload"]), int(args["replicas"]), namespace=args.get("namespace")
+            )
         if step.id:
             self._timeline_events.setdefault(step.id, []).extend(events)
 
@@ -240,7 +245,7 @@ class ClusterEmulator:
         self,
         predicate: Callable[[], Any],
         *,
-        timeout: float = 10.0,
+        timeout: float = 10.0,  # noqa: ASYNC109 - also bounds virtual time, not only real time
         message: str = "condition",
         virtual_step: float | None = None,
     ) -> Any:

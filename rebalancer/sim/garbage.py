@@ -35,8 +35,9 @@ class GarbageCollector:
             if self.store.get(R.NODES, "", node_name) is not None:
                 continue  # re-created under the same name
             for pod in self.store.pods_on_node(node_name):
-                self.store.force_remove(R.PODS, pod["metadata"]["namespace"],
-                                        pod["metadata"]["name"])
+                self.store.force_remove(
+                    R.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"]
+                )
                 removed += 1
         for uid in owners:
             for resource, obj in self.store.dependents_of(uid):

@@ -337,7 +337,9 @@ class ImdsEmulator:
         if "X-Forwarded-For" in request.headers:
             return web.json_response({"error": "Bad request. Proxy not supported"}, status=400)
         if any(len(request.query.getall(key)) > 1 for key in request.query):
-            return web.json_response({"error": "Bad request. Duplicate query parameter"}, 400)
+            return web.json_response(
+                {"error": "Bad request. Duplicate query parameter"}, status=400
+            )
         return None
 
     async def _apply_faults(self, vm: EmulatedVm) -> web.Response | None:
@@ -392,7 +394,9 @@ class ImdsEmulator:
             return web.json_response({"error": "Bad request. Invalid StartRequests"}, status=400)
         unknown = self.acknowledge(vm.name, ids)
         if unknown:
-            return web.json_response({"error": f"Bad request. Unknown EventId {unknown}"}, 400)
+            return web.json_response(
+                {"error": f"Bad request. Unknown EventId {unknown}"}, status=400
+            )
         return web.Response(status=200)
 
     async def _instance(self, request: web.Request) -> web.Response:

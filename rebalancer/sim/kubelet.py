@@ -89,15 +89,21 @@ class Kubelets:
             meta = pod["metadata"]
             grace = float(meta.get("deletionGracePeriodSeconds") or 0)
             requested_at = parse_time(meta["deletionTimestamp"]).timestamp() - grace
-            self._at(requested_at + min(grace, _seconds(pod, SHUTDOWN_ANNOTATION,
-                                                        self.shutdown_seconds)), key)
+            self._at(
+                requested_at
+                + min(grace, _seconds(pod, SHUTDOWN_ANNOTATION, self.shutdown_seconds)),
+                key,
+            )
         elif pod.get("spec", {}).get("nodeName") and pod_phase(pod) == "Pending":
             if old is None or not old.get("spec", {}).get("nodeName"):
                 self._at(self._now() + self.start_seconds, key)
-        elif pod_phase(pod) == "Running" and not condition_true(pod, "Ready"):
-            if old is None or pod_phase(old) != "Running":
-                self._at(self._now() + _seconds(pod, STARTUP_ANNOTATION, self.startup_seconds),
-                         key)
+        elif (
+            pod_phase(pod) == "Running"
+            and not condition_true(pod, "Ready")
+            and (old is None or pod_phase(old) != "Running")
+        ):
+            startup = _seconds(pod, STARTUP_ANNOTATION, self.startup_seconds)
+            self._at(self._now() + startup, key)
 
     def reconcile(self) -> int:
         now = self._now()
@@ -163,7 +169,7 @@ class Kubelets:
     def _ready(self, pod: Obj) -> None:
         now = format_time(self.store.clock.now())
         status = dict(pod.get("status") or {})
-        conditions = status.get("conditions")
+        conditions: list[Obj] = status.get("conditions") or []
         for condition_type in ("ContainersReady", "Ready"):
             conditions = with_condition(conditions, condition_type, "True", now=now)
         for condition in conditions:
@@ -209,9 +215,7 @@ class NodeLifecycle:
         if ready_status == "False":
             wanted += [{"key": NOT_READY_TAINT, "effect": e} for e in ("NoSchedule", "NoExecute")]
         elif ready_status == "Unknown":
-            wanted += [
-                {"key": UNREACHABLE_TAINT, "effect": e} for e in ("NoSchedule", "NoExecute")
-            ]
+            wanted += [{"key": UNREACHABLE_TAINT, "effect": e} for e in ("NoSchedule", "NoExecute")]
         ours = (UNSCHEDULABLE_TAINT, NOT_READY_TAINT, UNREACHABLE_TAINT)
         taints = list(node.get("spec", {}).get("taints") or [])
         kept = [t for t in taints if t.get("key") not in ours]
@@ -220,15 +224,19 @@ class NodeLifecycle:
         desired_ours = []
         for taint in wanted:
             existing = next(
-                (t for t in current_ours
-                 if t.get("key") == taint["key"] and t.get("effect") == taint["effect"]),
+                (
+                    t
+                    for t in current_ours
+                    if t.get("key") == taint["key"] and t.get("effect") == taint["effect"]
+                ),
                 None,
             )
             if existing is not None:
                 desired_ours.append(existing)
             else:
-                desired_ours.append(dict(taint, timeAdded=now) if taint["effect"] == "NoExecute"
-                                    else taint)
+                desired_ours.append(
+                    dict(taint, timeAdded=now) if taint["effect"] == "NoExecute" else taint
+                )
         new_taints = kept + desired_ours
         if new_taints != taints:
             updated = dict(node)

@@ -134,7 +134,8 @@ def is_pod_active(pod: Obj) -> bool:
 def controller_ref(obj: Obj) -> Obj | None:
     for ref in obj["metadata"].get("ownerReferences") or []:
         if ref.get("controller"):
-            return ref  # type: ignore[no-any-return]
+            found: Obj = ref
+            return found
     return None
 
 
@@ -150,7 +151,8 @@ def owner_reference(owner: Obj, *, controller: bool = True) -> Obj:
 
 
 def labels_of(obj: Obj) -> dict[str, str]:
-    return obj["metadata"].get("labels") or {}  # type: ignore[no-any-return]
+    labels: dict[str, str] = obj["metadata"].get("labels") or {}
+    return labels
 
 
 def annotation(obj: Obj, key: str) -> str | None:

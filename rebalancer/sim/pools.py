@@ -146,7 +146,7 @@ def _reserved_millicores(cpu: float) -> int:
 def capacity(pool: PoolSpec) -> tuple[dict[str, str], dict[str, str]]:
     memory_bytes = parse_quantity(pool.memory)
     capacity_values = {
-        "cpu": str(int(pool.cpu)) if float(pool.cpu).is_integer() else f"{int(pool.cpu*1000)}m",
+        "cpu": str(int(pool.cpu)) if float(pool.cpu).is_integer() else f"{int(pool.cpu * 1000)}m",
         "memory": f"{int(memory_bytes // 1024)}Ki",
         "pods": str(pool.max_pods),
         "ephemeral-storage": "129886128Ki",
@@ -207,14 +207,26 @@ def build_node(pool: PoolSpec, instance_id: int, cluster: ClusterInfo, *, now: s
     if taints:
         spec["taints"] = taints
     conditions = [
-        _condition("NetworkUnavailable", "False", now, "RouteCreated", "RouteController "
-                   "created a route"),
-        _condition("MemoryPressure", "False", now, "KubeletHasSufficientMemory",
-                   "kubelet has sufficient memory available"),
-        _condition("DiskPressure", "False", now, "KubeletHasNoDiskPressure",
-                   "kubelet has no disk pressure"),
-        _condition("PIDPressure", "False", now, "KubeletHasSufficientPID",
-                   "kubelet has sufficient PID available"),
+        _condition(
+            "NetworkUnavailable", "False", now, "RouteCreated", "RouteController created a route"
+        ),
+        _condition(
+            "MemoryPressure",
+            "False",
+            now,
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+        ),
+        _condition(
+            "DiskPressure", "False", now, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"
+        ),
+        _condition(
+            "PIDPressure",
+            "False",
+            now,
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+        ),
         _condition("Ready", "True", now, "KubeletReady", "kubelet is posting ready status"),
     ]
     return {

@@ -46,7 +46,7 @@ Format (every key but `name` under a pool or workload is optional)::
         nodeSelector: {kubernetes.azure.com/accelerator: nvidia}
         affinity: {}                 # Kubernetes form
         preferSpot: 100              # shorthand: preferred node affinity to spot, this weight
-        startupSeconds: 10           # pod template annotation sim.spot-rebalancer.io/startup-seconds
+        startupSeconds: 10           # -> pod annotation sim.spot-rebalancer.io/startup-seconds
         shutdownSeconds: 2
         terminationGracePeriodSeconds: 30
         podManagementPolicy: Parallel   # StatefulSet only
@@ -155,8 +155,11 @@ class WorkloadSpec:
         return {
             "apiVersion": "apps/v1",
             "kind": self.kind,
-            "metadata": {"name": self.name, "namespace": self.namespace,
-                         "labels": self.selector_labels()},
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": self.selector_labels(),
+            },
             "spec": spec,
         }
 
@@ -212,8 +215,9 @@ def _toleration(item: Any, where: str) -> dict[str, Any]:
     raise ScenarioError(f"{where}: a toleration is a mapping or 'key=value:Effect'")
 
 
-def _take(data: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any,
-          where: str) -> Any:
+def _take(
+    data: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any, where: str
+) -> Any:
     value = data.pop(key, default)
     if value is not None and not isinstance(value, kind):
         raise ScenarioError(f"{where}.{key}: expected {kind}, got {value!r}")
@@ -305,9 +309,7 @@ def _workload(data: Any, index: int) -> WorkloadSpec:
             {
                 "weight": weight,
                 "preference": {
-                    "matchExpressions": [
-                        {"key": SPOT_LABEL, "operator": "In", "values": ["spot"]}
-                    ]
+                    "matchExpressions": [{"key": SPOT_LABEL, "operator": "In", "values": ["spot"]}]
                 },
             }
         )
@@ -363,9 +365,7 @@ def parse_scenario(data: Any) -> Scenario:
         ),
         settings=Settings(
             node_delete_delay_seconds=float(settings_data.pop("nodeDeleteDelaySeconds", 5.0)),
-            scale_down_unneeded_seconds=float(
-                settings_data.pop("scaleDownUnneededSeconds", 600.0)
-            ),
+            scale_down_unneeded_seconds=float(settings_data.pop("scaleDownUnneededSeconds", 600.0)),
             startup_seconds=float(settings_data.pop("startupSeconds", 0.0)),
             shutdown_seconds=float(settings_data.pop("shutdownSeconds", 1.0)),
         ),
@@ -376,8 +376,11 @@ def parse_scenario(data: Any) -> Scenario:
             key=lambda step: step.at,
         ),
     )
-    for leftover, where in ((data, "scenario"), (cluster_data, "cluster"),
-                            (settings_data, "settings")):
+    for leftover, where in (
+        (data, "scenario"),
+        (cluster_data, "cluster"),
+        (settings_data, "settings"),
+    ):
         if leftover:
             raise ScenarioError(f"{where}: unknown keys {sorted(leftover)}")
     names = [p.name for p in scenario.pools]
@@ -389,7 +392,8 @@ def parse_scenario(data: Any) -> Scenario:
 def shipped_scenarios() -> list[str]:
     folder = package_resources.files("rebalancer.sim") / "scenarios"
     return sorted(
-        entry.name.removesuffix(".yaml") for entry in folder.iterdir()
+        entry.name.removesuffix(".yaml")
+        for entry in folder.iterdir()
         if entry.name.endswith(".yaml")
     )
 

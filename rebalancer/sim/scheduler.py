@@ -27,8 +27,8 @@ from rebalancer.sim.scheduling import (
     allocatable,
     insufficient,
     matches_node_selector_and_affinity,
-    preferred_affinity_score,
     prefer_no_schedule_penalty,
+    preferred_affinity_score,
     taint_text,
     tolerates,
     untolerated_taint,
@@ -169,8 +169,9 @@ class Scheduler:
                     name,
                 ),
             )
-        capacities = {n["metadata"]["name"]: allocatable(n) for n in nodes if n["metadata"]["name"]
-                      in free_of}
+        capacities = {
+            n["metadata"]["name"]: allocatable(n) for n in nodes if n["metadata"]["name"] in free_of
+        }
         bound = 0
         now = format_time(self.store.clock.now())
         for pod in pods:
@@ -190,8 +191,13 @@ class Scheduler:
                 placed = True
                 heapq.heappush(
                     heap,
-                    (affinity, penalty, count + 1, _allocated_fraction(free, capacities[name]),
-                     name),
+                    (
+                        affinity,
+                        penalty,
+                        count + 1,
+                        _allocated_fraction(free, capacities[name]),
+                        name,
+                    ),
                 )
                 break
             if not placed:

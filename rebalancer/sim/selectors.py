@@ -24,7 +24,9 @@ _REQUIREMENT = re.compile(
 
 def _split_top_level(text: str) -> list[str]:
     """Split on commas outside parentheses."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "(":
             depth += 1
@@ -47,28 +49,27 @@ def parse_label_selector(text: str) -> LabelPredicate:
         if match is None:
             raise bad_request(f"unable to parse requirement: found '{part}', expected: identifier")
         key, op, value, neg = match["key"], match["op"], match["value"], match["neg"]
-        if neg:
-            if op:
-                raise bad_request(f"unable to parse requirement: {part!r}")
-            requirements.append(lambda labels, k=key: k not in labels)
-            continue
-        if op is None:
-            requirements.append(lambda labels, k=key: k in labels)
-            continue
-        op = op.strip()
-        if op in ("in", "notin"):
-            if not value.startswith("("):
-                raise bad_request(f"unable to parse requirement: found '{value}', expected: '('")
-            values = frozenset(v.strip() for v in value[1:-1].split(",") if v.strip())
-            if op == "in":
-                requirements.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
-            else:
-                requirements.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
-        elif op in ("=", "=="):
-            requirements.append(lambda labels, k=key, v=value: labels.get(k) == v)
-        else:
-            requirements.append(lambda labels, k=key, v=value: labels.get(k) != v)
+        if neg and op:
+            raise bad_request(f"unable to parse requirement: {part!r}")
+        requirements.append(_requirement(key, "!" if neg else (op or "").strip(), value or ""))
     return lambda labels: all(requirement(labels) for requirement in requirements)
+
+
+def _requirement(key: str, op: str, value: str) -> LabelPredicate:
+    if op == "!":
+        return lambda labels: key not in labels
+    if not op:
+        return lambda labels: key in labels
+    if op in ("in", "notin"):
+        if not value.startswith("("):
+            raise bad_request(f"unable to parse requirement: found '{value}', expected: '('")
+        values = frozenset(v.strip() for v in value[1:-1].split(",") if v.strip())
+        if op == "in":
+            return lambda labels: labels.get(key) in values
+        return lambda labels: labels.get(key) not in values
+    if op in ("=", "=="):
+        return lambda labels: labels.get(key) == value
+    return lambda labels: labels.get(key) != value
 
 
 def label_selector_object(selector: Mapping[str, Any] | None) -> LabelPredicate:
@@ -155,6 +156,18 @@ FIELD_GETTERS: dict[str, dict[str, Callable[[dict[str, Any]], str]]] = {
 }
 
 
+_META_GETTERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "metadata.name": lambda o: str(o["metadata"].get("name", "")),
+    "metadata.namespace": lambda o: str(o["metadata"].get("namespace", "")),
+}
+
+
+def _field_check(getter: Callable[[dict[str, Any]], str], op: str, value: str) -> ObjectPredicate:
+    if op == "!=":
+        return lambda obj: getter(obj) != value
+    return lambda obj: getter(obj) == value
+
+
 def parse_field_selector(text: str, kind: str) -> tuple[ObjectPredicate, str | None]:
     """Returns (predicate, node name if the selector pins `spec.nodeName=<n>`, for the index)."""
     checks: list[ObjectPredicate] = []
@@ -167,18 +180,13 @@ def parse_field_selector(text: str, kind: str) -> tuple[ObjectPredicate, str | N
                 break
         else:
             raise bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
-        if field == "metadata.name":
-            getter: Callable[[dict[str, Any]], str] = lambda o: o["metadata"].get("name", "")
-        elif field == "metadata.namespace":
-            getter = lambda o: o["metadata"].get("namespace", "")  # noqa: E731
+        if field in _META_GETTERS:
+            getter = _META_GETTERS[field]
         elif field in getters:
             getter = getters[field]
         else:
             raise bad_request(f"field label not supported: {field}")
         if field == "spec.nodeName" and op != "!=":
             node_name = value
-        if op == "!=":
-            checks.append(lambda o, g=getter, v=value: g(o) != v)
-        else:
-            checks.append(lambda o, g=getter, v=value: g(o) == v)
+        checks.append(_field_check(getter, op, value))
     return (lambda obj: all(check(obj) for check in checks)), node_name

@@ -17,6 +17,7 @@ history is 410 Gone. Not here: HTTP (see `apiserver`), controllers (see `cluster
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import random
 import re
@@ -47,6 +48,17 @@ Key = tuple[str, str]  # (namespace or "", name)
 
 DEFAULT_HISTORY = 20_000
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAME_RULE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_POD_UPDATE_RULE = (
+    "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+    "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be "
+    "set to 1 if it was previously negative)"
+)
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # upstream's generateName alphabet
 
 
@@ -198,7 +210,7 @@ class Store:
         limit: int = 0,
         start_after: Key | None = None,
     ) -> tuple[list[bytes], Key | None, int]:
-        """Matching objects' JSON in key order; returns (items, last key if cut short, remaining)."""
+        """Matching objects' JSON in key order: (items, last key if cut short, items left)."""
         objects = self._objects[resource.key]
         raws = self._raw[resource.key]
         if node_name is not None and resource is R.PODS:
@@ -210,8 +222,6 @@ class Store:
         else:
             keys = [(ns, name) for ns in sorted(objects) for name in sorted(objects[ns])]
         if start_after is not None:
-            import bisect
-
             keys = keys[bisect.bisect_right(keys, start_after) :]
         out: list[bytes] = []
         for index, (ns, name) in enumerate(keys):
@@ -257,10 +267,7 @@ class Store:
                     (
                         "metadata.name",
                         "FieldValueInvalid",
-                        f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of '
-                        "lower case alphanumeric characters, '-' or '.', and must start and end with "
-                        "an alphanumeric character (e.g. 'example.com', regex used for validation is "
-                        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+                        f'Invalid value: "{name}": {_NAME_RULE}',
                     )
                 ],
             )
@@ -594,10 +601,7 @@ def _check_pod_update(existing: Obj, new: Obj) -> None:
                 (
                     "spec",
                     "FieldValueForbidden",
-                    "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
-                    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
-                    "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
-                    "(allow it to be set to 1 if it was previously negative)",
+                    _POD_UPDATE_RULE,
                 )
             ],
         )

@@ -19,6 +19,7 @@ the rebalancer can observe it:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections import Counter
@@ -28,7 +29,6 @@ from rebalancer.sim import resources as R
 from rebalancer.sim.objects import (
     Obj,
     annotation,
-    condition_true,
     controller_ref,
     get_condition,
     is_pod_active,
@@ -88,8 +88,7 @@ def _owned_pods(store: Store, owner: Obj) -> list[Obj]:
     return [
         obj
         for resource, obj in store.dependents_of(owner["metadata"]["uid"])
-        if resource is R.PODS
-        and (controller_ref(obj) or {}).get("uid") == owner["metadata"]["uid"]
+        if resource is R.PODS and (controller_ref(obj) or {}).get("uid") == owner["metadata"]["uid"]
     ]
 
 
@@ -178,16 +177,17 @@ class ReplicaSetController(_Controller):
             on_node = Counter(p.get("spec", {}).get("nodeName") or "" for p in active)
             victims = sorted(active, key=lambda p: _deletion_rank(p, on_node))
             for pod in victims[: len(active) - wanted]:
-                try:
+                with contextlib.suppress(ApiError):
                     self.store.delete(R.PODS, *_key(pod))
-                except ApiError:
-                    pass
         pods = [p for p in _owned_pods(self.store, rs) if is_pod_active(p)]
         ready = sum(1 for p in pods if is_pod_ready(p))
         labels_match = label_selector_object(
-            {"matchLabels": ((rs["spec"].get("template") or {}).get("metadata") or {}).get(
-                "labels"
-            ) or {}}
+            {
+                "matchLabels": ((rs["spec"].get("template") or {}).get("metadata") or {}).get(
+                    "labels"
+                )
+                or {}
+            }
         )
         self._write_status(
             rs,
@@ -282,7 +282,7 @@ class DeploymentController(_Controller):
             for rs in old:
                 if rs["spec"].get("replicas", 0):
                     self._scale(rs, 0)
-        all_sets = [self.store.get(R.REPLICASETS, *_key(rs)) or rs for rs in owned + [new_rs]]
+        all_sets = [self.store.get(R.REPLICASETS, *_key(rs)) or rs for rs in [*owned, new_rs]]
         by_uid = {rs["metadata"]["uid"]: rs for rs in all_sets}.values()
         new_status = (self.store.get(R.REPLICASETS, *_key(new_rs)) or new_rs).get("status") or {}
         replicas = sum(int((rs.get("status") or {}).get("replicas", 0)) for rs in by_uid)
@@ -364,14 +364,10 @@ class StatefulSetController(_Controller):
             elif not parallel and (not is_pod_ready(pod) or not is_pod_active(pod)):
                 break  # OrderedReady: wait for this ordinal before the next
         pods = [p for p in _owned_pods(self.store, sts) if is_pod_active(p)]
-        extra = sorted(
-            (p for p in pods if _ordinal(p) >= wanted), key=_ordinal, reverse=True
-        )
+        extra = sorted((p for p in pods if _ordinal(p) >= wanted), key=_ordinal, reverse=True)
         for pod in extra[: (len(extra) if parallel else 1)]:
-            try:
+            with contextlib.suppress(ApiError):
                 self.store.delete(R.PODS, *_key(pod))
-            except ApiError:
-                pass
         pods = [p for p in _owned_pods(self.store, sts) if is_pod_active(p)]
         ready = sum(1 for p in pods if is_pod_ready(p))
         self._write_status(
@@ -428,10 +424,13 @@ class DaemonSetController(_Controller):
             fits = matches_node_selector_and_affinity(pod_spec, node) and (
                 untolerated_taint(
                     tolerations,
-                    [t for t in node.get("spec", {}).get("taints") or []
-                     if t.get("effect") in ("NoSchedule", "NoExecute")
-                     and t.get("key") not in ("node.kubernetes.io/not-ready",
-                                              "node.kubernetes.io/unreachable")],
+                    [
+                        t
+                        for t in node.get("spec", {}).get("taints") or []
+                        if t.get("effect") in ("NoSchedule", "NoExecute")
+                        and t.get("key")
+                        not in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+                    ],
                 )
                 is None
             )
@@ -446,18 +445,19 @@ class DaemonSetController(_Controller):
             affinity["nodeAffinity"] = {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
-                        {"matchFields": [{"key": "metadata.name", "operator": "In",
-                                          "values": [node_name]}]}
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node_name]}
+                            ]
+                        }
                     ]
                 }
             }
             self.store.create(R.PODS, new_pod)
         for leftovers in by_node.values():
             for pod in leftovers:
-                try:
+                with contextlib.suppress(ApiError):
                     self.store.delete(R.PODS, *_key(pod))
-                except ApiError:
-                    pass
         pods = [p for p in _owned_pods(self.store, ds) if is_pod_active(p)]
         ready = sum(1 for p in pods if is_pod_ready(p))
         scheduled = sum(1 for p in pods if p.get("spec", {}).get("nodeName"))
@@ -489,6 +489,3 @@ def _daemon_node(pod: Obj) -> str:
             if field.get("key") == "metadata.name" and field.get("values"):
                 return str(field["values"][0])
     return ""
-
-
-_ = condition_true
