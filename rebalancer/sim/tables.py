@@ -27,60 +27,107 @@ def _age(obj: Obj, store: Store) -> str:
     return f"{seconds // 86400}d"
 
 
-def _node_row(node: Obj) -> list[Any]:
+def _node_row(node: Obj, age: str) -> list[Any]:
     status = "Ready" if condition_true(node, "Ready") else "NotReady"
     if node.get("spec", {}).get("unschedulable"):
         status += ",SchedulingDisabled"
     labels = node["metadata"].get("labels") or {}
     roles = labels.get("kubernetes.azure.com/mode", "<none>")
-    version = node.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "")
-    return [status, roles, version]
+    info = node.get("status", {}).get("nodeInfo", {})
+    addresses = {
+        a.get("type"): a.get("address") for a in node.get("status", {}).get("addresses") or []
+    }
+    return [
+        status,
+        roles,
+        age,
+        info.get("kubeletVersion", ""),
+        addresses.get("InternalIP", "<none>"),
+        "<none>",
+        info.get("osImage", ""),
+        info.get("kernelVersion", ""),
+        info.get("containerRuntimeVersion", ""),
+    ]
 
 
-def _pod_row(pod: Obj) -> list[Any]:
+def _pod_row(pod: Obj, age: str) -> list[Any]:
     containers = pod.get("status", {}).get("containerStatuses") or []
     ready = sum(1 for c in containers if c.get("ready"))
     total = len(pod.get("spec", {}).get("containers") or [])
     status = "Terminating" if is_terminating(pod) else pod_phase(pod)
-    return [f"{ready}/{total}", status, 0, pod.get("spec", {}).get("nodeName", "<none>")]
+    return [
+        f"{ready}/{total}",
+        status,
+        0,
+        age,
+        pod.get("status", {}).get("podIP", "<none>"),
+        pod.get("spec", {}).get("nodeName", "<none>"),
+        "<none>",
+        "<none>",
+    ]
 
 
-def _deployment_row(deployment: Obj) -> list[Any]:
+def _deployment_row(deployment: Obj, age: str) -> list[Any]:
     status = deployment.get("status", {})
     wanted = deployment.get("spec", {}).get("replicas", 0)
     return [
         f"{status.get('readyReplicas', 0)}/{wanted}",
         status.get("updatedReplicas", 0),
         status.get("availableReplicas", 0),
+        age,
     ]
 
 
-_COLUMNS: dict[str, list[tuple[str, str]]] = {
-    "Node": [("Status", "string"), ("Roles", "string"), ("Version", "string")],
-    "Pod": [("Ready", "string"), ("Status", "string"), ("Restarts", "integer"), ("Node", "string")],
-    "Deployment": [("Ready", "string"), ("Up-to-date", "integer"), ("Available", "integer")],
+# (name, type, priority): priority 1 columns show with `-o wide`, as upstream's.
+_COLUMNS: dict[str, list[tuple[str, str, int]]] = {
+    "Node": [
+        ("Status", "string", 0),
+        ("Roles", "string", 0),
+        ("Age", "string", 0),
+        ("Version", "string", 0),
+        ("Internal-IP", "string", 1),
+        ("External-IP", "string", 1),
+        ("OS-Image", "string", 1),
+        ("Kernel-Version", "string", 1),
+        ("Container-Runtime", "string", 1),
+    ],
+    "Pod": [
+        ("Ready", "string", 0),
+        ("Status", "string", 0),
+        ("Restarts", "string", 0),
+        ("Age", "string", 0),
+        ("IP", "string", 1),
+        ("Node", "string", 1),
+        ("Nominated Node", "string", 1),
+        ("Readiness Gates", "string", 1),
+    ],
+    "Deployment": [
+        ("Ready", "string", 0),
+        ("Up-to-date", "integer", 0),
+        ("Available", "integer", 0),
+        ("Age", "string", 0),
+    ],
 }
 _ROWS = {"Node": _node_row, "Pod": _pod_row, "Deployment": _deployment_row}
 
 
 def table(resource: ResourceType, items: list[Obj], meta: dict[str, Any], store: Store) -> Obj:
-    extra = _COLUMNS.get(resource.kind, [])
-    row_of = _ROWS.get(resource.kind)
+    columns = [("Name", "string", 0)] + _COLUMNS.get(resource.kind, [("Age", "string", 0)])
     definitions = [
-        {"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0}
+        {
+            "name": name,
+            "type": kind,
+            "format": "name" if name == "Name" else "",
+            "description": "",
+            "priority": priority,
+        }
+        for name, kind, priority in columns
     ]
-    definitions += [
-        {"name": n, "type": t, "format": "", "description": "", "priority": 0} for n, t in extra
-    ]
-    definitions.append(
-        {"name": "Age", "type": "string", "format": "", "description": "", "priority": 0}
-    )
+    row_of = _ROWS.get(resource.kind)
     rows = []
     for obj in items:
-        cells = [obj["metadata"]["name"]]
-        if row_of is not None:
-            cells += row_of(obj)
-        cells.append(_age(obj, store))
+        age = _age(obj, store)
+        cells = [obj["metadata"]["name"], *(row_of(obj, age) if row_of else [age])]
         rows.append(
             {
                 "cells": cells,
