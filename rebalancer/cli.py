@@ -62,6 +62,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, CliSettingsSource
     imds = sim_commands.add_parser("imds", help="Serve an IMDS Scheduled Events emulator.")
     imds.add_argument("--host", default="127.0.0.1")
     imds.add_argument("--port", type=int, default=8169)
+    serve = sim_commands.add_parser(
+        "serve", help="Serve an emulated AKS cluster (Kubernetes API + IMDS) from a scenario."
+    )
+    serve.add_argument("scenario", metavar="SCENARIO", help="a scenario file or shipped name")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0, help="API port (0: any free port)")
+    serve.add_argument("--imds-port", type=int, default=0, help="IMDS port (0: any free port)")
+    serve.add_argument("--kubeconfig-dir", default=None, help="where to write the kubeconfig")
     return parser, sources
 
 
@@ -87,6 +95,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rebalancer.sim.serve import serve_imds
 
         return serve_imds(host=args.host, port=args.port)
+    if args.command == "sim" and args.sim_command == "serve":
+        from rebalancer.sim.serve import serve_cluster
+
+        return serve_cluster(
+            args.scenario,
+            host=args.host,
+            port=args.port,
+            imds_port=args.imds_port,
+            kubeconfig_dir=args.kubeconfig_dir,
+        )
     parser.print_help()
     return 2
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from aiohttp import web
 
@@ -24,5 +25,34 @@ def serve_imds(*, host: str, port: int) -> int:
             await stop.wait()
         finally:
             await runner.cleanup()
+
+    return run_until_signalled(main)
+
+
+def serve_cluster(
+    scenario: str, *, host: str, port: int, imds_port: int, kubeconfig_dir: str | None
+) -> int:
+    """Run a scenario's emulated cluster until interrupted; print where to point kubectl."""
+    from rebalancer.sim.cluster import ClusterEmulator
+    from rebalancer.sim.scenario import ScenarioError, load_scenario
+
+    try:
+        loaded = load_scenario(scenario)
+    except ScenarioError as error:
+        print(f"rebalancer: scenario: {error}", file=sys.stderr)
+        return 2
+
+    async def main(stop: asyncio.Event) -> None:
+        cluster = ClusterEmulator(loaded)
+        urls = await cluster.start(host, port, imds_port=imds_port, kubeconfig_dir=kubeconfig_dir)
+        print(f"cluster emulator '{loaded.name}' on {urls.api}", flush=True)
+        print(f"  kubeconfig:  {urls.kubeconfig}", flush=True)
+        print(f"  try:         KUBECONFIG={urls.kubeconfig} kubectl get nodes", flush=True)
+        print(f"  IMDS:        {urls.imds}/vms/<vm-name>/metadata/scheduledevents", flush=True)
+        print(f"  nodes: {len(cluster.nodes())}  pods: {len(cluster.pods())}", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await cluster.stop()
 
     return run_until_signalled(main)

@@ -1,0 +1,147 @@
+"""Server-side printing: `meta.k8s.io/v1` Table answers for `kubectl get` without `-o`.
+
+kubectl asks for a Table by default; a few columns per kind (the ones `kubectl get` shows for
+nodes, pods and deployments) keep its output familiar. Other kinds get NAME and AGE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rebalancer.sim.objects import Obj, condition_true, is_terminating, pod_phase
+from rebalancer.sim.resources import ResourceType
+from rebalancer.sim.store import Store, parse_time
+
+
+def _age(obj: Obj, store: Store) -> str:
+    created = obj["metadata"].get("creationTimestamp")
+    if not created:
+        return "<unknown>"
+    seconds = max(0, int((store.clock.now() - parse_time(created)).total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def _node_row(node: Obj, age: str) -> list[Any]:
+    status = "Ready" if condition_true(node, "Ready") else "NotReady"
+    if node.get("spec", {}).get("unschedulable"):
+        status += ",SchedulingDisabled"
+    labels = node["metadata"].get("labels") or {}
+    roles = labels.get("kubernetes.azure.com/mode", "<none>")
+    info = node.get("status", {}).get("nodeInfo", {})
+    addresses = {
+        a.get("type"): a.get("address") for a in node.get("status", {}).get("addresses") or []
+    }
+    return [
+        status,
+        roles,
+        age,
+        info.get("kubeletVersion", ""),
+        addresses.get("InternalIP", "<none>"),
+        "<none>",
+        info.get("osImage", ""),
+        info.get("kernelVersion", ""),
+        info.get("containerRuntimeVersion", ""),
+    ]
+
+
+def _pod_row(pod: Obj, age: str) -> list[Any]:
+    containers = pod.get("status", {}).get("containerStatuses") or []
+    ready = sum(1 for c in containers if c.get("ready"))
+    total = len(pod.get("spec", {}).get("containers") or [])
+    status = "Terminating" if is_terminating(pod) else pod_phase(pod)
+    return [
+        f"{ready}/{total}",
+        status,
+        0,
+        age,
+        pod.get("status", {}).get("podIP", "<none>"),
+        pod.get("spec", {}).get("nodeName", "<none>"),
+        "<none>",
+        "<none>",
+    ]
+
+
+def _deployment_row(deployment: Obj, age: str) -> list[Any]:
+    status = deployment.get("status", {})
+    wanted = deployment.get("spec", {}).get("replicas", 0)
+    return [
+        f"{status.get('readyReplicas', 0)}/{wanted}",
+        status.get("updatedReplicas", 0),
+        status.get("availableReplicas", 0),
+        age,
+    ]
+
+
+# (name, type, priority): priority 1 columns show with `-o wide`, as upstream's.
+_COLUMNS: dict[str, list[tuple[str, str, int]]] = {
+    "Node": [
+        ("Status", "string", 0),
+        ("Roles", "string", 0),
+        ("Age", "string", 0),
+        ("Version", "string", 0),
+        ("Internal-IP", "string", 1),
+        ("External-IP", "string", 1),
+        ("OS-Image", "string", 1),
+        ("Kernel-Version", "string", 1),
+        ("Container-Runtime", "string", 1),
+    ],
+    "Pod": [
+        ("Ready", "string", 0),
+        ("Status", "string", 0),
+        ("Restarts", "string", 0),
+        ("Age", "string", 0),
+        ("IP", "string", 1),
+        ("Node", "string", 1),
+        ("Nominated Node", "string", 1),
+        ("Readiness Gates", "string", 1),
+    ],
+    "Deployment": [
+        ("Ready", "string", 0),
+        ("Up-to-date", "integer", 0),
+        ("Available", "integer", 0),
+        ("Age", "string", 0),
+    ],
+}
+_ROWS = {"Node": _node_row, "Pod": _pod_row, "Deployment": _deployment_row}
+
+
+def table(resource: ResourceType, items: list[Obj], meta: dict[str, Any], store: Store) -> Obj:
+    columns = [("Name", "string", 0)] + _COLUMNS.get(resource.kind, [("Age", "string", 0)])
+    definitions = [
+        {
+            "name": name,
+            "type": kind,
+            "format": "name" if name == "Name" else "",
+            "description": "",
+            "priority": priority,
+        }
+        for name, kind, priority in columns
+    ]
+    row_of = _ROWS.get(resource.kind)
+    rows = []
+    for obj in items:
+        age = _age(obj, store)
+        cells = [obj["metadata"]["name"], *(row_of(obj, age) if row_of else [age])]
+        rows.append(
+            {
+                "cells": cells,
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": obj["metadata"],
+                },
+            }
+        )
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "columnDefinitions": definitions,
+        "rows": rows,
+    }

@@ -1,0 +1,491 @@
+"""Workload controllers: Deployment -> ReplicaSet -> Pods, StatefulSet, DaemonSet.
+
+Each controller keeps a set of dirty keys filled by store change listeners and reconciles only
+those, so an idle 50 000-pod cluster costs nothing per tick. Behaviour follows upstream where
+the rebalancer can observe it:
+- ReplicaSet scale-down deletes pods in upstream's order (`controller.ActivePodsWithRanks`):
+  unassigned before assigned; Pending before Running; not ready before ready; lower
+  `controller.kubernetes.io/pod-deletion-cost` first; more pods of the set on the same node
+  first; more recently ready first; newer first.
+- Deployment: one ReplicaSet per pod-template hash; a template change surges the new set to full
+  size and scales old sets to zero once the new one is available (simpler than the rolling
+  update's maxSurge/maxUnavailable steps); status counts as upstream.
+- StatefulSet: pods `<name>-<ordinal>`, OrderedReady (one at a time, waiting for Ready) or
+  Parallel; a deleted pod is recreated under the same name once the old one is gone.
+- DaemonSet: one pod per node it tolerates and selects, with upstream's automatic tolerations
+  (incl. `node.kubernetes.io/unschedulable:NoSchedule`); pods are bound by the scheduler through
+  a `metadata.name` node-affinity term, as upstream does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections import Counter
+from typing import Any
+
+from rebalancer.sim import resources as R
+from rebalancer.sim.objects import (
+    Obj,
+    annotation,
+    controller_ref,
+    get_condition,
+    is_pod_active,
+    is_pod_ready,
+    owner_reference,
+    percent_or_int,
+    pod_phase,
+    with_condition,
+)
+from rebalancer.sim.resources import ResourceType
+from rebalancer.sim.scheduling import matches_node_selector_and_affinity, untolerated_taint
+from rebalancer.sim.selectors import label_selector_object
+from rebalancer.sim.status import ApiError
+from rebalancer.sim.store import Change, Store, format_time
+
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+TEMPLATE_HASH = "pod-template-hash"
+REVISION = "deployment.kubernetes.io/revision"
+Key = tuple[str, str]
+
+DAEMONSET_TOLERATIONS = [
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+]
+
+
+def _key(obj: Obj) -> Key:
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def pod_from_template(owner: Obj, template: Obj, *, name: str | None = None) -> Obj:
+    meta_template = template.get("metadata") or {}
+    metadata: Obj = {
+        "namespace": owner["metadata"]["namespace"],
+        "labels": dict(meta_template.get("labels") or {}),
+        "ownerReferences": [owner_reference(owner)],
+    }
+    if meta_template.get("annotations"):
+        metadata["annotations"] = dict(meta_template["annotations"])
+    if name:
+        metadata["name"] = name
+    else:
+        metadata["generateName"] = owner["metadata"]["name"] + "-"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": json.loads(json.dumps(template.get("spec") or {})),
+    }
+
+
+def _owned_pods(store: Store, owner: Obj) -> list[Obj]:
+    return [
+        obj
+        for resource, obj in store.dependents_of(owner["metadata"]["uid"])
+        if resource is R.PODS and (controller_ref(obj) or {}).get("uid") == owner["metadata"]["uid"]
+    ]
+
+
+def _ready_since(pod: Obj) -> str:
+    condition = get_condition(pod, "Ready")
+    return str((condition or {}).get("lastTransitionTime") or "")
+
+
+def _deletion_rank(pod: Obj, on_same_node: Counter[str]) -> tuple[Any, ...]:
+    """Sort key: the pod to delete first sorts first (upstream ActivePodsWithRanks.Less)."""
+    node = pod.get("spec", {}).get("nodeName") or ""
+    phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(pod_phase(pod), 2)
+    ready = is_pod_ready(pod)
+    try:
+        cost = int(annotation(pod, DELETION_COST) or 0)
+    except ValueError:
+        cost = 0
+    ready_since = _ready_since(pod) if ready else ""
+    created = pod["metadata"].get("creationTimestamp", "")
+    return (
+        1 if node else 0,
+        phase_rank,
+        1 if ready else 0,
+        cost,
+        -on_same_node[node] if node else 0,
+        _descending(ready_since),
+        _descending(created),
+        pod["metadata"]["name"],
+    )
+
+
+def _descending(timestamp: str) -> tuple[int, ...]:
+    """Newer (larger) timestamps sort first."""
+    return tuple(-ord(char) for char in timestamp)
+
+
+class _Controller:
+    resource: ResourceType
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._dirty: dict[Key, None] = {}
+        store.listeners.append(self._on_change)
+        for obj in store.items(self.resource):
+            self._dirty[_key(obj)] = None
+
+    def _on_change(self, change: Change) -> None:
+        if change.resource is self.resource:
+            self._dirty[_key(change.new)] = None
+        elif change.resource is R.PODS:
+            ref = controller_ref(change.new)
+            if ref is not None and ref.get("kind") == self.resource.kind:
+                self._dirty[(change.new["metadata"].get("namespace", ""), ref["name"])] = None
+
+    def reconcile(self) -> int:
+        dirty, self._dirty = self._dirty, {}
+        for key in dirty:
+            obj = self.store.get(self.resource, *key)
+            if obj is not None and not obj["metadata"].get("deletionTimestamp"):
+                self.sync(obj)
+        return len(dirty)
+
+    def sync(self, obj: Obj) -> None:
+        raise NotImplementedError
+
+    def _write_status(self, obj: Obj, status: Obj) -> None:
+        merged = dict(obj.get("status") or {})
+        merged.update(status)
+        if merged != obj.get("status"):
+            updated = dict(obj)
+            updated["status"] = merged
+            self.store.update(self.resource, updated)
+
+
+class ReplicaSetController(_Controller):
+    resource = R.REPLICASETS
+
+    def sync(self, rs: Obj) -> None:
+        pods = _owned_pods(self.store, rs)
+        active = [p for p in pods if is_pod_active(p)]
+        wanted = int(rs["spec"].get("replicas", 1))
+        if len(active) < wanted:
+            for _ in range(wanted - len(active)):
+                self.store.create(R.PODS, pod_from_template(rs, rs["spec"].get("template") or {}))
+        elif len(active) > wanted:
+            on_node = Counter(p.get("spec", {}).get("nodeName") or "" for p in active)
+            victims = sorted(active, key=lambda p: _deletion_rank(p, on_node))
+            for pod in victims[: len(active) - wanted]:
+                with contextlib.suppress(ApiError):
+                    self.store.delete(R.PODS, *_key(pod))
+        pods = [p for p in _owned_pods(self.store, rs) if is_pod_active(p)]
+        ready = sum(1 for p in pods if is_pod_ready(p))
+        labels_match = label_selector_object(
+            {
+                "matchLabels": ((rs["spec"].get("template") or {}).get("metadata") or {}).get(
+                    "labels"
+                )
+                or {}
+            }
+        )
+        self._write_status(
+            rs,
+            {
+                "replicas": len(pods),
+                "fullyLabeledReplicas": sum(
+                    1 for p in pods if labels_match(p["metadata"].get("labels") or {})
+                ),
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "observedGeneration": rs["metadata"].get("generation", 1),
+            },
+        )
+
+
+def template_hash(template: Obj) -> str:
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    number = int(digest[:16], 16)
+    out = []
+    for _ in range(10):
+        number, index = divmod(number, len(alphabet))
+        out.append(alphabet[index])
+    return "".join(out)
+
+
+class DeploymentController(_Controller):
+    resource = R.DEPLOYMENTS
+
+    def _on_change(self, change: Change) -> None:
+        if change.resource is R.DEPLOYMENTS:
+            self._dirty[_key(change.new)] = None
+        elif change.resource is R.REPLICASETS:
+            ref = controller_ref(change.new)
+            if ref is not None and ref.get("kind") == "Deployment":
+                self._dirty[(change.new["metadata"].get("namespace", ""), ref["name"])] = None
+
+    def sync(self, deployment: Obj) -> None:
+        namespace, name = _key(deployment)
+        spec = deployment["spec"]
+        template = spec.get("template") or {}
+        pod_hash = template_hash(template)
+        owned = [
+            obj
+            for resource, obj in self.store.dependents_of(deployment["metadata"]["uid"])
+            if resource is R.REPLICASETS
+        ]
+        new_rs = next(
+            (rs for rs in owned if rs["metadata"].get("labels", {}).get(TEMPLATE_HASH) == pod_hash),
+            None,
+        )
+        wanted = int(spec.get("replicas", 1))
+        revision = 1 + max(
+            (int((rs["metadata"].get("annotations") or {}).get(REVISION, 0)) for rs in owned),
+            default=0,
+        )
+        if new_rs is None:
+            new_template = json.loads(json.dumps(template))
+            new_template.setdefault("metadata", {}).setdefault("labels", {})[TEMPLATE_HASH] = (
+                pod_hash
+            )
+            selector = json.loads(json.dumps(spec.get("selector") or {}))
+            selector.setdefault("matchLabels", {})[TEMPLATE_HASH] = pod_hash
+            new_rs = self.store.create(
+                R.REPLICASETS,
+                {
+                    "metadata": {
+                        "name": f"{name}-{pod_hash}",
+                        "namespace": namespace,
+                        "labels": dict(new_template["metadata"]["labels"]),
+                        "annotations": {
+                            REVISION: str(revision),
+                            "deployment.kubernetes.io/desired-replicas": str(wanted),
+                        },
+                        "ownerReferences": [owner_reference(deployment)],
+                    },
+                    "spec": {"replicas": wanted, "selector": selector, "template": new_template},
+                },
+            )
+        elif new_rs["spec"].get("replicas") != wanted:
+            self._scale(new_rs, wanted)
+        old = [rs for rs in owned if rs["metadata"]["uid"] != new_rs["metadata"]["uid"]]
+        max_unavailable = percent_or_int(
+            ((spec.get("strategy") or {}).get("rollingUpdate") or {}).get("maxUnavailable", "25%"),
+            wanted,
+            round_up=False,
+        )
+        new_available = int((new_rs.get("status") or {}).get("availableReplicas", 0))
+        if spec.get("strategy", {}).get("type") == "Recreate" or new_available >= wanted - (
+            max_unavailable
+        ):
+            for rs in old:
+                if rs["spec"].get("replicas", 0):
+                    self._scale(rs, 0)
+        all_sets = [self.store.get(R.REPLICASETS, *_key(rs)) or rs for rs in [*owned, new_rs]]
+        by_uid = {rs["metadata"]["uid"]: rs for rs in all_sets}.values()
+        new_status = (self.store.get(R.REPLICASETS, *_key(new_rs)) or new_rs).get("status") or {}
+        replicas = sum(int((rs.get("status") or {}).get("replicas", 0)) for rs in by_uid)
+        ready = sum(int((rs.get("status") or {}).get("readyReplicas", 0)) for rs in by_uid)
+        available = sum(int((rs.get("status") or {}).get("availableReplicas", 0)) for rs in by_uid)
+        now = format_time(self.store.clock.now())
+        conditions = with_condition(
+            (deployment.get("status") or {}).get("conditions"),
+            "Available",
+            "True" if available >= wanted - max_unavailable else "False",
+            now=now,
+            reason="MinimumReplicasAvailable"
+            if available >= wanted - max_unavailable
+            else "MinimumReplicasUnavailable",
+            message="Deployment has minimum availability."
+            if available >= wanted - max_unavailable
+            else "Deployment does not have minimum availability.",
+        )
+        conditions = with_condition(
+            conditions,
+            "Progressing",
+            "True",
+            now=now,
+            reason="NewReplicaSetAvailable"
+            if int(new_status.get("availableReplicas", 0)) >= wanted
+            else "ReplicaSetUpdated",
+            message=f'ReplicaSet "{new_rs["metadata"]["name"]}" '
+            + (
+                "has successfully progressed."
+                if int(new_status.get("availableReplicas", 0)) >= wanted
+                else "is progressing."
+            ),
+        )
+        status: Obj = {
+            "observedGeneration": deployment["metadata"].get("generation", 1),
+            "replicas": replicas,
+            "updatedReplicas": int(new_status.get("replicas", 0)),
+            "readyReplicas": ready,
+            "availableReplicas": available,
+            "unavailableReplicas": max(0, wanted - available),
+            "conditions": conditions,
+        }
+        self._write_status(deployment, status)
+
+    def _scale(self, rs: Obj, replicas: int) -> None:
+        updated = dict(rs)
+        updated["spec"] = dict(rs["spec"], replicas=replicas)
+        annotations = dict(rs["metadata"].get("annotations") or {})
+        annotations["deployment.kubernetes.io/desired-replicas"] = str(replicas)
+        updated["metadata"] = dict(rs["metadata"], annotations=annotations)
+        self.store.update(R.REPLICASETS, updated)
+
+
+class StatefulSetController(_Controller):
+    resource = R.STATEFULSETS
+
+    def sync(self, sts: Obj) -> None:
+        namespace, name = _key(sts)
+        spec = sts["spec"]
+        wanted = int(spec.get("replicas", 1))
+        parallel = spec.get("podManagementPolicy") == "Parallel"
+        template = spec.get("template") or {}
+        revision = f"{name}-{template_hash(template)}"
+        for ordinal in range(wanted):
+            pod_name = f"{name}-{ordinal}"
+            pod = self.store.get(R.PODS, namespace, pod_name)
+            if pod is None:
+                new_pod = pod_from_template(sts, template, name=pod_name)
+                labels = new_pod["metadata"]["labels"]
+                labels["statefulset.kubernetes.io/pod-name"] = pod_name
+                labels["apps.kubernetes.io/pod-index"] = str(ordinal)
+                labels["controller-revision-hash"] = revision
+                new_pod["spec"]["hostname"] = pod_name
+                if spec.get("serviceName"):
+                    new_pod["spec"]["subdomain"] = spec["serviceName"]
+                self.store.create(R.PODS, new_pod)
+                if not parallel:
+                    break
+            elif not parallel and (not is_pod_ready(pod) or not is_pod_active(pod)):
+                break  # OrderedReady: wait for this ordinal before the next
+        pods = [p for p in _owned_pods(self.store, sts) if is_pod_active(p)]
+        extra = sorted((p for p in pods if _ordinal(p) >= wanted), key=_ordinal, reverse=True)
+        for pod in extra[: (len(extra) if parallel else 1)]:
+            with contextlib.suppress(ApiError):
+                self.store.delete(R.PODS, *_key(pod))
+        pods = [p for p in _owned_pods(self.store, sts) if is_pod_active(p)]
+        ready = sum(1 for p in pods if is_pod_ready(p))
+        self._write_status(
+            sts,
+            {
+                "observedGeneration": sts["metadata"].get("generation", 1),
+                "replicas": len(pods),
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "currentReplicas": len(pods),
+                "updatedReplicas": len(pods),
+                "currentRevision": revision,
+                "updateRevision": revision,
+            },
+        )
+
+
+def _ordinal(pod: Obj) -> int:
+    try:
+        return int(pod["metadata"]["name"].rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+class DaemonSetController(_Controller):
+    resource = R.DAEMONSETS
+
+    def _on_change(self, change: Change) -> None:
+        super()._on_change(change)
+        if change.resource is R.NODES and (
+            change.type != "MODIFIED"
+            or (change.old or {}).get("spec") != change.new.get("spec")
+            or (change.old or {}).get("metadata", {}).get("labels")
+            != change.new["metadata"].get("labels")
+        ):
+            for ds in self.store.items(R.DAEMONSETS):
+                self._dirty[_key(ds)] = None
+
+    def sync(self, ds: Obj) -> None:
+        template = json.loads(json.dumps(ds["spec"].get("template") or {}))
+        pod_spec = template.setdefault("spec", {})
+        tolerations = pod_spec.setdefault("tolerations", [])
+        for toleration in DAEMONSET_TOLERATIONS:
+            if toleration not in tolerations:
+                tolerations.append(toleration)
+        pods = [p for p in _owned_pods(self.store, ds) if is_pod_active(p)]
+        by_node: dict[str, list[Obj]] = {}
+        for pod in pods:
+            node_name = _daemon_node(pod)
+            by_node.setdefault(node_name, []).append(pod)
+        eligible = 0
+        for node in self.store.items(R.NODES):
+            node_name = node["metadata"]["name"]
+            fits = matches_node_selector_and_affinity(pod_spec, node) and (
+                untolerated_taint(
+                    tolerations,
+                    [
+                        t
+                        for t in node.get("spec", {}).get("taints") or []
+                        if t.get("effect") in ("NoSchedule", "NoExecute")
+                        and t.get("key")
+                        not in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+                    ],
+                )
+                is None
+            )
+            if not fits:
+                continue
+            eligible += 1
+            if by_node.pop(node_name, None):
+                continue
+            new_pod = pod_from_template(ds, template)
+            spec = new_pod["spec"]
+            affinity = spec.setdefault("affinity", {})
+            affinity["nodeAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node_name]}
+                            ]
+                        }
+                    ]
+                }
+            }
+            self.store.create(R.PODS, new_pod)
+        for leftovers in by_node.values():
+            for pod in leftovers:
+                with contextlib.suppress(ApiError):
+                    self.store.delete(R.PODS, *_key(pod))
+        pods = [p for p in _owned_pods(self.store, ds) if is_pod_active(p)]
+        ready = sum(1 for p in pods if is_pod_ready(p))
+        scheduled = sum(1 for p in pods if p.get("spec", {}).get("nodeName"))
+        self._write_status(
+            ds,
+            {
+                "observedGeneration": ds["metadata"].get("generation", 1),
+                "desiredNumberScheduled": eligible,
+                "currentNumberScheduled": scheduled,
+                "numberReady": ready,
+                "numberAvailable": ready,
+                "updatedNumberScheduled": scheduled,
+                "numberMisscheduled": 0,
+            },
+        )
+
+
+def _daemon_node(pod: Obj) -> str:
+    node = pod.get("spec", {}).get("nodeName")
+    if node:
+        return str(node)
+    terms = (
+        ((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+        .get("nodeSelectorTerms", [])
+    )
+    for term in terms:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("values"):
+                return str(field["values"][0])
+    return ""

@@ -1,0 +1,138 @@
+"""Fixtures for the cluster emulator's tests: small scenarios, a served cluster, real clients."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+
+from rebalancer.clock import ManualClock
+from rebalancer.sim.cluster import ClusterEmulator
+from rebalancer.sim.scenario import Scenario, parse_scenario
+
+SPOT_TOLERATION = "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"
+GPU_TOLERATION = "sku=gpu:NoSchedule"
+
+
+def small_scenario(**changes: Any) -> Scenario:
+    """Three spot GPU nodes, an on-demand GPU pool that may grow to 2, one system node, and an
+    inference Deployment of 3 one-GPU replicas with a PDB maxUnavailable 1."""
+    data: dict[str, Any] = {
+        "name": "small",
+        "settings": {"nodeDeleteDelaySeconds": 5, "shutdownSeconds": 1},
+        "pools": [
+            {"name": "system", "mode": "system", "cpu": 4, "memory": "16Gi", "count": 1},
+            {
+                "name": "gpuspot",
+                "priority": "spot",
+                "vmSize": "Standard_NC24ads_A100_v4",
+                "zones": ["1", "2", "3"],
+                "cpu": 24,
+                "memory": "220Gi",
+                "gpus": 1,
+                "count": 3,
+                "spotPricePerHour": 0.9,
+                "pricePerHour": 3.67,
+            },
+            {
+                "name": "gpu",
+                "vmSize": "Standard_NC24ads_A100_v4",
+                "cpu": 24,
+                "memory": "220Gi",
+                "gpus": 1,
+                "count": 0,
+                "maxCount": 2,
+                "provisioningSeconds": 5,
+                "pricePerHour": 3.67,
+            },
+        ],
+        "workloads": [
+            {
+                "name": "inference",
+                "replicas": 3,
+                "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1},
+                "tolerations": [SPOT_TOLERATION, GPU_TOLERATION],
+                "preferSpot": 100,
+                "startupSeconds": 2,
+                "pdb": {"maxUnavailable": 1},
+            }
+        ],
+    }
+    data.update(changes)
+    return parse_scenario(data)
+
+
+@pytest.fixture(autouse=True)
+async def no_leftover_tasks() -> AsyncIterator[None]:
+    """A test that leaves asyncio tasks running fails (STYLE.md 15)."""
+    before = asyncio.all_tasks()
+    yield
+    for _ in range(3):
+        await asyncio.sleep(0)
+    leftover = [
+        task
+        for task in asyncio.all_tasks() - before
+        if not task.done() and task is not asyncio.current_task()
+    ]
+    assert not leftover, f"tasks left running: {leftover}"
+
+
+@pytest.fixture
+def manual_clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def make_cluster(manual_clock: ManualClock) -> Callable[..., ClusterEmulator]:
+    """A cluster on a ManualClock, not served: for controller tests in virtual time."""
+
+    def make(scenario: Scenario | None = None, **kwargs: Any) -> ClusterEmulator:
+        return ClusterEmulator(scenario or small_scenario(), clock=manual_clock, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[ClusterEmulator]:
+    """The small scenario served over HTTP on ephemeral ports, loops ticking in real time."""
+    cluster = ClusterEmulator(small_scenario(), tick_seconds=0.02, bookmark_interval_seconds=0.2)
+    await cluster.start()
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+
+
+@pytest.fixture
+async def api(served: ClusterEmulator) -> AsyncIterator[k8s.ApiClient]:
+    """A real kubernetes_asyncio client configured from the emulator's kubeconfig."""
+    configuration = k8s.Configuration()
+    await k8s_config.load_kube_config(
+        config_file=str(served.kubeconfig_path), client_configuration=configuration
+    )
+    api_client = k8s.ApiClient(configuration)
+    try:
+        yield api_client
+    finally:
+        await api_client.close()
+
+
+async def eventually(
+    predicate: Callable[[], Any], *, timeout: float = 5.0, message: str = "condition"
+) -> Any:
+    """Poll a condition in real time with a bounded timeout (never a sleep-as-assertion)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        await asyncio.sleep(0.02)
