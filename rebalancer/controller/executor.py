@@ -9,7 +9,7 @@ same interface and writes nothing: it logs what it would do. Neither decides any
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ from rebalancer.controller.planner import (
     Delete,
     EndCooldown,
     Evict,
+    ForgetSurge,
     MarkDrained,
     ReportBlocked,
     Restore,
@@ -105,6 +106,10 @@ class Executor:
                 return await self._scale_up(action, now)
             case ScaleBack():
                 return await self._scale_back(action, now)
+            case ForgetSurge():
+                kind, namespace, name = action.workload
+                patch = {"metadata": {"annotations": {SURGE_ANNOTATION: None}}}
+                return Outcome(await self.writer.patch_workload(kind, namespace, name, patch))
             case SetDeletionCost():
                 annotations: dict[str, str | None] = {DELETION_COST: action.cost}
                 if action.restore:
@@ -164,10 +169,13 @@ class Executor:
 
     async def _scale_back(self, action: ScaleBack, now: datetime) -> Outcome:
         kind, namespace, name = action.workload
-        patch: dict[str, Any] = {"metadata": {"annotations": {SURGE_ANNOTATION: None}}}
+        current = self.workloads.get(action.workload)
+        record = None
+        if current is not None and current.surge is not None:
+            record = replace(current.surge, completed=True).to_json()
+        patch: dict[str, Any] = {"metadata": {"annotations": {SURGE_ANNOTATION: record}}}
         if action.replicas is not None:
             patch["spec"] = {"replicas": action.replicas}
-        current = self.workloads.get(action.workload)
         if current is not None and current.resource_version:
             patch["metadata"]["resourceVersion"] = current.resource_version
         done = await self.writer.patch_workload(kind, namespace, name, patch)

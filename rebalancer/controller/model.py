@@ -189,6 +189,9 @@ class Surge:
     event_ids: tuple[str, ...]
     doomed_pods: tuple[str, ...]  # "namespace/name" of the pods we are replacing
     deadline: str | None  # RFC 3339 of the earliest notice, None: act now
+    # Scaled back already; kept until the doomed pods are gone, so that a doomed pod the
+    # ReplicaSet has not removed yet is never taken for a new one and surged for twice.
+    completed: bool = False
 
     def to_json(self) -> str:
         return json.dumps(
@@ -198,6 +201,7 @@ class Surge:
                 "eventIds": list(self.event_ids),
                 "doomedPods": list(self.doomed_pods),
                 "deadline": self.deadline,
+                "completed": self.completed,
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -212,6 +216,7 @@ class Surge:
             event_ids=tuple(str(e) for e in data.get("eventIds") or []),
             doomed_pods=tuple(str(p) for p in data.get("doomedPods") or []),
             deadline=data.get("deadline"),
+            completed=bool(data.get("completed", False)),
         )
 
 

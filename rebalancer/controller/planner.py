@@ -125,9 +125,19 @@ class ScaleUp:
 
 @dataclass(frozen=True)
 class ScaleBack:
+    """Set replicas back (None: leave them, someone else changed them) and mark the record done."""
+
     workload: tuple[str, str, str]
-    replicas: int | None  # None: only drop our record, someone else changed replicas
+    replicas: int | None
     reason: Reason
+
+
+@dataclass(frozen=True)
+class ForgetSurge:
+    """Drop a completed surge record once none of its doomed pods exists any more."""
+
+    workload: tuple[str, str, str]
+    reason: Reason = Reason.DOOMED_GONE
 
 
 @dataclass(frozen=True)
@@ -188,6 +198,7 @@ Action = (
     | Restore
     | ScaleUp
     | ScaleBack
+    | ForgetSurge
     | SetDeletionCost
     | Evict
     | Delete
@@ -321,7 +332,20 @@ def _surges(
         earliest = min((n for _, n in doomed), key=_deadline_key)
         deadline = None if earliest.act_now else _iso(earliest.deadline)
         events = tuple(sorted({n.event_id for _, n in doomed}))
-        if workload.surge is None:
+        if workload.surge is not None and workload.surge.completed:
+            # Pods of a finished surge are on their way out; only new doomed pods need a surge.
+            old = workload.surge
+            fresh = [name for name in names_now if name not in old.doomed_pods]
+            if fresh:
+                record = Surge(
+                    workload.replicas,
+                    len(fresh),
+                    events,
+                    tuple(sorted(set(old.doomed_pods) | set(fresh))),
+                    deadline,
+                )
+                actions.append(ScaleUp(key, workload.replicas + len(fresh), record))
+        elif workload.surge is None:
             record = Surge(workload.replicas, len(names_now), events, names_now, deadline)
             actions.append(ScaleUp(key, workload.replicas + len(names_now), record))
             fallback = on_demand_fallback(
@@ -366,6 +390,10 @@ def _scale_backs(
             continue
         doomed_names = set(surge.doomed_pods)
         pods = pods_by_workload.get(key, [])
+        if surge.completed:
+            if not any(f"{pod.namespace}/{pod.name}" in doomed_names for pod in pods):
+                actions.append(ForgetSurge(key))
+            continue
         alive = [
             pod
             for pod in pods

@@ -25,6 +25,7 @@ from rebalancer.controller.planner import (
     Delete,
     EndCooldown,
     Evict,
+    ForgetSurge,
     MarkDrained,
     Reason,
     ReportBlocked,
@@ -465,3 +466,27 @@ def test_planning_twice_gives_the_same_plan() -> None:
     pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("web", "spot-0", owner=None, gpus=0)]
     state = snapshot(cluster_nodes(), pods)
     assert plan(state, Settings()) == plan(state, Settings())
+
+
+def test_a_completed_surge_is_not_surged_again_while_its_pods_go() -> None:
+    done = replace(SURGE, completed=True)
+    nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
+    pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("p2", "od-0"), pod("p3", "od-0")]
+    result = plan(snapshot(nodes, pods, [deployment(3, surge=done)]), Settings())
+    assert of_type(result.actions, ScaleUp) == []
+    assert of_type(result.actions, ScaleBack) == []
+    assert of_type(result.actions, ForgetSurge) == []
+    # Once the doomed pod is gone the record is dropped.
+    result = plan(snapshot(nodes, pods[1:], [deployment(3, surge=done)]), Settings())
+    assert of_type(result.actions, ForgetSurge) == [ForgetSurge(KEY)]
+
+
+def test_a_new_doomed_pod_after_a_completed_surge_starts_a_new_one() -> None:
+    done = replace(SURGE, completed=True)
+    nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
+    nodes[1] = node_json("spot-1", notice_seconds=20)
+    pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("p2", "od-0"), pod("p3", "od-0")]
+    result = plan(snapshot(nodes, pods, [deployment(3, surge=done)]), Settings())
+    (scale,) = of_type(result.actions, ScaleUp)
+    assert scale.replicas == 4 and scale.record.added == 1 and not scale.record.completed
+    assert scale.record.doomed_pods == ("ml/p0", "ml/p1")
