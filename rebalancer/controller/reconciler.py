@@ -226,7 +226,11 @@ class Controller:
             self.metrics.reconcile_errors.labels("plan").inc()
             self.log.exception("planning failed", error=str(error))
             return
-        self._observe(state, result.active, elapsed)
+        try:
+            self._observe(state, result.active, elapsed)
+        except Exception:  # observing feeds metrics only; never let it stop the plan
+            self.metrics.reconcile_errors.labels("observe").inc()
+            self.log.exception("observing failed")
         if leader and result.actions:
             if isinstance(self.executor, Executor):
                 self.executor.workloads = state.workloads
@@ -251,23 +255,23 @@ class Controller:
         await self._pace()
         try:
             outcome = await self.executor.apply(action, state.now)
-        except KubeError as error:
+        except Exception as error:  # one failed action must never stop the others or the loop
+            kind = error.kind if isinstance(error, KubeError) else type(error).__name__
             self.metrics.actions.labels(name, "error").inc()
-            self.metrics.reconcile_errors.labels(error.kind).inc()
-            self.log.warning(
-                "action failed",
-                action=name,
-                detail=repr(action),
-                kind=error.kind,
-                reason=str(error),
-            )
+            self.metrics.reconcile_errors.labels(kind).inc()
+            log = self.log.warning if isinstance(error, KubeError) else self.log.exception
+            log("action failed", action=name, subject=repr(action), kind=kind, reason=str(error))
             return
         if self.settings.dry_run:
             self.metrics.actions.labels(name, "dry_run").inc()
             self._log_once("would act (dry run)", action)
             return
         self.metrics.actions.labels(name, "ok" if outcome.done else "noop").inc()
-        self._account(action, outcome, state)
+        try:
+            self._account(action, outcome, state)
+        except Exception:  # accounting is for metrics and logs; it must not stop acting
+            self.metrics.reconcile_errors.labels("accounting").inc()
+            self.log.exception("accounting failed", action=name)
 
     def _account(self, action: Action, outcome: Outcome, state: Snapshot) -> None:
         now = self.clock.monotonic()
@@ -307,7 +311,7 @@ class Controller:
                 if outcome.blocked:
                     self.metrics.pods.labels("eviction_blocked").inc()
                     self._log_once(
-                        "eviction blocked by a PodDisruptionBudget", action, detail=outcome.detail
+                        "eviction blocked by a PodDisruptionBudget", action, reason=outcome.detail
                     )
                 elif outcome.done:
                     self.metrics.pods.labels("evicted").inc()
@@ -404,4 +408,4 @@ class Controller:
         if len(self._logged) > 10_000:
             self._logged.clear()
         self._logged.add(key)
-        self.log.info(message, detail=repr(subject), **fields)
+        self.log.info(message, subject=repr(subject), **fields)

@@ -51,8 +51,11 @@ class TooManyRequests(KubeError):
 
     @property
     def is_disruption_budget(self) -> bool:
+        # StatusCause's Go field is Type, but its JSON name is "reason".
         causes = (self.body.get("details") or {}).get("causes") or []
-        return any(cause.get("type") == "DisruptionBudget" for cause in causes)
+        return any(
+            "DisruptionBudget" in (cause.get("reason"), cause.get("type")) for cause in causes
+        )
 
 
 class Forbidden(KubeError):

@@ -1,0 +1,294 @@
+"""An emulated AKS GPU cluster with the real agent and controller processes, for end-to-end tests.
+
+The cluster emulator runs in the test's event loop (real time); `rebalancer agent` (one per spot
+node) and `rebalancer controller` run as subprocesses against it, as they would in a cluster.
+A sampler records the lowest Ready count of each watched workload, which is what users feel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from rebalancer import names
+from rebalancer.sim import resources as R
+from rebalancer.sim.cluster import ClusterEmulator
+from rebalancer.sim.scenario import parse_scenario
+from tests.helpers import free_port
+
+SPOT_TOLERATIONS = ["kubernetes.azure.com/scalesetpriority=spot:NoSchedule", "sku=gpu:NoSchedule"]
+
+BASE_SCENARIO: dict[str, Any] = {
+    "name": "e2e",
+    "cluster": {"name": "e2e", "region": "eastus"},
+    "settings": {"nodeDeleteDelaySeconds": 2, "shutdownSeconds": 0.5},
+    "pools": [
+        {"name": "system", "priority": "regular", "mode": "system", "vmSize": "Standard_D4s_v5",
+         "zones": ["1"], "cpu": 4, "memory": "16Gi", "gpus": 0, "count": 1},
+        {"name": "gpuspot", "priority": "spot", "vmSize": "Standard_NC24ads_A100_v4",
+         "zones": ["1"], "cpu": 24, "memory": "220Gi", "gpus": 1, "count": 3},
+        {"name": "gpuondemand", "priority": "regular", "vmSize": "Standard_NC24ads_A100_v4",
+         "zones": ["1"], "cpu": 24, "memory": "220Gi", "gpus": 1, "count": 2},
+    ],
+    "workloads": [
+        {"name": "llm", "namespace": "inference", "replicas": 3,
+         "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": 1},
+         "tolerations": SPOT_TOLERATIONS, "preferSpot": 100, "startupSeconds": 3,
+         "terminationGracePeriodSeconds": 10, "pdb": {"maxUnavailable": 1}},
+    ],
+}  # fmt: skip
+
+
+def scenario(**changes: Any) -> dict[str, Any]:
+    data = copy.deepcopy(BASE_SCENARIO)
+    data.update(changes)
+    return data
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in pod["status"].get("conditions") or []
+    )
+
+
+@dataclass
+class Rig:
+    cluster: ClusterEmulator
+    workdir: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    min_ready: dict[tuple[str, str], int] = field(default_factory=dict)
+    watched: list[tuple[str, str]] = field(default_factory=list)
+
+    # ---- processes ---------------------------------------------------------------------------
+
+    def _env(self, **extra: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            "REBALANCER_KUBECONFIG": str(self.cluster.kubeconfig_path),
+            "REBALANCER_LOG_FORMAT": "json",
+            "REBALANCER_HTTP_HOST": "127.0.0.1",
+            **extra,
+        }
+
+    def spawn(self, name: str, args: list[str], **env: str) -> subprocess.Popen[bytes]:
+        port = free_port()
+        self.ports[name] = port
+        log = (self.workdir / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rebalancer.cli", *args],
+            env=self._env(REBALANCER_HTTP_PORT=str(port), **env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes[name] = process
+        return process
+
+    def start_agents(self, pool: str = "gpuspot") -> None:
+        for node in self.cluster.nodes(pool):
+            node_name = node["metadata"]["name"]
+            self.spawn(
+                f"agent-{node_name}",
+                ["agent"],
+                NODE_NAME=node_name,
+                REBALANCER_IMDS_URL=self.cluster.imds_url_for(node_name),
+            )
+
+    def start_controller(self, name: str = "controller-0", **env: str) -> None:
+        self.spawn(
+            name,
+            ["controller"],
+            REBALANCER_NAMESPACE="default",
+            REBALANCER_IDENTITY=name,
+            **env,
+        )
+
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
+        process = self.processes.pop(name)
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def log(self, name: str) -> str:
+        return (self.workdir / f"{name}.log").read_text(errors="replace")
+
+    async def metrics(self, name: str) -> str:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{self.ports[name]}/metrics") as response,
+        ):
+            return await response.text()
+
+    async def metric(self, name: str, sample: str) -> float:
+        """The value of one sample line (`name{labels}`), summed over matching lines; 0 if none."""
+        total = 0.0
+        for line in (await self.metrics(name)).splitlines():
+            if line.startswith(sample):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    # ---- cluster state -----------------------------------------------------------------------
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return self.cluster.store.get(R.NODES, "", name)
+
+    def spot_nodes(self) -> list[str]:
+        return sorted(n["metadata"]["name"] for n in self.cluster.nodes("gpuspot"))
+
+    def pods(self, namespace: str = "inference") -> list[dict[str, Any]]:
+        return [
+            p
+            for p in self.cluster.pods(namespace)
+            if p["metadata"].get("deletionTimestamp") is None
+        ]
+
+    def ready_count(self, namespace: str = "inference", prefix: str = "llm") -> int:
+        return sum(
+            1 for p in self.pods(namespace) if p["metadata"]["name"].startswith(prefix) and ready(p)
+        )
+
+    def deployment(self, name: str = "llm", namespace: str = "inference") -> dict[str, Any]:
+        deployment = self.cluster.store.get(R.DEPLOYMENTS, namespace, name)
+        assert deployment is not None
+        return deployment
+
+    def pool_of(self, node_name: str) -> str:
+        node = self.node(node_name)
+        return "" if node is None else node["metadata"]["labels"][names.AKS_AGENTPOOL_LABEL]
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return [
+            e
+            for ns in ("default", "inference", "")
+            for e in self.cluster.store.items(R.EVENTS, ns or None)
+            if e.get("reason") == reason
+        ]
+
+    def npd_preemption(self, node_name: str, event_id: str, not_before: str) -> None:
+        """Write the condition AKS's node-problem-detector would write for a Preempt."""
+        node = copy.deepcopy(self.node(node_name))
+        assert node is not None
+        message = (
+            f"Preempt Scheduled: {not_before}. For more information, see "
+            f"https://aka.ms/aks/scheduledevents. EventId: {event_id}"
+        )
+        node["status"]["conditions"] = [
+            c for c in node["status"]["conditions"] if c["type"] != "PreemptionScheduled"
+        ] + [
+            {
+                "type": "PreemptionScheduled",
+                "status": "True",
+                "reason": "SpotEvictionIncoming",
+                "message": message,
+                "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ]
+        self.cluster.store.update(R.NODES, node)
+
+    async def wait_for(self, predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if result:
+                return result
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise AssertionError(
+                        f"{name} exited ({process.returncode}):\n{self.log(name)[-3000:]}"
+                    )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            await asyncio.sleep(0.05)
+
+    async def until_ready(self, replicas: int = 3) -> None:
+        """The llm replicas Ready, every agent reporting, every controller synced."""
+        await self.wait_for(
+            lambda: self.ready_count() == replicas, timeout=30, what=f"{replicas} Ready replicas"
+        )
+
+        def agents_report() -> bool:
+            for node_name in self.spot_nodes():
+                node = self.node(node_name) or {"status": {}}
+                types = {c["type"] for c in node["status"].get("conditions") or []}
+                if names.CONDITION_TYPE not in types:
+                    return False
+            return True
+
+        if any(name.startswith("agent") for name in self.processes):
+            await self.wait_for(agents_report, timeout=30, what="the agents to report")
+        for name in [n for n in self.processes if n.startswith("controller")]:
+            await self.wait_for_metric(name, "rebalancer_controller_cache_synced", 1, timeout=30)
+
+    async def wait_for_metric(
+        self, process: str, sample: str, at_least: float, *, timeout: float
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(aiohttp.ClientError):
+                if await self.metric(process, sample) >= at_least:
+                    return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{process}: {sample} never reached {at_least}")
+            await asyncio.sleep(0.1)
+
+    async def sample(self) -> None:
+        """Track the lowest Ready count of each watched workload, every 20 ms."""
+        while True:
+            for namespace, prefix in self.watched:
+                count = self.ready_count(namespace, prefix)
+                key = (namespace, prefix)
+                self.min_ready[key] = min(self.min_ready.get(key, count), count)
+            await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def running(
+    tmp_path: Path,
+    data: dict[str, Any] | None = None,
+    *,
+    prepare: Callable[[ClusterEmulator], None] | None = None,
+) -> AsyncIterator[Rig]:
+    cluster = ClusterEmulator(parse_scenario(data or scenario()), tick_seconds=0.05)
+    if prepare is not None:
+        prepare(cluster)
+    await cluster.start(kubeconfig_dir=tmp_path)
+    rig = Rig(cluster=cluster, workdir=tmp_path)
+    sampler: asyncio.Task[None] | None = None
+    try:
+        yield rig
+    finally:
+        for name in list(rig.processes):
+            rig.stop(name)
+        if sampler is not None:
+            sampler.cancel()
+        await cluster.stop()
+
+
+@contextlib.asynccontextmanager
+async def sampling(rig: Rig, *workloads: tuple[str, str]) -> AsyncIterator[None]:
+    rig.watched = list(workloads) or [("inference", "llm")]
+    rig.min_ready.clear()
+    task = asyncio.create_task(rig.sample())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,330 @@
+"""The controller end to end: real agent and controller processes on the cluster emulator.
+
+Each test asserts what a user would see: nodes, pods, replicas, Events and metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from rebalancer import names
+from tests.e2e.rig import SPOT_TOLERATIONS, Rig, ready, running, sampling, scenario
+
+pytestmark = pytest.mark.e2e
+
+DEADLINE_TAINT = f"{names.PREFIX}/evicting"
+
+
+async def test_single_preempt_fails_over_before_the_node_goes(tmp_path: Path) -> None:
+    async with running(tmp_path) as rig:
+        rig.start_agents()
+        rig.start_controller()
+        await rig.until_ready()
+        doomed = rig.spot_nodes()[0]
+        async with sampling(rig):
+            event = rig.cluster.preempt(doomed, notice_seconds=30)
+            await rig.wait_for(
+                lambda: (rig.node(doomed) or {"spec": {}})["spec"].get("unschedulable"),
+                timeout=5,
+                what="the node cordoned",
+            )
+            node = rig.node(doomed)
+            assert node is not None
+            assert DEADLINE_TAINT in {t["key"] for t in node["spec"]["taints"]}
+            assert (
+                node["metadata"]["labels"][
+                    "node.kubernetes.io/exclude-from-external-load-balancers"
+                ]
+                == "true"
+            )
+            await rig.wait_for(lambda: rig.node(doomed) is None, timeout=40, what="the VM gone")
+            await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready replicas")
+        # Nobody lost a replica: the replacement was Ready before the doomed one went.
+        assert rig.min_ready[("inference", "llm")] == 3
+        assert rig.deployment()["spec"]["replicas"] == 3
+        pools = sorted(rig.pool_of(p["spec"]["nodeName"]) for p in rig.pods())
+        assert pools == ["gpuondemand", "gpuspot", "gpuspot"]
+        # The agent acknowledged the event only after the controller said the node was drained.
+        assert rig.cluster.imds.events[event.event_id].acknowledged_by
+        assert rig.events("SpotRebalancerCordoned") and rig.events("SpotRebalancerSurge")
+        assert rig.events("SpotRebalancerDrained")
+        metrics = await rig.metrics("controller-0")
+        assert (
+            'rebalancer_controller_notices_total{event_type="Preempt",pool="gpuspot",priority="spot"'
+            in metrics
+        )
+        assert (
+            await rig.metric("controller-0", "rebalancer_controller_notice_to_cordon_seconds_count")
+            == 1
+        )
+        assert (
+            await rig.metric(
+                "controller-0",
+                'rebalancer_controller_failovers_total{reason="ReplacementsReady",stage="completed"}',
+            )
+            == 1
+        )
+        assert await rig.metric("controller-0", "rebalancer_controller_leader") == 1
+
+
+def _deadline_of(rig: Rig, event_id: str) -> float:
+    return rig.cluster.imds.events[event_id].not_before.timestamp()
+
+
+def _drained_for(rig: Rig, node_name: str) -> str:
+    node = rig.node(node_name)
+    return (
+        ""
+        if node is None
+        else node["metadata"].get("annotations", {}).get(names.DRAINED_FOR_ANNOTATION, "")
+    )
+
+
+async def test_a_wave_of_twenty_nodes_through_the_npd_conditions(tmp_path: Path) -> None:
+    data = scenario()
+    data["pools"][1]["count"] = 20
+    data["pools"][2].update({"count": 2, "minCount": 0, "maxCount": 24, "provisioningSeconds": 2})
+    data["workloads"][0]["replicas"] = 20
+    async with running(tmp_path, data) as rig:
+        rig.start_controller()  # no agents: AKS's node-problem-detector is the only signal
+        await rig.until_ready(replicas=20)
+        doomed = rig.spot_nodes()
+        deadlines: dict[str, float] = {}
+        noticed_at: dict[str, float] = {}
+        cordoned_at: dict[str, float] = {}
+        drained_at: dict[str, float] = {}
+
+        async def watch_nodes() -> None:
+            while True:
+                for node_name in doomed:
+                    node = rig.node(node_name)
+                    if node is not None and node["spec"].get("unschedulable"):
+                        cordoned_at.setdefault(node_name, time.time())
+                    if _drained_for(rig, node_name):
+                        drained_at.setdefault(node_name, time.time())
+                await asyncio.sleep(0.02)
+
+        async with sampling(rig):
+            watcher = asyncio.create_task(watch_nodes())
+            try:
+                for index, node_name in enumerate(doomed):
+                    event = rig.cluster.preempt(node_name, notice_seconds=30)
+                    not_before = event.not_before.strftime("%a, %d %b %Y %H:%M:%S GMT")
+                    rig.npd_preemption(node_name, event.event_id, not_before)
+                    noticed_at[node_name] = time.time()
+                    deadlines[node_name] = event.not_before.timestamp()
+                    if index % 2:
+                        await asyncio.sleep(1.0)  # 20 nodes over 10 seconds
+                await rig.wait_for(lambda: len(cordoned_at) == 20, timeout=15, what="20 cordoned")
+                await rig.wait_for(lambda: len(drained_at) == 20, timeout=40, what="20 drained")
+            finally:
+                watcher.cancel()
+            await rig.wait_for(
+                lambda: all(rig.node(n) is None for n in doomed), timeout=45, what="the VMs gone"
+            )
+            await rig.wait_for(lambda: rig.ready_count() == 20, timeout=20, what="20 Ready again")
+        slowest_cordon = max(cordoned_at[n] - noticed_at[n] for n in doomed)
+        assert slowest_cordon < 5.0, f"a node was cordoned {slowest_cordon:.1f}s after its notice"
+        assert all(drained_at[n] < deadlines[n] for n in doomed), (
+            "a node was drained after its deadline"
+        )
+        assert rig.deployment()["spec"]["replicas"] == 20
+        assert all(rig.pool_of(p["spec"]["nodeName"]) == "gpuondemand" for p in rig.pods())
+        assert rig.min_ready[("inference", "llm")] >= 18, rig.min_ready
+        assert (
+            await rig.metric("controller-0", "rebalancer_controller_drain_missed_deadline_total")
+            == 0
+        )
+
+
+async def test_eight_seconds_of_notice_still_drains_in_time(tmp_path: Path) -> None:
+    async with running(tmp_path) as rig:
+        rig.start_agents()
+        rig.start_controller()
+        await rig.until_ready()
+        doomed = rig.spot_nodes()[0]
+        event = rig.cluster.preempt(doomed, notice_seconds=8)
+        deadline = _deadline_of(rig, event.event_id)
+        await rig.wait_for(lambda: _drained_for(rig, doomed), timeout=12, what="the node drained")
+        assert time.time() < deadline, "drained after the deadline"
+        await rig.wait_for(lambda: rig.node(doomed) is None, timeout=20, what="the VM gone")
+        await rig.wait_for(lambda: rig.ready_count() == 3, timeout=15, what="3 Ready replicas")
+        assert rig.deployment()["spec"]["replicas"] == 3
+
+
+async def test_a_pdb_that_allows_nothing_does_not_stop_the_deadline(tmp_path: Path) -> None:
+    data = scenario()
+    data["workloads"].append(
+        {"name": "cache", "namespace": "inference", "replicas": 1, "requests": {"cpu": "1"},
+         "tolerations": SPOT_TOLERATIONS,
+         "nodeSelector": {"kubernetes.azure.com/scalesetpriority": "spot"},
+         "terminationGracePeriodSeconds": 30, "pdb": {"minAvailable": 1}}
+    )  # fmt: skip
+    async with running(tmp_path, data) as rig:
+        rig.start_agents()
+        rig.start_controller()
+        await rig.until_ready()
+        cache = await rig.wait_for(
+            lambda: next(
+                (p for p in rig.pods() if p["metadata"]["name"].startswith("cache") and ready(p)),
+                None,
+            ),
+            timeout=10,
+            what="the cache pod",
+        )
+        doomed = cache["spec"]["nodeName"]
+        event = rig.cluster.preempt(doomed, notice_seconds=15)
+        deadline = _deadline_of(rig, event.event_id)
+        await rig.wait_for_metric(
+            "controller-0",
+            'rebalancer_controller_pods_total{action="eviction_blocked"}',
+            1,
+            timeout=10,
+        )
+        await rig.wait_for(lambda: _drained_for(rig, doomed), timeout=20, what="the node drained")
+        assert time.time() < deadline, "the PDB held the drain past the deadline"
+        assert (
+            await rig.metric("controller-0", 'rebalancer_controller_pods_total{action="deleted"}')
+            >= 1
+        )
+
+
+async def test_a_cancelled_event_is_undone(tmp_path: Path) -> None:
+    data = scenario()
+    data["workloads"][0]["startupSeconds"] = 8  # the replacement is still loading when it ends
+    async with running(tmp_path, data) as rig:
+        rig.start_agents()
+        rig.start_controller()
+        await rig.until_ready()
+        doomed = rig.spot_nodes()[0]
+        before = rig.node(doomed)
+        assert before is not None
+        doomed_pod = next(
+            p["metadata"]["name"] for p in rig.pods() if p["spec"]["nodeName"] == doomed
+        )
+        async with sampling(rig):
+            event = rig.cluster.preempt(doomed, notice_seconds=120)
+            await rig.wait_for(
+                lambda: rig.deployment()["spec"]["replicas"] == 4, timeout=10, what="the surge"
+            )
+            assert rig.cluster.imds.cancel(event.event_id)
+            await rig.wait_for(
+                lambda: rig.deployment()["spec"]["replicas"] == 3, timeout=15, what="the scale-back"
+            )
+
+            def restored() -> bool:
+                node = rig.node(doomed)
+                return (
+                    bool(node)
+                    and not node["spec"].get("unschedulable")
+                    and not any(
+                        k.startswith(names.PREFIX) and k != names.EVENTS_ANNOTATION
+                        for k in node["metadata"].get("annotations", {})
+                    )
+                )
+
+            await rig.wait_for(restored, timeout=10, what="the node restored")
+        node = rig.node(doomed)
+        assert node is not None
+        assert DEADLINE_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
+        assert (
+            "node.kubernetes.io/exclude-from-external-load-balancers"
+            not in node["metadata"]["labels"]
+        )
+        # The old replica stayed, serving; the replacement that was still loading went.
+        names_now = {
+            p["metadata"]["name"] for p in rig.pods() if p["metadata"]["name"].startswith("llm")
+        }
+        assert doomed_pod in names_now and len(names_now) == 3
+        kept = next(p for p in rig.pods() if p["metadata"]["name"] == doomed_pod)
+        assert "controller.kubernetes.io/pod-deletion-cost" not in kept["metadata"].get(
+            "annotations", {}
+        )
+        assert rig.min_ready[("inference", "llm")] == 3
+        assert rig.events("SpotRebalancerRestored")
+
+
+async def test_no_compatible_on_demand_pool_is_reported_and_the_node_still_drained(
+    tmp_path: Path,
+) -> None:
+    data = scenario()
+    data["workloads"][0]["nodeSelector"] = {"kubernetes.azure.com/scalesetpriority": "spot"}
+    async with running(tmp_path, data) as rig:
+        rig.start_agents()
+        rig.start_controller()
+        await rig.until_ready()
+        doomed = rig.spot_nodes()[0]
+        event = rig.cluster.preempt(doomed, notice_seconds=12)
+        deadline = _deadline_of(rig, event.event_id)
+        warnings = await rig.wait_for(
+            lambda: rig.events("SpotRebalancerFailoverBlocked"), timeout=10, what="the warning"
+        )
+        assert warnings[0]["involvedObject"]["name"] == "llm"
+        assert (
+            "nodeSelector kubernetes.azure.com/scalesetpriority=spot not matched"
+            in warnings[0]["message"]
+        )
+        assert warnings[0]["type"] == "Warning"
+        await rig.wait_for(lambda: _drained_for(rig, doomed), timeout=15, what="the node drained")
+        assert time.time() < deadline
+        assert (
+            await rig.metric(
+                "controller-0",
+                'rebalancer_controller_failovers_total{reason="NoCompatibleOnDemandPool",stage="blocked"}',
+            )
+            == 1
+        )
+        await rig.wait_for(
+            lambda: rig.deployment()["spec"]["replicas"] == 3,
+            timeout=15,
+            what="no workload left over-scaled",
+        )
+
+
+async def test_aks_npd_conditions_without_our_agent(tmp_path: Path) -> None:
+    async with running(tmp_path) as rig:
+        rig.start_controller()
+        await rig.until_ready()
+        doomed = rig.spot_nodes()[0]
+        event = rig.cluster.preempt(doomed, notice_seconds=20)
+        rig.npd_preemption(
+            doomed, event.event_id, event.not_before.strftime("%a, %d %b %Y %H:%M:%S GMT")
+        )
+        await rig.wait_for(lambda: _drained_for(rig, doomed), timeout=15, what="the node drained")
+        assert _drained_for(rig, doomed).upper() == event.event_id.upper()
+        metrics = await rig.metrics("controller-0")
+        assert 'source="aks-npd"' in metrics
+
+
+async def test_dry_run_writes_nothing(tmp_path: Path) -> None:
+    async with running(tmp_path) as rig:
+        rig.start_controller(REBALANCER_DRY_RUN="true")
+        await rig.until_ready()
+        doomed = rig.spot_nodes()[0]
+        event = rig.cluster.preempt(doomed, notice_seconds=60)
+        writes_before = rig.cluster.store.writes
+        rig.npd_preemption(
+            doomed, event.event_id, event.not_before.strftime("%a, %d %b %Y %H:%M:%S GMT")
+        )
+        await rig.wait_for_metric(
+            "controller-0",
+            'rebalancer_controller_actions_total{action="Cordon",outcome="dry_run"}',
+            1,
+            timeout=10,
+        )
+        await rig.wait_for_metric(
+            "controller-0",
+            'rebalancer_controller_actions_total{action="ScaleUp",outcome="dry_run"}',
+            1,
+            timeout=10,
+        )
+        node = rig.node(doomed)
+        assert node is not None and not node["spec"].get("unschedulable")
+        assert rig.deployment()["spec"]["replicas"] == 3
+        assert not rig.events("SpotRebalancerCordoned")
+        assert "would act (dry run)" in rig.log("controller-0")
+        del writes_before
