@@ -38,7 +38,9 @@ class Tools:
             )
         return result
 
-    def helm(self, version: str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    def helm(
+        self, version: str, *args: str, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
         return self.run(self.env[version.upper()], *args, check=check)
 
     def template(

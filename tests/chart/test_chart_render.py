@@ -138,9 +138,7 @@ def test_agent_disabled_renders_nothing(tools: Tools) -> None:
 
 
 def test_controller_values_are_refused_until_it_exists(tools: Tools) -> None:
-    result = tools.helm(
-        "helm4", "template", "r", str(CHART), "--set", "controller.enabled=true"
-    )
+    result = tools.helm("helm4", "template", "r", str(CHART), "--set", "controller.enabled=true")
     assert result.returncode != 0 and "controller" in result.stderr
 
 
@@ -181,7 +179,9 @@ def test_agent_daemonset(rendered: dict[str, list[dict[str, Any]]], scenario: st
     assert spec["hostNetwork"] is False
     assert spec["automountServiceAccountToken"] is True
     assert spec["priorityClassName"] == "system-node-critical"
-    assert spec["serviceAccountName"] == one(rendered[scenario], "ServiceAccount")["metadata"]["name"]
+    assert (
+        spec["serviceAccountName"] == one(rendered[scenario], "ServiceAccount")["metadata"]["name"]
+    )
     assert spec.get("nodeSelector", {}) == values["agent"]["nodeSelector"]
     assert spec["tolerations"] == values["tolerations"]
     (port,) = container["ports"]
@@ -265,7 +265,9 @@ def test_names_and_image(tools: Tools, rendered: dict[str, list[dict[str, Any]]]
     container = everything["spec"]["template"]["spec"]["containers"][0]
     assert container["image"].startswith("myregistry.example/spot-rebalancer@sha256:")
     assert container["imagePullPolicy"] == "Always"
-    tagged = tools.template("--set", "image.tag=1.2.3", "--set", "nameOverride=rebal", release="prod")
+    tagged = tools.template(
+        "--set", "image.tag=1.2.3", "--set", "nameOverride=rebal", release="prod"
+    )
     daemonset = one(tagged, "DaemonSet")
     assert daemonset["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":1.2.3")
     assert daemonset["metadata"]["name"] == "prod-rebal-agent"
@@ -306,7 +308,9 @@ def test_every_agent_setting_is_a_chart_value() -> None:
             assert AgentSettings.model_fields[snake(key)].default == default, key
 
 
-def agent_settings_from(daemonset: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> AgentSettings:
+def agent_settings_from(
+    daemonset: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> AgentSettings:
     """Build the agent's settings exactly as the process would, from the rendered env."""
     (container,) = daemonset["spec"]["template"]["spec"]["containers"]
     for item in container["env"]:
@@ -393,7 +397,7 @@ def test_schema_rejects(tools: Tools, helm: str, path: str, value: str) -> None:
     result = tools.helm(helm, "template", "r", str(CHART), "--set-json", f"{path}={value}")
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
-    leaf = path.split(".")[-1]
+    leaf = path.rsplit(".", maxsplit=1)[-1]
     assert leaf in result.stderr, result.stderr
 
 
