@@ -404,3 +404,30 @@ def test_schema_rejects(tools: Tools, helm: str, path: str, value: str) -> None:
 def chart_meta() -> dict[str, Any]:
     meta: dict[str, Any] = yaml.safe_load((CHART / "Chart.yaml").read_text())
     return meta
+
+
+# NOTES.txt is rendered only by `helm install`; helm 4 does a client-side dry run offline, while
+# helm 3.17 still asks a cluster for its version, and no cluster runs here.
+@pytest.mark.parametrize("helm", ["helm4"])
+def test_notes(tools: Tools, helm: str) -> None:
+    """NOTES.txt renders and warns about the placeholder image."""
+    result = tools.helm(
+        helm, "install", "spot-rebalancer", str(CHART), "-n", "spot", "--dry-run=client"
+    )
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "rollout status daemonset/spot-rebalancer-agent" in notes
+    assert "image.repository is the placeholder" in notes
+    assert "controller (cordon, surge, drain) is not part of this chart version" in notes
+    pinned = tools.helm(
+        helm,
+        "install",
+        "spot-rebalancer",
+        str(CHART),
+        "-n",
+        "spot",
+        "--dry-run=client",
+        "--set",
+        "image.repository=myregistry.example/spot-rebalancer",
+    )
+    assert "placeholder" not in pinned.stdout.split("NOTES:", 1)[1]
