@@ -64,7 +64,8 @@ def test_promtool_unit_tests_pass(tools: Tools) -> None:
 
 def test_every_alert_has_a_firing_and_a_silent_case() -> None:
     alerts = set(alerts_of(yaml.safe_load(ALERTS_FILE.read_text())))
-    firing, silent = set(), set()
+    firing: set[str] = set()
+    silent: set[str] = set()
     for case in yaml.safe_load(ALERTS_TEST.read_text())["tests"]:
         for check in case["alert_rule_test"]:
             (firing if check["exp_alerts"] else silent).add(check["alertname"])

@@ -72,7 +72,7 @@ def test_dockerignore_is_an_allow_list_of_what_the_build_copies() -> None:
     ]
     assert lines[0] == "*"
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    copied = set()
+    copied: set[str] = set()
     for line in stages(DOCKERFILE.read_text())[1]:
         if line.startswith("COPY") and "--from" not in line:
             copied.update(part.rstrip("/") for part in line.split()[1:-1])
