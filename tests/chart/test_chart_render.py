@@ -163,7 +163,7 @@ def test_restricted_pod_security(rendered: dict[str, list[dict[str, Any]]], scen
             assert not context.get("privileged")
             assert not [p for p in container.get("ports", []) if "hostPort" in p]
             resources = container["resources"]
-            assert {"cpu", "memory"} <= set(resources["requests"]) | set()
+            assert {"cpu", "memory"} <= set(resources["requests"])
             assert {"cpu", "memory"} <= set(resources["limits"])
 
 
