@@ -69,9 +69,8 @@ async def main(events: int, soak_seconds: float, interval: float) -> None:
                 "REBALANCER_LOG_FORMAT": "json",
                 "REBALANCER_LOG_LEVEL": "warning",
             }
-            process = subprocess.Popen(
-                [sys.executable, "-m", "rebalancer.cli", "agent"], env=env
-            )
+            # Started once, before anything is measured: blocking the loop for the fork is harmless.
+            process = subprocess.Popen([sys.executable, "-m", "rebalancer.cli", "agent"], env=env)  # noqa: ASYNC220
             try:
                 await measure(process, imds, kube, events, soak_seconds, interval)
             finally:

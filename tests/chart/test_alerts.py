@@ -1,0 +1,126 @@
+"""Alert rules: checked and unit-tested by the real promtool, one source for chart and plain file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rebalancer.metrics import AgentMetrics
+from tests.chart.conftest import Tools, one
+from tests.chart.generated import (
+    ALERTS_FILE,
+    CHART,
+    CHART_README,
+    alert_rules_file,
+    readme_with_table,
+    undocumented,
+    values_table,
+)
+
+pytestmark = pytest.mark.chart
+
+ALERTS_TEST = ALERTS_FILE.parent / "alerts.test.yaml"
+
+
+def rule_groups(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(objects, "PrometheusRule")["spec"]
+    return spec
+
+
+def alerts_of(groups: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {rule["alert"]: rule for group in groups["groups"] for rule in group["rules"]}
+
+
+def check_rules(tools: Tools, path: Path) -> None:
+    result = tools.run(tools.path("PROMTOOL"), "check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "values", [[], ["-f", str(Path(__file__).parent / "values-everything.yaml")]]
+)
+def test_promtool_checks_the_rendered_prometheus_rule(
+    tools: Tools, tmp_path: Path, values: list[str]
+) -> None:
+    objects = tools.template("--set", "prometheusRule.enabled=true", *values)
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(rule_groups(objects)))
+    check_rules(tools, path)
+
+
+def test_promtool_checks_the_plain_rules_file(tools: Tools) -> None:
+    check_rules(tools, ALERTS_FILE)
+
+
+def test_promtool_unit_tests_pass(tools: Tools) -> None:
+    result = tools.run(tools.path("PROMTOOL"), "test", "rules", str(ALERTS_TEST))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_a_firing_and_a_silent_case() -> None:
+    alerts = set(alerts_of(yaml.safe_load(ALERTS_FILE.read_text())))
+    firing: set[str] = set()
+    silent: set[str] = set()
+    for case in yaml.safe_load(ALERTS_TEST.read_text())["tests"]:
+        for check in case["alert_rule_test"]:
+            (firing if check["exp_alerts"] else silent).add(check["alertname"])
+    assert firing == alerts and silent == alerts
+
+
+def test_plain_rules_file_is_the_chart_render(tools: Tools) -> None:
+    assert ALERTS_FILE.read_text() == alert_rules_file(tools.env), (
+        "deploy/prometheus/alerts.yaml is stale: run scripts/render-chart-files"
+    )
+
+
+def test_thresholds_and_switches_come_from_values(tools: Tools) -> None:
+    objects = tools.template(
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "prometheusRule.rules.agentNotPolling.staleSeconds=45",
+        "--set",
+        "prometheusRule.rules.agentNodeWritesFailing.for=9m",
+        "--set",
+        "prometheusRule.rules.agentAcknowledgementsFailing.enabled=false",
+        "--set",
+        "prometheusRule.alertLabels.team=inference",
+    )
+    alerts = alerts_of(rule_groups(objects))
+    assert set(alerts) == {"SpotRebalancerAgentNotPolling", "SpotRebalancerAgentNodeWritesFailing"}
+    assert alerts["SpotRebalancerAgentNotPolling"]["expr"].endswith("> 45")
+    assert alerts["SpotRebalancerAgentNodeWritesFailing"]["for"] == "9m"
+    for rule in alerts.values():
+        assert rule["labels"]["team"] == "inference"
+
+
+def exported_names(metrics: AgentMetrics) -> set[str]:
+    """Every series name the agent exports (labelled metrics export none until first used)."""
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "gauge": [""]}
+    names = set()
+    for family in metrics.registry.collect():
+        for suffix in suffixes.get(family.type, [""]):
+            names.add(family.name + suffix)
+    return names
+
+
+def test_alerts_use_only_metrics_the_agent_exports() -> None:
+    exported = exported_names(AgentMetrics())
+    for name, rule in alerts_of(yaml.safe_load(ALERTS_FILE.read_text())).items():
+        used = set(re.findall(r"\brebalancer_[a-z_]+", rule["expr"]))
+        assert used, name
+        assert used <= exported, f"{name} uses {used - exported}"
+
+
+def test_chart_readme_values_table_is_current() -> None:
+    values_text = (CHART / "values.yaml").read_text()
+    assert undocumented(values_text) == [], "values.yaml keys without a `# --` description"
+    readme = CHART_README.read_text()
+    assert readme == readme_with_table(readme, values_table(values_text)), (
+        "charts/spot-rebalancer/README.md values table is stale: run scripts/render-chart-files"
+    )
