@@ -173,12 +173,7 @@ class Rig:
         return "" if node is None else node["metadata"]["labels"][names.AKS_AGENTPOOL_LABEL]
 
     def events(self, reason: str) -> list[dict[str, Any]]:
-        return [
-            e
-            for ns in ("default", "inference", "")
-            for e in self.cluster.store.items(R.EVENTS, ns or None)
-            if e.get("reason") == reason
-        ]
+        return [e for e in self.cluster.store.items(R.EVENTS) if e.get("reason") == reason]
 
     def npd_preemption(self, node_name: str, event_id: str, not_before: str) -> None:
         """Write the condition AKS's node-problem-detector would write for a Preempt."""

@@ -6,10 +6,14 @@ Each test asserts what a user would see: nodes, pods, replicas, Events and metri
 from __future__ import annotations
 
 import asyncio
+import itertools
+import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 
 from rebalancer import names
 from tests.e2e.rig import SPOT_TOLERATIONS, Rig, ready, running, sampling, scenario
@@ -328,3 +332,146 @@ async def test_dry_run_writes_nothing(tmp_path: Path) -> None:
         assert not rig.events("SpotRebalancerCordoned")
         assert "would act (dry run)" in rig.log("controller-0")
         del writes_before
+
+
+FAST_LEASE = {
+    "REBALANCER_LEASE_DURATION_SECONDS": "4",
+    "REBALANCER_RENEW_DEADLINE_SECONDS": "3",
+    "REBALANCER_RETRY_PERIOD_SECONDS": "1",
+}
+
+
+async def _leader(rig: Rig, candidates: list[str]) -> str:
+    async def find() -> str | None:
+        for name in candidates:
+            if (
+                name in rig.processes
+                and await rig.metric(name, "rebalancer_controller_leader") == 1
+            ):
+                return name
+        return None
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        leader = await find()
+        if leader:
+            return leader
+        await asyncio.sleep(0.2)
+    raise AssertionError("no leader")
+
+
+async def test_the_other_replica_finishes_when_the_leader_dies_mid_drain(tmp_path: Path) -> None:
+    data = scenario()
+    data["workloads"][0]["startupSeconds"] = 8  # the surge is still loading when the leader dies
+    async with running(tmp_path, data) as rig:
+        rig.start_agents()
+        rig.start_controller("controller-a", **FAST_LEASE)
+        rig.start_controller("controller-b", **FAST_LEASE)
+        await rig.until_ready()
+        leader = await _leader(rig, ["controller-a", "controller-b"])
+        follower = "controller-b" if leader == "controller-a" else "controller-a"
+        doomed = rig.spot_nodes()[0]
+        async with sampling(rig):
+            event = rig.cluster.preempt(doomed, notice_seconds=40)
+            deadline = _deadline_of(rig, event.event_id)
+            await rig.wait_for(
+                lambda: rig.deployment()["spec"]["replicas"] == 4, timeout=10, what="the surge"
+            )
+            rig.stop(leader, signal.SIGKILL)  # no release: the lease must expire
+            killed = time.monotonic()
+            await rig.wait_for_metric(follower, "rebalancer_controller_leader", 1, timeout=10)
+            takeover = time.monotonic() - killed
+            await rig.wait_for(
+                lambda: _drained_for(rig, doomed), timeout=30, what="the node drained"
+            )
+            assert time.time() < deadline
+            await rig.wait_for(lambda: rig.node(doomed) is None, timeout=20, what="the VM gone")
+            await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready")
+        assert takeover < 4 + 2, f"the follower took {takeover:.1f}s to lead (lease 4 s)"
+        assert rig.deployment()["spec"]["replicas"] == 3
+        assert len(rig.events("SpotRebalancerSurge")) == 1, "surged twice"
+        assert rig.min_ready[("inference", "llm")] == 3
+
+
+async def test_a_restart_between_surge_and_scale_down_leaves_nothing_over_scaled(
+    tmp_path: Path,
+) -> None:
+    data = scenario()
+    data["workloads"][0]["startupSeconds"] = 6
+    async with running(tmp_path, data) as rig:
+        rig.start_agents()
+        rig.start_controller("controller-0")
+        await rig.until_ready()
+        doomed = rig.spot_nodes()[0]
+        async with sampling(rig):
+            rig.cluster.preempt(doomed, notice_seconds=40)
+            await rig.wait_for(
+                lambda: rig.deployment()["spec"]["replicas"] == 4, timeout=10, what="the surge"
+            )
+            rig.stop("controller-0")  # SIGTERM: releases the lease
+            await asyncio.sleep(1.0)
+            rig.start_controller("controller-1")
+            await rig.wait_for(
+                lambda: rig.deployment()["spec"]["replicas"] == 3, timeout=20, what="the scale-back"
+            )
+            await rig.wait_for(
+                lambda: _drained_for(rig, doomed), timeout=20, what="the node drained"
+            )
+            await rig.wait_for(lambda: rig.node(doomed) is None, timeout=20, what="the VM gone")
+            await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready")
+        assert len(rig.events("SpotRebalancerSurge")) == 1
+        assert rig.min_ready[("inference", "llm")] == 3
+        assert "became leader" in rig.log("controller-1")
+
+
+def _flaky_api(cluster: Any) -> None:
+    """Fail a third of the writes with 500 and drop every watch now and then."""
+    handle = cluster.api._handle  # the emulator's request handler, wrapped before it serves
+    counter = itertools.count()
+
+    async def flaky(request: web.Request) -> web.StreamResponse:
+        if request.method in ("POST", "PUT", "PATCH", "DELETE") and next(counter) % 3 == 0:
+            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": "injected", "reason": "InternalError", "code": 500}  # fmt: skip
+            return web.json_response(body, status=500)
+        return await handle(request)
+
+    cluster.api._handle = flaky
+
+
+async def test_api_errors_and_watch_drops_during_a_notice(tmp_path: Path) -> None:
+    async with running(tmp_path, prepare=_flaky_api) as rig:
+        rig.start_agents()
+        rig.start_controller()
+        await rig.until_ready()
+        doomed = rig.spot_nodes()[0]
+
+        async def drop_watches() -> None:
+            while True:
+                await asyncio.sleep(1.5)
+                for task in list(rig.cluster.api._watch_tasks):
+                    task.cancel()
+
+        dropper = asyncio.create_task(drop_watches())
+        try:
+            async with sampling(rig):
+                event = rig.cluster.preempt(doomed, notice_seconds=30)
+                deadline = _deadline_of(rig, event.event_id)
+                await rig.wait_for(
+                    lambda: _drained_for(rig, doomed), timeout=30, what="the node drained"
+                )
+                assert time.time() < deadline
+                await rig.wait_for(lambda: rig.node(doomed) is None, timeout=30, what="the VM gone")
+                await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready")
+        finally:
+            dropper.cancel()
+        assert rig.deployment()["spec"]["replicas"] == 3
+        assert rig.min_ready[("inference", "llm")] == 3
+        assert (
+            await rig.metric(
+                "controller-0",
+                'rebalancer_controller_actions_total{action="Cordon",outcome="error"}',
+            )
+            + await rig.metric("controller-0", "rebalancer_controller_reconcile_errors_total")
+            >= 1
+        ), "no error was injected into the controller's writes"
