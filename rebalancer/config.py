@@ -93,6 +93,19 @@ class AgentSettings(CommonSettings):
         return value
 
 
+def parse_selector(text: str) -> dict[str, str | None]:
+    """'app=llm,tier' -> {'app': 'llm', 'tier': None}: equality and existence terms only."""
+    selector: dict[str, str | None] = {}
+    for term in (t.strip() for t in text.split(",")):
+        if not term:
+            continue
+        key, sep, value = term.partition("=")
+        if not key.strip() or any(c in term for c in "!()<> "):
+            raise ValueError(f"selector term {term!r}: use key=value or key")
+        selector[key.strip()] = value.strip() if sep else None
+    return selector
+
+
 def describe_error(error: ValidationError, prefix: str = "REBALANCER_") -> str:
     """One line naming the first bad setting, its env variable and flag, and what is wrong."""
     first = error.errors()[0]
@@ -138,6 +151,10 @@ class ControllerSettings(CommonSettings):
     gpu_workloads_only: bool = Field(
         True, description="Fail over only workloads whose pods request nvidia.com/gpu."
     )
+    workload_selector: str = Field(
+        "",
+        description="Fail over only workloads with these labels: 'k=v,k2' (k2: the key exists).",
+    )
     event_policy: dict[str, Literal["failover", "drain", "none"]] = Field(
         {
             "Preempt": "failover",
@@ -153,3 +170,9 @@ class ControllerSettings(CommonSettings):
         50.0, gt=0, description="Most API writes per second the controller sends."
     )
     watch_timeout_seconds: int = Field(300, ge=10, description="Server-side watch timeout.")
+
+    @field_validator("workload_selector")
+    @classmethod
+    def _selector(cls, value: str) -> str:
+        parse_selector(value)
+        return value

@@ -233,6 +233,7 @@ class WorkloadInfo:
     surge: Surge | None = None
     surge_unreadable: bool = False
     resource_version: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -281,4 +282,5 @@ class WorkloadInfo:
             surge=surge,
             surge_unreadable=unreadable,
             resource_version=str(meta.get("resourceVersion", "")),
+            labels=dict(meta.get("labels") or {}),
         )

@@ -81,6 +81,8 @@ class Settings:
     act_now_grace_seconds: int = 5  # grace of deletions when the deadline is unknown or past
     cooldown_seconds: float = 600.0
     gpu_workloads_only: bool = True
+    # Only workloads whose labels match (key -> value, or key -> None: the key exists).
+    workload_selector: Mapping[str, str | None] = field(default_factory=dict)
 
     def policy_for(self, event_type: str) -> Policy:
         return self.event_policy.get(event_type, self.unknown_event_policy)
@@ -288,8 +290,12 @@ def workload_of(snapshot: Snapshot, pod: PodInfo) -> WorkloadInfo | None:
 
 
 def managed(workload: WorkloadInfo | None, settings: Settings) -> bool:
+    """Failed over make-before-break (the rest of a doomed node is simply drained)."""
     if workload is None or workload.opted_out:
         return False
+    for key, value in settings.workload_selector.items():
+        if key not in workload.labels or (value is not None and workload.labels[key] != value):
+            return False
     return workload.gpus_per_replica > 0 or not settings.gpu_workloads_only
 
 

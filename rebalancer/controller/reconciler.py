@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rebalancer.clock import Clock
-from rebalancer.config import ControllerSettings
+from rebalancer.config import ControllerSettings, parse_selector
 from rebalancer.controller.executor import DryRunExecutor, Executor, Outcome
 from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
 from rebalancer.controller.planner import (
@@ -134,6 +134,7 @@ class Controller:
             act_now_grace_seconds=settings.act_now_grace_seconds,
             cooldown_seconds=settings.cooldown_seconds,
             gpu_workloads_only=settings.gpu_workloads_only,
+            workload_selector=parse_selector(settings.workload_selector),
         )
         self._write_gap = 1.0 / settings.client_qps
         self._write_lock = asyncio.Lock()

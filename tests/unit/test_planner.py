@@ -490,3 +490,14 @@ def test_a_new_doomed_pod_after_a_completed_surge_starts_a_new_one() -> None:
     (scale,) = of_type(result.actions, ScaleUp)
     assert scale.replicas == 4 and scale.record.added == 1 and not scale.record.completed
     assert scale.record.doomed_pods == ("ml/p0", "ml/p1")
+
+
+@pytest.mark.parametrize(
+    ("selector", "surged"),
+    [({}, True), ({"app": "llm"}, True), ({"app": "other"}, False), ({"tier": None}, False)],
+)
+def test_workload_selector(selector: dict[str, str | None], surged: bool) -> None:
+    workload = replace(deployment(), labels={"app": "llm"})
+    pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("p2", "od-0")]
+    result = plan(snapshot(cluster_nodes(), pods, [workload]), Settings(workload_selector=selector))
+    assert bool(of_type(result.actions, ScaleUp)) == surged
