@@ -72,6 +72,16 @@ def one(objects: Sequence[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found
 
 
+def of_component(objects: Sequence[dict[str, Any]], kind: str, component: str) -> dict[str, Any]:
+    """The one object of a kind that belongs to a component (agent or controller)."""
+    (found,) = [
+        obj
+        for obj in by_kind(objects, kind)
+        if obj["metadata"]["labels"].get("app.kubernetes.io/component") == component
+    ]
+    return found
+
+
 def write_yaml(path: Path, objects: Sequence[dict[str, Any]]) -> Path:
     path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
     return path

@@ -19,7 +19,7 @@ from kubernetes_validate.utils import latest_version
 
 from rebalancer import __version__
 from rebalancer.config import AgentSettings
-from tests.chart.conftest import HELM_VERSIONS, Tools, by_kind, one, write_yaml
+from tests.chart.conftest import HELM_VERSIONS, Tools, of_component, one, write_yaml
 from tests.chart.generated import CHART
 
 pytestmark = pytest.mark.chart
@@ -123,23 +123,33 @@ def test_manifests_validate_strictly(
 # ---- what gets installed ----------------------------------------------------------------------------
 
 
+AGENT_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"}
+CONTROLLER_KINDS = {
+    "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
+    "Deployment", "PodDisruptionBudget",
+}  # fmt: skip
+
+
 def test_kinds_per_scenario(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    agent = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"}
-    assert {obj["kind"] for obj in rendered["defaults"]} == agent
-    assert {obj["kind"] for obj in rendered["aks-spot"]} == agent | CRD_KINDS
-    assert {obj["kind"] for obj in rendered["everything"]} == agent | CRD_KINDS
-    # The controller is not written yet: no Deployment may run a command that does not exist.
-    for objects in rendered.values():
-        assert not by_kind(objects, "Deployment")
+    both = AGENT_KINDS | CONTROLLER_KINDS
+    assert {obj["kind"] for obj in rendered["defaults"]} == both
+    # The dashboards' ConfigMaps come with the profile and with everything on.
+    assert {obj["kind"] for obj in rendered["aks-spot"]} == both | CRD_KINDS | {"ConfigMap"}
+    assert {obj["kind"] for obj in rendered["everything"]} == both | CRD_KINDS | {"ConfigMap"}
 
 
-def test_agent_disabled_renders_nothing(tools: Tools) -> None:
-    assert tools.template("--set", "agent.enabled=false") == []
+def components(objects: list[dict[str, Any]]) -> set[str]:
+    return {obj["metadata"]["labels"].get("app.kubernetes.io/component", "") for obj in objects}
 
 
-def test_controller_values_are_refused_until_it_exists(tools: Tools) -> None:
-    result = tools.helm("helm4", "template", "r", str(CHART), "--set", "controller.enabled=true")
-    assert result.returncode != 0 and "controller" in result.stderr
+def test_each_component_can_be_turned_off(tools: Tools) -> None:
+    no_agent = tools.template("--set", "agent.enabled=false")
+    assert components(no_agent) == {"controller"}
+    assert {obj["kind"] for obj in no_agent} == CONTROLLER_KINDS
+    no_controller = tools.template("--set", "controller.enabled=false")
+    assert components(no_controller) == {"agent"}
+    assert {obj["kind"] for obj in no_controller} == AGENT_KINDS
+    assert tools.template("--set", "agent.enabled=false", "--set", "controller.enabled=false") == []
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -179,9 +189,8 @@ def test_agent_daemonset(rendered: dict[str, list[dict[str, Any]]], scenario: st
     assert spec["hostNetwork"] is False
     assert spec["automountServiceAccountToken"] is True
     assert spec["priorityClassName"] == "system-node-critical"
-    assert (
-        spec["serviceAccountName"] == one(rendered[scenario], "ServiceAccount")["metadata"]["name"]
-    )
+    account = of_component(rendered[scenario], "ServiceAccount", "agent")
+    assert spec["serviceAccountName"] == account["metadata"]["name"]
     assert spec.get("nodeSelector", {}) == values["agent"]["nodeSelector"]
     assert spec["tolerations"] == values["tolerations"]
     (port,) = container["ports"]
@@ -229,22 +238,34 @@ def test_standard_labels(rendered: dict[str, list[dict[str, Any]]], scenario: st
         assert labels["app.kubernetes.io/version"] == __version__
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["helm.sh/chart"] == f"spot-rebalancer-{chart_meta()['version']}"
-        if obj["kind"] != "PrometheusRule":  # shared by all components
-            assert labels["app.kubernetes.io/component"] == "agent"
-    daemonset = one(rendered[scenario], "DaemonSet")
-    selector = daemonset["spec"]["selector"]["matchLabels"]
-    assert selector.items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
-    assert "app.kubernetes.io/version" not in selector  # selectors are immutable across upgrades
+        if obj["kind"] in ("PrometheusRule", "ConfigMap"):  # shared by all components
+            assert "app.kubernetes.io/component" not in labels
+        else:
+            assert labels["app.kubernetes.io/component"] in ("agent", "controller")
+    for kind in ("DaemonSet", "Deployment"):
+        workload = one(rendered[scenario], kind)
+        selector = workload["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+        assert "app.kubernetes.io/version" not in selector  # immutable across upgrades
 
 
-def test_service_monitor_scrapes_the_agent(rendered: dict[str, list[dict[str, Any]]]) -> None:
+@pytest.mark.parametrize(("component", "kind", "port"), [
+    ("agent", "DaemonSet", 9101), ("controller", "Deployment", 9102),
+])  # fmt: skip
+def test_service_monitor_scrapes_each_component(
+    rendered: dict[str, list[dict[str, Any]]], component: str, kind: str, port: int
+) -> None:
     objects = rendered["everything"]
-    service, monitor = one(objects, "Service"), one(objects, "ServiceMonitor")
-    daemonset = one(objects, "DaemonSet")
+    service = of_component(objects, "Service", component)
+    monitor = of_component(objects, "ServiceMonitor", component)
+    workload = one(objects, kind)
     assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["ports"][0]["port"] == port
     assert service["spec"]["selector"].items() <= (
-        daemonset["spec"]["template"]["metadata"]["labels"].items()
+        workload["spec"]["template"]["metadata"]["labels"].items()
     )
+    # The Service selects this component's pods only, not the other's.
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == component
     assert monitor["spec"]["selector"]["matchLabels"].items() <= (
         service["metadata"]["labels"].items()
     )
@@ -417,8 +438,10 @@ def test_notes(tools: Tools, helm: str) -> None:
     assert result.returncode == 0, result.stderr
     notes = result.stdout.split("NOTES:", 1)[1]
     assert "rollout status daemonset/spot-rebalancer-agent" in notes
+    assert "rollout status deployment/spot-rebalancer-controller" in notes
+    assert "get lease spot-rebalancer-controller" in notes
     assert "image.repository is the placeholder" in notes
-    assert "controller (cordon, surge, drain) is not part of this chart version" in notes
+    assert "DRY RUN" not in notes and "controller is disabled" not in notes
     pinned = tools.helm(
         helm,
         "install",

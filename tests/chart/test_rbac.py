@@ -25,7 +25,7 @@ from rebalancer.kube.nodes import NodeApi
 from rebalancer.metrics import AgentMetrics
 from rebalancer.node_signal import CONDITION_TYPE, DRAINED_FOR_ANNOTATION
 from rebalancer.sim.imds import ImdsEmulator
-from tests.chart.conftest import Tools, one
+from tests.chart.conftest import Tools, of_component, one
 from tests.fakes.kube import FakeNodeApi, Recorded, write_kubeconfig
 from tests.helpers import serve
 
@@ -123,18 +123,18 @@ async def test_cluster_role_is_exactly_what_the_agent_calls(tools: Tools, tmp_pa
     requests, _ = await recorded_agent_calls(tmp_path)
     needed = {permission(request) for request in requests}
     for scenario in ([], ["-f", str(Path(__file__).parent / "values-everything.yaml")]):
-        granted = rule_permissions(one(tools.template(*scenario), "ClusterRole"))
+        granted = rule_permissions(of_component(tools.template(*scenario), "ClusterRole", "agent"))
         assert granted == needed
 
 
 def test_binding_names_the_agents_service_account(tools: Tools) -> None:
     objects = tools.template()
-    binding = one(objects, "ClusterRoleBinding")
-    account = one(objects, "ServiceAccount")
+    binding = of_component(objects, "ClusterRoleBinding", "agent")
+    account = of_component(objects, "ServiceAccount", "agent")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
-        "name": one(objects, "ClusterRole")["metadata"]["name"],
+        "name": of_component(objects, "ClusterRole", "agent")["metadata"]["name"],
     }
     assert binding["subjects"] == [
         {
@@ -148,7 +148,8 @@ def test_binding_names_the_agents_service_account(tools: Tools) -> None:
         daemonset["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
     )
     # No other Role or binding: the agent's permissions are this one ClusterRole.
-    kinds = [obj["kind"] for obj in objects]
+    agent_only = tools.template("--set", "controller.enabled=false")
+    kinds = [obj["kind"] for obj in agent_only]
     assert kinds.count("ClusterRole") == 1 and "Role" not in kinds and "RoleBinding" not in kinds
 
 

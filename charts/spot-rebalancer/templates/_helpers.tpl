@@ -1,5 +1,5 @@
 {{/*
-Names and labels shared by every component (agent now, controller next). Component templates
+Names and labels shared by every component (agent, controller). Component templates
 live in templates/<component>/ and call these with a dict: (dict "root" $ "component" "agent").
 */}}
 
@@ -77,8 +77,16 @@ app.kubernetes.io/part-of: spot-rebalancer
 {{- end }}
 {{- end }}
 
+{{- define "spot-rebalancer.controller.serviceAccountName" -}}
+{{- if .Values.controller.serviceAccount.create }}
+{{- default (include "spot-rebalancer.componentName" (dict "root" . "component" "controller")) .Values.controller.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.controller.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
 {{/*
-One agent setting as an environment value the agent's pydantic settings read back unchanged:
+One agent or controller setting as an environment value the process's pydantic settings read back unchanged:
 strings as they are; numbers, booleans and lists as JSON. Helm reads every YAML number as a
 float64, and `toString` would print 1048576 as "1.048576e+06", which is no integer; JSON prints
 "1048576".

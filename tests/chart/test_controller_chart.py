@@ -1,0 +1,303 @@
+"""The controller half of the chart: placement, leader election wiring, settings, budget, notes.
+
+Rendered by the real helm; the settings are read back by the controller's own ControllerSettings,
+so a value the chart passes in a shape the process cannot read fails here, not in a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pydantic
+import pytest
+import yaml
+
+from rebalancer.config import ControllerSettings
+from tests.chart.conftest import Tools, of_component, one
+from tests.chart.generated import CHART
+from tests.chart.test_chart_render import SCENARIOS, values_of
+
+pytestmark = pytest.mark.chart
+
+SELECTOR = {
+    "app.kubernetes.io/name": "spot-rebalancer",
+    "app.kubernetes.io/instance": "spot-rebalancer",
+    "app.kubernetes.io/component": "controller",
+}
+OFF_SPOT = {
+    "requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {
+                        "key": "kubernetes.azure.com/scalesetpriority",
+                        "operator": "NotIn",
+                        "values": ["spot"],
+                    }
+                ]
+            }
+        ]
+    }
+}
+
+
+@pytest.fixture(scope="module")
+def rendered(tools: Tools) -> dict[str, list[dict[str, Any]]]:
+    return {name: tools.template(*args) for name, args in SCENARIOS.items()}
+
+
+def pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(objects, "Deployment")["spec"]["template"]["spec"]
+    return spec
+
+
+def snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+@pytest.mark.parametrize("scenario", ["defaults", "aks-spot"])
+def test_two_replicas_kept_off_spot_and_spread(
+    rendered: dict[str, list[dict[str, Any]]], scenario: str
+) -> None:
+    objects = rendered[scenario]
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    # A rollout starts the new replica before stopping an old one.
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    spec = pod_spec(objects)
+    assert spec["affinity"]["nodeAffinity"] == OFF_SPOT
+    assert "tolerations" not in spec  # no spot taint is tolerated, on top of the affinity
+    (term,) = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == SELECTOR
+    (spread,) = spec["topologySpreadConstraints"]
+    assert spread == {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": SELECTOR},
+    }
+    budget = one(objects, "PodDisruptionBudget")
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": SELECTOR}}
+
+
+def test_placement_is_overridable(rendered: dict[str, list[dict[str, Any]]], tools: Tools) -> None:
+    spec = pod_spec(rendered["everything"])
+    assert (
+        "preferredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["podAntiAffinity"]
+    )
+    (required,) = spec["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert required["topologyKey"] == "kubernetes.io/hostname"
+    assert spec["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "DoNotSchedule"
+    assert spec["nodeSelector"] == {"kubernetes.azure.com/mode": "system"}
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["tolerations"] == [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
+    anywhere = pod_spec(
+        tools.template(
+            "--set-json", "controller.nodeAffinity=null", "--set", "controller.podAntiAffinity=none"
+        )
+    )
+    assert "affinity" not in anywhere
+
+
+def test_leader_election_wiring(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["defaults"]
+    (container,) = pod_spec(objects)["containers"]
+    assert container["args"] == ["controller"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # The Role that allows the Lease is in the namespace the pods run in (POD_NAMESPACE).
+    role = one(objects, "Role")
+    assert role["metadata"]["namespace"] == one(objects, "Deployment")["metadata"]["namespace"]
+    assert role["rules"][0]["resources"] == ["leases"]
+    binding = one(objects, "RoleBinding")
+    account = of_component(objects, "ServiceAccount", "controller")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": account["metadata"]["name"],
+            "namespace": "spot-rebalancer",
+        }
+    ]
+    cluster_binding = of_component(objects, "ClusterRoleBinding", "controller")
+    assert cluster_binding["subjects"] == binding["subjects"]
+    assert pod_spec(objects)["serviceAccountName"] == account["metadata"]["name"]
+    assert pod_spec(objects)["automountServiceAccountToken"] is True
+    assert account["automountServiceAccountToken"] is False
+
+
+def test_probes_port_and_service(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["defaults"]
+    (container,) = pod_spec(objects)["containers"]
+    assert container["ports"] == [
+        {"name": "http-metrics", "containerPort": 9102, "protocol": "TCP"}
+    ]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics"}
+    service = of_component(objects, "Service", "controller")
+    assert service["spec"]["selector"] == SELECTOR
+    assert service["spec"]["ports"][0]["targetPort"] == "http-metrics"
+
+
+# ControllerSettings fields the chart does not expose as controller.settings, and why.
+NOT_IN_SETTINGS = {
+    "namespace": "POD_NAMESPACE from the downward API: the Lease lives in the release namespace",
+    "identity": "POD_NAME from the downward API",
+    "kubeconfig": "in-cluster credentials of the ServiceAccount",
+    "http_host": "must listen on the pod IP for probes and scraping",
+    "http_port": "controller.port, shared with the probes, the Service and the container port",
+}
+DIFFERENT_DEFAULTS = {
+    "log_format": ("json", "a pod has no terminal, so auto means json anyway; say it plainly"),
+}
+
+
+def test_every_controller_setting_is_a_chart_value() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    exposed = {snake(key) for key in values["controller"]["settings"]}
+    assert exposed.isdisjoint(NOT_IN_SETTINGS)
+    assert exposed | set(NOT_IN_SETTINGS) == set(ControllerSettings.model_fields)
+    for key, default in values["controller"]["settings"].items():
+        if snake(key) in DIFFERENT_DEFAULTS:
+            assert default == DIFFERENT_DEFAULTS[snake(key)][0], key
+        else:
+            assert ControllerSettings.model_fields[snake(key)].default == default, key
+
+
+def controller_settings_from(
+    deployment: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> ControllerSettings:
+    """The controller's settings exactly as the process builds them from the rendered env."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    for item in container["env"]:
+        if "value" in item:
+            monkeypatch.setenv(item["name"], item["value"])
+    # What the downward API fills in.
+    monkeypatch.setenv("POD_NAMESPACE", "spot-rebalancer")
+    monkeypatch.setenv("POD_NAME", "spot-rebalancer-controller-5d9c7-abcde")
+    return ControllerSettings()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_controller_reads_back_every_rendered_setting(
+    rendered: dict[str, list[dict[str, Any]]], scenario: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = controller_settings_from(one(rendered[scenario], "Deployment"), monkeypatch)
+    values = values_of(scenario)["controller"]
+    for key, value in values["settings"].items():
+        assert getattr(settings, snake(key)) == value, key
+    assert settings.http_port == values["port"]
+    assert settings.namespace == "spot-rebalancer"
+    assert settings.identity == "spot-rebalancer-controller-5d9c7-abcde"
+
+
+# (key, value): helm's schema and the controller's settings must agree on each of these.
+SETTING_CASES = [
+    ("resyncSeconds", 0),
+    ("resyncSeconds", 61),
+    ("resyncSeconds", 0.5),
+    ("leaseDurationSeconds", -1),
+    ("deadlineMarginSeconds", -0.5),
+    ("deadlineMarginSeconds", 0),
+    ("actNowGraceSeconds", 2.5),
+    ("cooldownSeconds", "long"),
+    ("eventPolicy", {"Preempt": "panic"}),
+    ("eventPolicy", {"Preempt": "drain", "Freeze": "none"}),
+    ("workloadSelector", "app!=llm"),
+    ("workloadSelector", "app=llm,tier"),
+    ("clientQps", 0),
+    ("watchTimeoutSeconds", 5),
+    ("dryRun", "maybe"),
+    ("logLevel", "trace"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), SETTING_CASES)
+def test_schema_and_controller_agree(
+    tools: Tools, key: str, value: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = tools.helm(
+        "helm4",
+        "template",
+        "r",
+        str(CHART),
+        "--set-json",
+        f"controller.settings.{key}={json.dumps(value)}",
+    )
+    try:
+        ControllerSettings.model_validate({snake(key): value})
+        controller_accepts = True
+    except pydantic.ValidationError:
+        controller_accepts = False
+    assert (result.returncode == 0) == controller_accepts, result.stderr
+    if controller_accepts:
+        objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+        settings = controller_settings_from(one(objects, "Deployment"), monkeypatch)
+        read_back = getattr(settings, snake(key))
+        if key == "eventPolicy":  # helm merges the map into the defaults
+            assert value.items() <= read_back.items()
+        else:
+            assert read_back == value
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("controller.podAntiAffinity", '"sometimes"'),
+        ("controller.replicaCount", '"two"'),
+        ("controller.topologySpread.whenUnsatisfiable", '"Never"'),
+        ("controller.podDisruptionBudget.maxUnavailable", "0"),
+        ("controller.settings.leaseName", '"Not A Name"'),
+        ("controller.settings.noSuchSetting", "1"),
+        ("controller.port", "0"),
+        ("grafanaDashboards.labels", '{"grafana_dashboard": 1}'),
+    ],
+)
+def test_schema_rejects_bad_controller_values(tools: Tools, path: str, value: str) -> None:
+    result = tools.helm("helm4", "template", "r", str(CHART), "--set-json", f"{path}={value}")
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+    assert path.rsplit(".", maxsplit=1)[-1] in result.stderr, result.stderr
+
+
+def test_dashboards_ship_as_sidecar_config_maps(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert not [obj for obj in rendered["defaults"] if obj["kind"] == "ConfigMap"]
+    maps = [obj for obj in rendered["everything"] if obj["kind"] == "ConfigMap"]
+    dashboards = sorted((CHART / "dashboards").glob("*.json"))
+    assert dashboards and len(maps) == len(dashboards)
+    for config_map, path in zip(
+        sorted(maps, key=lambda m: next(iter(m["data"]))), dashboards, strict=True
+    ):
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert config_map["metadata"]["namespace"] == "monitoring"
+        assert config_map["metadata"]["annotations"] == {"grafana_folder": "Spot"}
+        assert json.loads(config_map["data"][path.name]) == json.loads(path.read_text())
+
+
+def test_notes_say_dry_run_and_unsafe_placement(tools: Tools) -> None:
+    result = tools.helm(
+        "helm4",
+        "install",
+        "spot-rebalancer",
+        str(CHART),
+        "-n",
+        "spot",
+        "--dry-run=client",
+        "--set",
+        "controller.settings.dryRun=true",
+        "--set-json",
+        "controller.nodeAffinity=null",
+    )
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "DRY RUN" in notes and "may run on spot nodes" in notes
+    disabled = tools.helm(
+        "helm4", "install", "x", str(CHART), "--dry-run=client", "--set", "controller.enabled=false"
+    )
+    assert "controller is disabled" in disabled.stdout.split("NOTES:", 1)[1]
