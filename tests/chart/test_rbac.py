@@ -1,33 +1,54 @@
-"""The agent's ClusterRole grants exactly the API calls the agent makes: no more, no fewer.
+"""Each component's RBAC grants exactly the API calls it makes: no more, no fewer.
 
 The set of calls is not written down by hand: the real agent loop runs a whole notice against the
 fake API server (tests/fakes/kube.py records every request) - start, Preempt seen and published,
 the controller's drained mark, acknowledgement, the event starting and ending, a restart - and
 each recorded (method, path) is mapped to the RBAC (apiGroup, resource, verb) it needs. A new call
 in rebalancer/kube without a rule (forbidden in a real cluster), or a rule no call needs, fails.
+
+The controller likewise: the real `Controller` (informers, leader election, planner, executor)
+runs in-process against the cluster emulator, whose request handler is wrapped to record every
+request, through a cancelled drain request and then a Preempt of every spot node (surge, scale
+back, blocked fail-over, PDB-blocked eviction, deletion at the deadline, drained marks, cool-down
+start and end, Lease create, renewals and release). Lease calls must equal the Role in the release
+namespace; every other call the ClusterRole.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
+from aiohttp import web
 
+from rebalancer import names
 from rebalancer.agent.agent import Agent
 from rebalancer.azure.imds import ImdsClient
-from rebalancer.clock import ManualClock
-from rebalancer.config import AgentSettings
+from rebalancer.clock import ManualClock, SystemClock
+from rebalancer.config import AgentSettings, ControllerSettings
+from rebalancer.controller.planner import COOLDOWN_UNTIL
+from rebalancer.controller.reconciler import Controller
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.nodes import NodeApi
-from rebalancer.metrics import AgentMetrics
+from rebalancer.metrics import AgentMetrics, ControllerMetrics
 from rebalancer.node_signal import CONDITION_TYPE, DRAINED_FOR_ANNOTATION
+from rebalancer.sim import resources as R
+from rebalancer.sim.cluster import ClusterEmulator
 from rebalancer.sim.imds import ImdsEmulator
+from rebalancer.sim.scenario import parse_scenario
 from tests.chart.conftest import Tools, of_component, one
+from tests.e2e.rig import ready
 from tests.fakes.kube import FakeNodeApi, Recorded, write_kubeconfig
-from tests.helpers import serve
+from tests.helpers import serve, wait_for
 
 pytestmark = pytest.mark.chart
 
@@ -173,3 +194,247 @@ def test_request_to_permission_mapping(
     method: str, path: str, query: dict[str, str] | None, expected: Permission
 ) -> None:
     assert permission(Recorded(method, path, "", None), query) == expected
+
+
+# ---- the controller ----------------------------------------------------------------------------
+
+RELEASE_NAMESPACE = "spot-rebalancer"
+SPOT = ["kubernetes.azure.com/scalesetpriority=spot:NoSchedule", "sku=gpu:NoSchedule"]
+ON_SPOT = {"kubernetes.azure.com/scalesetpriority": "spot"}
+# Every controller action has something to act on: `llm` is surged (and, loading slowly, scaled
+# back at the deadline), `pinned` cannot fail over (nodeSelector spot: a Warning Event), `cache`
+# is a StatefulSet whose PDB blocks its eviction (429) until it is deleted at the deadline.
+CONTROLLER_SCENARIO: dict[str, Any] = {
+    "name": "rbac",
+    "cluster": {"name": "rbac", "region": "eastus"},
+    "settings": {"nodeDeleteDelaySeconds": 2, "shutdownSeconds": 0.3},
+    "pools": [
+        {"name": "system", "priority": "regular", "mode": "system", "vmSize": "Standard_D4s_v5",
+         "zones": ["1"], "cpu": 4, "memory": "16Gi", "gpus": 0, "count": 1},
+        {"name": "gpuspot", "priority": "spot", "vmSize": "Standard_NC24ads_A100_v4",
+         "zones": ["1"], "cpu": 24, "memory": "220Gi", "gpus": 1, "count": 3},
+        {"name": "gpuondemand", "priority": "regular", "vmSize": "Standard_NC24ads_A100_v4",
+         "zones": ["1"], "cpu": 24, "memory": "220Gi", "gpus": 1, "count": 3},
+    ],
+    "workloads": [
+        {"name": "llm", "namespace": "inference", "replicas": 2,
+         "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": 1},
+         "tolerations": SPOT, "preferSpot": 100, "startupSeconds": 4,
+         "pdb": {"maxUnavailable": 1}},
+        {"name": "pinned", "namespace": "inference", "replicas": 1,
+         "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": 1},
+         "tolerations": SPOT, "nodeSelector": ON_SPOT},
+        {"name": "cache", "namespace": "cache", "kind": "StatefulSet", "replicas": 1,
+         "requests": {"cpu": "1"}, "tolerations": SPOT, "nodeSelector": ON_SPOT,
+         "terminationGracePeriodSeconds": 30, "pdb": {"minAvailable": 1}},
+    ],
+}  # fmt: skip
+
+
+@dataclass
+class ControllerRun:
+    requests: list[tuple[str, str, dict[str, str]]]  # (method, path, query) as the server saw them
+    lease_namespace: str
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _set_node(
+    cluster: ClusterEmulator, name: str, change: Callable[[dict[str, Any]], None]
+) -> None:
+    node = copy.deepcopy(cluster.store.get(R.NODES, "", name))
+    assert node is not None
+    change(node)
+    cluster.store.update(R.NODES, node)
+
+
+def _npd_preempt(node: dict[str, Any], event_id: str, not_before: datetime) -> None:
+    """The condition AKS's node-problem-detector writes for a spot eviction."""
+    when = not_before.astimezone(UTC).strftime("%a, %d %b %Y %H:%M:%S GMT")
+    node["status"]["conditions"].append(
+        {
+            "type": "PreemptionScheduled",
+            "status": "True",
+            "reason": "SpotEvictionIncoming",
+            "message": f"Preempt Scheduled: {when}. EventId: {event_id}",
+            "lastHeartbeatTime": _rfc3339(datetime.now(UTC)),
+            "lastTransitionTime": _rfc3339(datetime.now(UTC)),
+        }
+    )
+
+
+async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
+    """Run the real Controller (informers, leader election, planner, executor) through every
+    action on the cluster emulator, recording each request the API server receives."""
+    cluster = ClusterEmulator(parse_scenario(CONTROLLER_SCENARIO), tick_seconds=0.05)
+    cluster.store.create(R.NAMESPACES, {"metadata": {"name": RELEASE_NAMESPACE}})
+    recorded: list[tuple[str, str, dict[str, str]]] = []
+    handle = cluster.api._handle  # wrapped before start(), which routes every request to it
+
+    async def recording(request: web.Request) -> web.StreamResponse:
+        recorded.append((request.method, request.path, dict(request.query)))
+        return await handle(request)
+
+    cluster.api._handle = recording  # type: ignore[method-assign]
+    await cluster.start(kubeconfig_dir=tmp_path)
+    settings = ControllerSettings(
+        kubeconfig=str(cluster.kubeconfig_path),
+        namespace=RELEASE_NAMESPACE,
+        identity="controller-0",
+        lease_duration_seconds=4,
+        renew_deadline_seconds=3,
+        retry_period_seconds=1,
+        cooldown_seconds=3,  # short, so the cool-down also ends within the run
+    )
+    client = await KubeClient.connect(settings.kubeconfig)
+    metrics = ControllerMetrics()
+    controller = Controller(
+        settings=settings,
+        client=client,
+        metrics=metrics,
+        clock=SystemClock(),
+        log=structlog.get_logger(),
+        identity=settings.identity,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(controller.run(stop))
+
+    def deployment(name: str) -> dict[str, Any]:
+        found = cluster.store.get(R.DEPLOYMENTS, "inference", name)
+        assert found is not None
+        return found
+
+    def node(name: str) -> dict[str, Any]:
+        found = cluster.store.get(R.NODES, "", name)
+        assert found is not None
+        return found
+
+    def reasons() -> set[str]:
+        return {str(e.get("reason")) for e in cluster.store.items(R.EVENTS)}
+
+    async def until(predicate: Callable[[], Any], what: str, timeout: float = 20) -> None:
+        await wait_for(lambda: bool(predicate()), timeout=timeout, what=what)
+        assert not task.done(), task
+
+    try:
+        await until(lambda: controller.elector.is_leader and controller.passes > 0, "leading")
+        await until(
+            lambda: sum(1 for p in cluster.pods("inference") if ready(p)) == 3, "replicas Ready"
+        )
+        spot = sorted(n["metadata"]["name"] for n in cluster.nodes("gpuspot"))
+        llm_node = next(
+            p["spec"]["nodeName"]
+            for p in cluster.pods("inference")
+            if p["metadata"]["name"].startswith("llm")
+        )
+        # 1. An operator's drain request, cancelled after the surge: deletion costs restored,
+        #    surge scaled back, node uncordoned. The rest of the pool cools down, then not.
+        deadline = _rfc3339(datetime.now(UTC) + timedelta(seconds=120))
+        _set_node(
+            cluster,
+            llm_node,
+            lambda n: (
+                n["metadata"]
+                .setdefault("annotations", {})
+                .update({names.DRAIN_REQUEST_ANNOTATION: deadline})
+            ),
+        )
+        await until(lambda: deployment("llm")["spec"]["replicas"] == 3, "the surge")
+        await until(lambda: "SpotRebalancerCordoned" in reasons(), "the cordon")
+        _set_node(
+            cluster,
+            llm_node,
+            lambda n: n["metadata"]["annotations"].pop(names.DRAIN_REQUEST_ANNOTATION),
+        )
+        await until(lambda: "SpotRebalancerRestored" in reasons(), "the node restored")
+        await until(lambda: deployment("llm")["spec"]["replicas"] == 2, "the scale-back")
+        await until(
+            lambda: (
+                not any(
+                    COOLDOWN_UNTIL in node(name)["metadata"].get("annotations", {}) for name in spot
+                )
+            ),
+            "the cool-down over",
+        )
+        # 2. Every spot node preempted with 8 s of notice (AKS's conditions): surges, a blocked
+        #    fail-over, a PDB that refuses the eviction, deletions at the deadline, drained marks.
+        not_before = datetime.now(UTC) + timedelta(seconds=8)
+        event_ids = {name: str(uuid.uuid4()).upper() for name in spot}
+        for name in spot:
+            _set_node(
+                cluster, name, lambda n, name=name: _npd_preempt(n, event_ids[name], not_before)
+            )
+        await until(
+            lambda: all(
+                event_ids[name]
+                in node(name)["metadata"].get("annotations", {}).get(DRAINED_FOR_ANNOTATION, "")
+                for name in spot
+            ),
+            "every spot node drained",
+        )
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=10)  # the leader releases its Lease on the way out
+        await client.close()
+        await cluster.stop()
+    # The run really went through every action, or the recording would be incomplete.
+    for reason in (
+        "SpotRebalancerCordoned", "SpotRebalancerRestored", "SpotRebalancerSurge",
+        "SpotRebalancerScaleBack", "SpotRebalancerDrained", "SpotRebalancerFailoverBlocked",
+    ):  # fmt: skip
+        assert reason in reasons(), reason
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+    }
+    assert samples[("rebalancer_controller_pods_total", (("action", "eviction_blocked"),))] >= 1
+    assert samples[("rebalancer_controller_pods_total", (("action", "deleted"),))] >= 1
+    for action in ("SetDeletionCost", "StartCooldown", "EndCooldown", "Restore", "Delete"):
+        assert (
+            samples[
+                ("rebalancer_controller_actions_total", (("action", action), ("outcome", "ok")))
+            ]
+            >= 1
+        )
+    lease = cluster.store.get(R.LEASES, RELEASE_NAMESPACE, settings.lease_name)
+    assert lease is not None and lease["spec"]["holderIdentity"] == ""  # released
+    return ControllerRun(requests=recorded, lease_namespace=RELEASE_NAMESPACE)
+
+
+def _in_namespace(path: str, namespace: str) -> bool:
+    return f"/namespaces/{namespace}/" in path
+
+
+async def test_controller_rbac_is_exactly_what_the_controller_calls(
+    tools: Tools, tmp_path: Path
+) -> None:
+    run = await recorded_controller_calls(tmp_path)
+    lease_calls = {
+        permission(Recorded(method, path, "", None), query)
+        for method, path, query in run.requests
+        if "/leases" in path
+    }
+    cluster_calls = {
+        permission(Recorded(method, path, "", None), query)
+        for method, path, query in run.requests
+        if "/leases" not in path
+    }
+    # Leader election stays in the release namespace: a Role there suffices, no ClusterRole rule.
+    assert all(
+        _in_namespace(path, run.lease_namespace) for _, path, _ in run.requests if "/leases" in path
+    )
+    assert lease_calls == {
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+    }
+    for scenario in ([], ["-f", str(Path(__file__).parent / "values-everything.yaml")]):
+        objects = tools.template(*scenario, namespace=RELEASE_NAMESPACE)
+        cluster_role = of_component(objects, "ClusterRole", "controller")
+        role = of_component(objects, "Role", "controller")
+        assert role["metadata"]["namespace"] == RELEASE_NAMESPACE
+        assert rule_permissions(cluster_role) == cluster_calls
+        assert rule_permissions(role) == lease_calls
