@@ -63,6 +63,7 @@ class Seen:
     """What the controller remembers of a notice it saw, for latency metrics."""
 
     first_seen: float
+    pool: str = ""  # kept for the missed-deadline metric: the Node may be gone when it counts
     cordoned: bool = False
     drained: bool = False
 
@@ -356,7 +357,7 @@ class Controller:
                 live.add(key)
                 if key in self._seen:
                     continue
-                self._seen[key] = Seen(first_seen=now)
+                self._seen[key] = Seen(first_seen=now, pool=node.pool)
                 self.metrics.notices.labels(
                     event_type_label(notice.event_type)
                     if notice.event_type != "Manual"
@@ -382,9 +383,10 @@ class Controller:
                 )
         for key in [k for k in self._seen if k not in live]:
             seen = self._seen.pop(key)
-            if seen.cordoned and not seen.drained:
-                gone = state.nodes.get(key[0])
-                self.metrics.drain_missed_deadline.labels(gone.pool if gone else "").inc()
+            # Missed: the node went (its VM taken) while cordoned and not yet drained. A notice
+            # that vanished from a node that is still there was cancelled, not missed.
+            if seen.cordoned and not seen.drained and key[0] not in state.nodes:
+                self.metrics.drain_missed_deadline.labels(seen.pool).inc()
         for workload in state.workloads.values():
             if workload.surge is None:
                 continue

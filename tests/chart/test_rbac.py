@@ -392,6 +392,10 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
     }
     assert samples[("rebalancer_controller_pods_total", (("action", "eviction_blocked"),))] >= 1
     assert samples[("rebalancer_controller_pods_total", (("action", "deleted"),))] >= 1
+    # The cancelled drain request was not a missed deadline: the node is still there.
+    assert not [
+        name for name, _ in samples if name == "rebalancer_controller_drain_missed_deadline_total"
+    ]
     for action in ("SetDeletionCost", "StartCooldown", "EndCooldown", "Restore", "Delete"):
         assert (
             samples[
