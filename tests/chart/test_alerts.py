@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
-from rebalancer.metrics import AgentMetrics
+from rebalancer.metrics import AgentMetrics, ControllerMetrics
 from tests.chart.conftest import Tools, one
 from tests.chart.generated import (
     ALERTS_FILE,
@@ -78,6 +79,26 @@ def test_plain_rules_file_is_the_chart_render(tools: Tools) -> None:
     )
 
 
+AGENT_ALERTS = {
+    "SpotRebalancerAgentNotPolling",
+    "SpotRebalancerAgentNodeWritesFailing",
+    "SpotRebalancerAgentAcknowledgementsFailing",
+}
+CONTROLLER_ALERTS = {
+    "SpotRebalancerControllerNoLeader",
+    "SpotRebalancerEvictionRateHigh",
+    "SpotRebalancerFailoverBlocked",
+    "SpotRebalancerDrainMissedDeadline",
+    "SpotRebalancerReplicaDeficit",
+}
+
+
+def test_the_plain_file_has_every_alert() -> None:
+    assert (
+        set(alerts_of(yaml.safe_load(ALERTS_FILE.read_text()))) == AGENT_ALERTS | CONTROLLER_ALERTS
+    )
+
+
 def test_thresholds_and_switches_come_from_values(tools: Tools) -> None:
     objects = tools.template(
         "--set",
@@ -89,30 +110,70 @@ def test_thresholds_and_switches_come_from_values(tools: Tools) -> None:
         "--set",
         "prometheusRule.rules.agentAcknowledgementsFailing.enabled=false",
         "--set",
+        "prometheusRule.rules.evictionRateHigh.threshold=25",
+        "--set",
+        "prometheusRule.rules.evictionRateHigh.eventTypes=Preempt|Terminate",
+        "--set",
+        "prometheusRule.rules.replicaDeficit.window=10m",
+        "--set",
+        "prometheusRule.rules.drainMissedDeadline.enabled=false",
+        "--set",
         "prometheusRule.alertLabels.team=inference",
     )
     alerts = alerts_of(rule_groups(objects))
-    assert set(alerts) == {"SpotRebalancerAgentNotPolling", "SpotRebalancerAgentNodeWritesFailing"}
+    assert set(alerts) == (AGENT_ALERTS | CONTROLLER_ALERTS) - {
+        "SpotRebalancerAgentAcknowledgementsFailing",
+        "SpotRebalancerDrainMissedDeadline",
+    }
     assert alerts["SpotRebalancerAgentNotPolling"]["expr"].endswith("> 45")
     assert alerts["SpotRebalancerAgentNodeWritesFailing"]["for"] == "9m"
+    eviction = alerts["SpotRebalancerEvictionRateHigh"]["expr"]
+    assert eviction.endswith("> 25") and 'event_type=~"Preempt|Terminate"' in eviction
+    assert "[10m]" in alerts["SpotRebalancerReplicaDeficit"]["expr"]
     for rule in alerts.values():
         assert rule["labels"]["team"] == "inference"
 
 
-def exported_names(metrics: AgentMetrics) -> set[str]:
-    """Every series name the agent exports (labelled metrics export none until first used)."""
-    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "gauge": [""]}
+def test_no_controller_alerts_without_the_controller(tools: Tools) -> None:
+    """An agent-only install must not page for a controller it does not run (absent leader)."""
+    objects = tools.template(
+        "--set", "prometheusRule.enabled=true", "--set", "controller.enabled=false"
+    )
+    assert set(alerts_of(rule_groups(objects))) == AGENT_ALERTS
+
+
+def exported_names(*registries: CollectorRegistry) -> set[str]:
+    """Every series name the registries can export, whether or not a labelled child exists yet
+    (labelled metrics export nothing until first used, so the samples alone would miss them)."""
+    suffixes = {
+        "counter": ["_total", "_created"],
+        "histogram": ["_bucket", "_sum", "_count", "_created"],
+        "gauge": [""],
+        "info": ["_info"],
+    }
     names = set()
-    for family in metrics.registry.collect():
-        for suffix in suffixes.get(family.type, [""]):
-            names.add(family.name + suffix)
+    for registry in registries:
+        for family in registry.collect():
+            for suffix in suffixes[family.type]:
+                names.add(family.name + suffix)
     return names
 
 
-def test_alerts_use_only_metrics_the_agent_exports() -> None:
-    exported = exported_names(AgentMetrics())
+def all_exported_names() -> set[str]:
+    return exported_names(AgentMetrics().registry, ControllerMetrics().registry)
+
+
+def metric_names_in(expr: str) -> set[str]:
+    return set(re.findall(r"\brebalancer_[a-z_]+", expr))
+
+
+def test_alerts_use_only_metrics_the_processes_export() -> None:
+    exported = all_exported_names()
+    assert "rebalancer_controller_leader" in exported
+    assert "rebalancer_agent_imds_poll_duration_seconds_bucket" in exported
+    assert "rebalancer_controller_notices_total" in exported
     for name, rule in alerts_of(yaml.safe_load(ALERTS_FILE.read_text())).items():
-        used = set(re.findall(r"\brebalancer_[a-z_]+", rule["expr"]))
+        used = metric_names_in(rule["expr"])
         assert used, name
         assert used <= exported, f"{name} uses {used - exported}"
 

@@ -4,8 +4,11 @@ PrometheusRule; scripts/render-chart-files writes the same groups, rendered with
 values, to deploy/prometheus/alerts.yaml for Prometheus setups without the operator, and a test
 fails when that file is not current. Thresholds come from .Values.prometheusRule.rules.
 
-Aggregations use `without (...)` rather than `by (...)`: the target labels (instance, job, pod,
-node, ...) differ between scrape setups, and keeping all of them lets an alert name the agent.
+Agent aggregations use `without (...)` rather than `by (...)`: the target labels (instance, job,
+pod, node, ...) differ between scrape setups, and keeping all of them lets an alert name the agent.
+Controller alerts aggregate `by` the label they are about (pool, workload) with `max`: both
+replicas count what they observe (notices, replica deficit), so a sum would count twice, and one
+alert per pool or workload is what a person acts on, whichever replica leads.
 Prometheus template markers are written as {{`{{ ... }}`}} so Helm leaves them alone.
 */}}
 {{- define "spot-rebalancer.alertGroups" -}}
@@ -80,4 +83,116 @@ groups:
             earlier.
       {{- end }}
       {{- end }}
+{{- if .Values.controller.enabled }}
+  - name: spot-rebalancer-controller
+    rules:
+      {{- with $rules.controllerNoLeader }}
+      {{- if .enabled }}
+      - alert: SpotRebalancerControllerNoLeader
+        # No replica leads (or none is scraped at all): notices are seen but nobody cordons,
+        # surges or drains. A takeover needs at most the lease duration (15 s by default).
+        expr: |-
+          max(rebalancer_controller_leader) < 1 or absent(rebalancer_controller_leader)
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $extra }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: No spot-rebalancer controller replica leads.
+          description: >-
+            No controller replica has held the leader Lease for {{ .for }}, or no controller is
+            scraped. Eviction notices are published on the Nodes but nothing acts on them. Check
+            the controller pods, their log ("became leader") and the Lease in the release
+            namespace.
+      {{- end }}
+      {{- end }}
+      {{- with $rules.evictionRateHigh }}
+      {{- if .enabled }}
+      - alert: SpotRebalancerEvictionRateHigh
+        # Per replica, sum over the other labels; then max over the replicas, which both count
+        # the notices they see.
+        expr: |-
+          max by (pool) (
+            sum without (event_type, source, zone, sku, priority) (
+              increase(rebalancer_controller_notices_total{event_type=~"{{ .eventTypes }}"}[{{ .window }}])
+            )
+          ) > {{ .threshold }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $extra }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: Spot pool {{`{{ $labels.pool }}`}} is being evicted often.
+          description: >-
+            {{`{{ $value | humanize }}`}} notices ({{ .eventTypes }}) for nodes of pool
+            {{`{{ $labels.pool }}`}} in the last {{ .window }}, more than {{ .threshold }}. Spot
+            capacity of this VM size and region is scarce: consider another size or zone, or a
+            larger on-demand share.
+      {{- end }}
+      {{- end }}
+      {{- with $rules.failoverBlocked }}
+      {{- if .enabled }}
+      - alert: SpotRebalancerFailoverBlocked
+        # Counted once per workload and cause by the leader that found it.
+        expr: |-
+          sum by (reason) (increase(rebalancer_controller_failovers_total{stage="blocked"}[{{ .window }}])) > 0
+        labels:
+          severity: {{ .severity }}
+          {{- with $extra }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: Replicas on an evicted spot node had no on-demand pool to fail over to.
+          description: >-
+            {{`{{ $value | humanize }}`}} fail-over(s) blocked ({{`{{ $labels.reason }}`}}) in the
+            last {{ .window }}: no on-demand pool fits the workload's tolerations, nodeSelector,
+            affinity or GPUs. The Warning Events say why, per pool:
+            kubectl get events -A --field-selector reason=SpotRebalancerFailoverBlocked
+      {{- end }}
+      {{- end }}
+      {{- with $rules.drainMissedDeadline }}
+      {{- if .enabled }}
+      - alert: SpotRebalancerDrainMissedDeadline
+        expr: |-
+          sum by (pool) (increase(rebalancer_controller_drain_missed_deadline_total[{{ .window }}])) > 0
+        labels:
+          severity: {{ .severity }}
+          {{- with $extra }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: A node of pool {{`{{ $labels.pool }}`}} went before it was drained.
+          description: >-
+            {{`{{ $value | humanize }}`}} node(s) of pool {{`{{ $labels.pool }}`}} were cordoned
+            for an eviction but gone before they were drained, in the last {{ .window }}: their
+            pods died with the VM. Look at the controller's log for that node (evictions blocked,
+            API errors) and at deadlineMarginSeconds.
+      {{- end }}
+      {{- end }}
+      {{- with $rules.replicaDeficit }}
+      {{- if .enabled }}
+      - alert: SpotRebalancerReplicaDeficit
+        # The counter grows by (base replicas - Ready) per second while a surge is open; its
+        # rate is the average number of replicas missing. Both replicas count it: max.
+        expr: |-
+          max by (workload) (rate(rebalancer_controller_replica_deficit_replica_seconds_total[{{ .window }}])) > {{ .averageReplicas }}
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $extra }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: "{{`{{ $labels.workload }}`}} runs with fewer Ready replicas than it should."
+          description: >-
+            {{`{{ $labels.workload }}`}} missed {{`{{ $value | humanize }}`}} Ready replicas on
+            average over {{ .window }} while being failed over, for {{ .for }}: its replacements
+            do not become Ready (no capacity, slow model load, image pull). Check its pending
+            pods and the on-demand pool.
+      {{- end }}
+      {{- end }}
+{{- end }}
 {{- end }}
