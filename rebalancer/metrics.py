@@ -3,15 +3,34 @@
 Base units and suffixes (`_seconds`, `_total`), bounded labels only: event_type, outcome, kind,
 pool, zone, sku, priority, workload. Never a node, pod or event id as a label. Each process gets
 its own registry, so tests can run several in one interpreter.
+
+Every label value known in advance gets a child at zero when the metrics are built (`initialise`),
+and the controller adds those it learns at run time (pools, workloads) before anything is counted
+for them. Prometheus' `rate()` and `increase()` only see a change between two samples: a series
+that is born with its first event already in it hides that event, so the first eviction of a pool
+or the first blocked fail-over would never show on a dashboard nor fire an alert.
 """
 
 from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from rebalancer import __version__
 
 EVENT_TYPE_LABELS = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate", "Unknown")
+
+POLL_OUTCOMES = (
+    "ok", "timeout", "connection_error", "http_error", "rate_limited", "gone", "parse_error",
+    "too_large",
+)  # fmt: skip
+ENDED_OUTCOMES = ("cancelled", "completed", "ended")
+WRITE_OUTCOMES = ("ok", "error")
+AGENT_SKIP_REASONS = ("malformed_event", "unknown_event_type", "malformed_annotation")
+AGENT_ERROR_KINDS = ("imds", "kube_api", "ack", "vm_name")
+POD_ACTIONS = ("evicted", "deleted", "eviction_blocked")
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 LEAD_TIME_BUCKETS = (0, 5, 10, 15, 20, 25, 30, 45, 60, 120, 300, 600, 900, 1800, 3600)
@@ -20,6 +39,12 @@ LEAD_TIME_BUCKETS = (0, 5, 10, 15, 20, 25, 30, 45, 60, 120, 300, 600, 900, 1800,
 def event_type_label(event_type: str) -> str:
     """Map any string from IMDS onto the bounded label set."""
     return event_type if event_type in EVENT_TYPE_LABELS else "Unknown"
+
+
+def initialise(metric: Counter | Histogram, *label_values: Iterable[str]) -> None:
+    """A child at zero for every combination of the given label values (see the module doc)."""
+    for combination in itertools.product(*label_values):
+        metric.labels(*combination)
 
 
 class AgentMetrics:
@@ -102,6 +127,14 @@ class AgentMetrics:
             ["kind"],
             registry=r,
         )
+        initialise(self.polls, POLL_OUTCOMES)
+        initialise(self.events_seen, EVENT_TYPE_LABELS)
+        initialise(self.events_ended, EVENT_TYPE_LABELS, ENDED_OUTCOMES)
+        initialise(self.lead_time, EVENT_TYPE_LABELS)
+        initialise(self.node_writes, WRITE_OUTCOMES)
+        initialise(self.acknowledgements, EVENT_TYPE_LABELS, WRITE_OUTCOMES)
+        initialise(self.skipped, AGENT_SKIP_REASONS)
+        initialise(self.errors, AGENT_ERROR_KINDS)
 
 
 class ControllerMetrics:
@@ -203,3 +236,6 @@ class ControllerMetrics:
             "Nodes with a notice being acted on.",
             registry=r,
         )
+        # The rest (pools, workloads, reasons, actions) the controller initialises itself.
+        initialise(self.notice_lead_time, EVENT_TYPE_LABELS)
+        initialise(self.pods, POD_ACTIONS)

@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from rebalancer.clock import Clock
 from rebalancer.config import ControllerSettings, parse_selector
@@ -26,6 +26,7 @@ from rebalancer.controller.planner import (
     Evict,
     MarkDrained,
     Policy,
+    Reason,
     ReportBlocked,
     Restore,
     ScaleBack,
@@ -41,7 +42,8 @@ from rebalancer.kube.errors import KubeError
 from rebalancer.kube.informer import Informer
 from rebalancer.kube.leader import LeaderElector
 from rebalancer.kube.writes import Writer
-from rebalancer.metrics import ControllerMetrics, event_type_label
+from rebalancer.metrics import EVENT_TYPE_LABELS, ControllerMetrics, event_type_label, initialise
+from rebalancer.notices import MANUAL, Source
 from rebalancer.process import sleep_or_stop
 
 PHASES: tuple[tuple[type, ...], ...] = (
@@ -56,6 +58,37 @@ def replicaset_owner(obj: Mapping[str, Any]) -> str:
         if ref.get("controller") and ref.get("kind") == "Deployment":
             return str(ref.get("name"))
     return ""
+
+
+# Label values of the fail-over counter, by stage (what ScaleUp, ScaleBack, ReportBlocked carry).
+FAILOVER_REASONS = {
+    "started": (Reason.NOTICE,),
+    "completed": (
+        Reason.REPLACEMENTS_READY,
+        Reason.DOOMED_GONE,
+        Reason.DEADLINE,
+        Reason.CANCELLED,
+        Reason.REPLICAS_CHANGED,
+    ),
+    "blocked": (Reason.NO_ON_DEMAND_POOL, Reason.UNREADABLE_RECORD),
+}
+
+
+def error_kinds(error: type[KubeError] = KubeError) -> set[str]:
+    """The `kind` of KubeError and of every subclass: the API error labels."""
+    kinds = {error.kind}
+    for subclass in error.__subclasses__():
+        kinds |= error_kinds(subclass)
+    return kinds
+
+
+def initialise_metrics(metrics: ControllerMetrics, *, dry_run: bool) -> None:
+    """Zero series for the label values known before anything happens (see rebalancer.metrics)."""
+    for stage, reasons in FAILOVER_REASONS.items():
+        initialise(metrics.failovers, [stage], [str(reason) for reason in reasons])
+    outcomes = ["dry_run"] if dry_run else ["ok", "noop", "error"]
+    initialise(metrics.actions, [action.__name__ for action in get_args(Action)], outcomes)
+    initialise(metrics.reconcile_errors, ["plan", "observe", "accounting", *sorted(error_kinds())])
 
 
 @dataclass
@@ -145,6 +178,10 @@ class Controller:
         self._logged: set[str] = set()
         self._last_pass = clock.monotonic()
         self.passes = 0
+        # Node groups and surged workloads whose metric children exist (created at zero).
+        self._metric_groups: set[tuple[str, str, str, bool]] = set()
+        self._deficit_workloads: set[str] = set()
+        initialise_metrics(metrics, dry_run=settings.dry_run)
 
     # ---- health ------------------------------------------------------------------------------
 
@@ -350,6 +387,7 @@ class Controller:
         self.metrics.active_notices.set(len(active))
         live: set[tuple[str, str]] = set()
         for node in state.nodes.values():
+            self._initialise_group(node)
             for reason in node.skipped:
                 self._log_once("notice skipped", reason, node=node.name)
             for notice in node.notices:
@@ -390,11 +428,33 @@ class Controller:
         for workload in state.workloads.values():
             if workload.surge is None:
                 continue
+            name = f"{workload.namespace}/{workload.name}"
+            child = self.metrics.replica_deficit.labels(name)
+            if name not in self._deficit_workloads:
+                # Born at zero: what this first pass would add is left out, so that rate()
+                # sees every later increase.
+                self._deficit_workloads.add(name)
+                continue
             deficit = max(0, workload.surge.base_replicas - workload.ready_replicas)
             if deficit:
-                self.metrics.replica_deficit.labels(f"{workload.namespace}/{workload.name}").inc(
-                    deficit * elapsed
-                )
+                child.inc(deficit * elapsed)
+
+    def _initialise_group(self, node: NodeInfo) -> None:
+        """Zero series for a node group's notices and missed drains before its first notice."""
+        group = (node.pool, node.zone, node.sku, node.spot)
+        if group in self._metric_groups:
+            return
+        self._metric_groups.add(group)
+        initialise(
+            self.metrics.notices,
+            [*EVENT_TYPE_LABELS, MANUAL],
+            [str(source) for source in Source],
+            [node.pool],
+            [node.zone],
+            [node.sku],
+            ["spot" if node.spot else "regular"],
+        )
+        self.metrics.drain_missed_deadline.labels(node.pool)
 
     async def _pace(self) -> None:
         """Keep writes under `client_qps` (a floor between write starts)."""
