@@ -1,0 +1,1 @@
+"""Grafana dashboards as code; `python -m dashboards.build` writes the JSON beside it."""

@@ -1,0 +1,415 @@
+"""The Grafana dashboards of spot-rebalancer, as code (grafana-foundation-sdk, Grafana 11.6 schema).
+
+`scripts/render-chart-files` runs `python -m dashboards.build`, which writes each dashboard as
+JSON twice: `dashboards/<name>.json` to import into Grafana by hand, and
+`charts/spot-rebalancer/dashboards/<name>.json`, which the chart ships as ConfigMaps for Grafana's
+dashboard sidecar (Helm can only read files inside the chart). tests/chart/test_dashboards.py
+fails when either copy differs from this code, runs every query against a real Prometheus that
+scraped a real agent and controller through evictions, and checks every metric name against
+rebalancer/metrics.py. Metric names come from there only: nothing here is invented.
+
+Conventions of the queries:
+- `$cluster` and `$pool` filter everything that has those labels. `cluster` is whatever external
+  or target label your Prometheus sets (absent labels match the `All` value `.*`).
+- Both controller replicas observe the cluster (notices, lead times, replica deficit), so those
+  are taken as `max` over the replicas: a sum would count each notice twice. What only the
+  leader does (cordon, drain, surge, evictions) is summed over the replicas, so a leader change
+  loses nothing.
+- `$__rate_interval` for rates shown over time, `$__range` for totals of the time range.
+
+Not here yet: the "Spot cost and savings" dashboard. Its metrics (prices, spot and on-demand
+node-hours, fallback cost) do not exist until cost accounting is written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import dashboard, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders.common import VizLegendOptions
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import LegendDisplayMode, LegendPlacement
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DataSourceRef,
+    VariableRefresh,
+    VariableSort,
+)
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTPUT_DIRS = (ROOT / "dashboards", ROOT / "charts" / "spot-rebalancer" / "dashboards")
+
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+CLUSTER = 'cluster=~"$cluster"'
+POOL = 'cluster=~"$cluster",pool=~"$pool"'
+TAGS = ["spot-rebalancer", "azure", "spot"]
+
+Panel = timeseries.Panel | stat.Panel | table.Panel
+
+
+def q(
+    expr: str, legend: str = "", *, ref: str = "A", instant: bool = False
+) -> prometheus.Dataquery:
+    query = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DATASOURCE)
+    if legend:
+        query = query.legend_format(legend)
+    return query.instant() if instant else query.range()
+
+
+def series(
+    title: str, description: str, unit: str, *queries: prometheus.Dataquery, span: int = 12
+) -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .datasource(DATASOURCE)
+        .span(span)
+        .height(8)
+        .legend(
+            VizLegendOptions()
+            .display_mode(LegendDisplayMode.LIST)
+            .placement(LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+    )
+    for query in queries:
+        panel = panel.with_target(query)
+    return panel
+
+
+def single(title: str, description: str, unit: str, expr: str, *, span: int = 6) -> stat.Panel:
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .datasource(DATASOURCE)
+        .span(span)
+        .height(5)
+        .with_target(q(expr, instant=True))
+    )
+
+
+def quantiles(metric: str, by: str, where: str) -> list[prometheus.Dataquery]:
+    """p50 and p90 of a histogram, its buckets aggregated `by` (e.g. `sum by (le)`)."""
+    buckets = f"{by} (rate({metric}_bucket{{{where}}}[$__rate_interval]))"
+    return [
+        q(f"histogram_quantile(0.5, {buckets})", "p50", ref="A"),
+        q(f"histogram_quantile(0.9, {buckets})", "p90", ref="B"),
+    ]
+
+
+def variables(board: dashboard.Dashboard) -> dashboard.Dashboard:
+    """Data source, cluster and pool pickers shared by every dashboard."""
+    return (
+        board.with_variable(
+            dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
+        )
+        .with_variable(
+            dashboard.QueryVariable("cluster")
+            .label("Cluster")
+            .datasource(DATASOURCE)
+            .query("label_values(rebalancer_build_info, cluster)")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC)
+            .include_all(True)
+            .all_value(".*")
+            .multi(True)
+        )
+        .with_variable(
+            dashboard.QueryVariable("pool")
+            .label("Node pool")
+            .datasource(DATASOURCE)
+            .query(f"label_values(rebalancer_controller_notices_total{{{CLUSTER}}}, pool)")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC)
+            .include_all(True)
+            .all_value(".*")
+            .multi(True)
+        )
+    )
+
+
+def evictions_and_failover() -> dashboard.Dashboard:
+    notices = f"rebalancer_controller_notices_total{{{POOL}}}"
+    per_replica = "sum without (source, priority)"  # one replica's notices, then max over both
+    board = variables(
+        dashboard.Dashboard("Spot rebalancer: evictions and failover")
+        .uid("spot-rebalancer-evictions")
+        .description(
+            "Eviction notices on AKS spot nodes and what spot-rebalancer did about them: "
+            "cordon, surge onto on-demand capacity, drain; the health of its agents and leader."
+        )
+        .tags(TAGS)
+        .time("now-6h", "now")
+        .refresh("30s")
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+    )
+    rows: list[tuple[str, list[Panel]]] = [
+        (
+            "Notices",
+            [
+                single(
+                    "Notices in range",
+                    "Eviction and maintenance notices first seen by the controller.",
+                    "short",
+                    f"sum(max by (event_type, pool, zone, sku) ({per_replica} "
+                    f"(increase({notices}[$__range]))))",
+                ),
+                single(
+                    "Nodes being acted on",
+                    "Nodes with a live notice now (cordoned, draining, or waiting for Azure).",
+                    "short",
+                    f"max(rebalancer_controller_active_notices{{{CLUSTER}}})",
+                ),
+                single(
+                    "Fail-overs blocked in range",
+                    "Workloads on a doomed node that no on-demand pool could take "
+                    "(Warning Events SpotRebalancerFailoverBlocked say why).",
+                    "short",
+                    f'sum(increase(rebalancer_controller_failovers_total{{{CLUSTER},stage="blocked"}}'
+                    "[$__range]))",
+                ),
+                single(
+                    "Drains that missed the deadline",
+                    "Nodes cordoned for an eviction but gone before they were drained.",
+                    "short",
+                    f"sum(increase(rebalancer_controller_drain_missed_deadline_total{{{POOL}}}"
+                    "[$__range]))",
+                ),
+                series(
+                    "Notice rate by pool and type",
+                    "Notices per hour, per node pool and event type.",
+                    "short",
+                    q(
+                        f"max by (pool, event_type) (sum without (source, zone, sku, priority) "
+                        f"(rate({notices}[$__rate_interval]))) * 3600",
+                        "{{pool}} {{event_type}}",
+                    ),
+                ),
+                table.Panel()
+                .title("Notices by type, pool, zone and SKU")
+                .description("Notices first seen in the time range.")
+                .datasource(DATASOURCE)
+                .span(12)
+                .height(8)
+                .with_target(
+                    q(
+                        f"max by (event_type, pool, zone, sku) ({per_replica} "
+                        f"(increase({notices}[$__range])))",
+                        instant=True,
+                    ).format(PromQueryFormat.TABLE)
+                ),
+                series(
+                    "Notice lead time",
+                    "Deadline (NotBefore) minus the moment the controller first saw the notice: "
+                    "the time there was to act. Azure gives spot evictions 30 s at most.",
+                    "s",
+                    *quantiles(
+                        "rebalancer_controller_notice_lead_time_seconds", "max by (le)", CLUSTER
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Acting on a notice",
+            [
+                series(
+                    "Notice to cordon",
+                    "From the controller seeing a notice to the node cordoned and tainted.",
+                    "s",
+                    *quantiles(
+                        "rebalancer_controller_notice_to_cordon_seconds", "sum by (le)", CLUSTER
+                    ),
+                    span=8,
+                ),
+                series(
+                    "Drain duration",
+                    "From the controller seeing a notice to the node marked drained (the agent "
+                    "then acknowledges the event to Azure).",
+                    "s",
+                    *quantiles(
+                        "rebalancer_controller_drain_duration_seconds", "sum by (le)", CLUSTER
+                    ),
+                    span=8,
+                ),
+                series(
+                    "Time to replacement Ready",
+                    "From a workload's surge to its replacement replicas Ready elsewhere.",
+                    "s",
+                    *quantiles(
+                        "rebalancer_controller_notice_to_replacement_ready_seconds",
+                        "sum by (le)",
+                        CLUSTER,
+                    ),
+                    span=8,
+                ),
+                series(
+                    "Replica deficit",
+                    "Ready replicas missing on average (base replicas minus Ready) while a "
+                    "workload is being failed over. Zero means make-before-break held.",
+                    "short",
+                    q(
+                        "max by (workload) (rate(rebalancer_controller_replica_deficit_replica_"
+                        f"seconds_total{{{CLUSTER}}}[$__rate_interval]))",
+                        "{{workload}}",
+                    ),
+                ),
+                series(
+                    "Pods evicted, deleted at the deadline, blocked by a PDB",
+                    "Pods per second by what was done to them; eviction_blocked is a 429 from a "
+                    "PodDisruptionBudget (retried every pass until the deadline).",
+                    "ops",
+                    q(
+                        "sum by (action) (rate(rebalancer_controller_pods_total"
+                        f"{{{CLUSTER}}}[$__rate_interval]))",
+                        "{{action}}",
+                    ),
+                ),
+                series(
+                    "Fail-overs by stage and reason",
+                    "Surges started, completed (by reason) and blocked (by reason), per second.",
+                    "ops",
+                    q(
+                        "sum by (stage, reason) (rate(rebalancer_controller_failovers_total"
+                        f"{{{CLUSTER}}}[$__rate_interval]))",
+                        "{{stage}} {{reason}}",
+                    ),
+                ),
+                series(
+                    "Actions by outcome",
+                    "Planned actions the leader applied: ok, noop (already so), error, dry_run.",
+                    "ops",
+                    q(
+                        "sum by (action, outcome) (rate(rebalancer_controller_actions_total"
+                        f"{{{CLUSTER}}}[$__rate_interval]))",
+                        "{{action}} {{outcome}}",
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Health",
+            [
+                series(
+                    "Leader",
+                    "1 for the replica that holds the Lease. Exactly one should, always.",
+                    "short",
+                    q(
+                        f"max by (instance) (rebalancer_controller_leader{{{CLUSTER}}})",
+                        "{{instance}}",
+                    ),
+                    span=8,
+                ),
+                series(
+                    "Caches synced",
+                    "1 once a replica's informers have listed every resource; it plans only then.",
+                    "short",
+                    q(
+                        f"min by (instance) (rebalancer_controller_cache_synced{{{CLUSTER}}})",
+                        "{{instance}}",
+                    ),
+                    span=8,
+                ),
+                series(
+                    "Reconcile errors by kind",
+                    "Errors while planning or acting, per second (conflicts are retried).",
+                    "ops",
+                    q(
+                        "sum by (kind) (rate(rebalancer_controller_reconcile_errors_total"
+                        f"{{{CLUSTER}}}[$__rate_interval]))",
+                        "{{kind}}",
+                    ),
+                    span=8,
+                ),
+                series(
+                    "Agent last poll age",
+                    "Seconds since each agent last read Azure Scheduled Events; notices for its "
+                    "VM go unseen while this grows.",
+                    "s",
+                    q(
+                        "max by (instance, node) (time() - "
+                        f"rebalancer_agent_imds_last_success_timestamp_seconds{{{CLUSTER}}})",
+                        "{{instance}} {{node}}",
+                    ),
+                    span=8,
+                ),
+                series(
+                    "Agent errors by kind",
+                    "Agent errors per second: imds, kube_api, ack, vm_name.",
+                    "ops",
+                    q(
+                        "sum by (kind) (rate(rebalancer_agent_errors_total"
+                        f"{{{CLUSTER}}}[$__rate_interval]))",
+                        "{{kind}}",
+                    ),
+                    span=8,
+                ),
+                series(
+                    "Agent IMDS polls by outcome",
+                    "Scheduled Events polls per second of all agents, by outcome.",
+                    "ops",
+                    q(
+                        "sum by (outcome) (rate(rebalancer_agent_imds_polls_total"
+                        f"{{{CLUSTER}}}[$__rate_interval]))",
+                        "{{outcome}}",
+                    ),
+                    span=8,
+                ),
+                series(
+                    "Agent acknowledgements to Azure",
+                    "Drained events acknowledged to Azure (lets the eviction start early).",
+                    "ops",
+                    q(
+                        "sum by (outcome) (rate(rebalancer_agent_acknowledgements_total"
+                        f"{{{CLUSTER}}}[$__rate_interval]))",
+                        "{{outcome}}",
+                    ),
+                ),
+                series(
+                    "Agent notice lead time",
+                    "NotBefore minus the moment the agent first saw the event in IMDS.",
+                    "s",
+                    *quantiles("rebalancer_agent_notice_lead_time_seconds", "sum by (le)", CLUSTER),
+                ),
+            ],
+        ),
+    ]
+    panel_id = 1
+    for title, panels in rows:
+        board = board.with_row(dashboard.Row(title).id(panel_id))
+        panel_id += 1
+        for panel in panels:
+            board = board.with_panel(panel.id(panel_id))
+            panel_id += 1
+    return board
+
+
+DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
+    "spot-rebalancer-evictions": evictions_and_failover,
+}
+
+
+def render(name: str) -> str:
+    """One dashboard as the JSON that is committed (stable key order, trailing newline)."""
+    return json.dumps(DASHBOARDS[name]().build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+
+
+def main() -> int:
+    for directory in OUTPUT_DIRS:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in DASHBOARDS:
+            (directory / f"{name}.json").write_text(render(name))
+    where = ", ".join(str(directory.relative_to(ROOT)) for directory in OUTPUT_DIRS)
+    print(f"wrote {len(DASHBOARDS)} dashboard(s) to {where}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
