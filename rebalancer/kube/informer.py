@@ -9,6 +9,7 @@ before that. Every change calls `on_change`, so the controller can plan at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -109,6 +110,7 @@ class Informer(Generic[T]):
             self.path, query=query, timeout_seconds=self._watch_timeout + 30
         )
         stopping = asyncio.ensure_future(stop.wait())
+        next_event: asyncio.Future[Any] | None = None
         try:
             iterator = stream.__aiter__()
             while True:
@@ -126,6 +128,12 @@ class Informer(Generic[T]):
                 self._apply(event)
         finally:
             stopping.cancel()
+            if next_event is not None and not next_event.done():
+                # Also when this task is cancelled: the read still runs inside the stream, which
+                # cannot be closed under it, and would outlive the informer as a stray task.
+                next_event.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, KubeError):
+                    await next_event
             await stream.aclose()  # type: ignore[attr-defined]
 
     def _apply(self, event: Mapping[str, Any]) -> None:

@@ -379,9 +379,6 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
         await asyncio.wait_for(task, timeout=10)  # the leader releases its Lease on the way out
         await client.close()
         await cluster.stop()
-        # The informers cancel their pending watch reads without awaiting them; let those
-        # finish before the leak check, whichever way the test ends.
-        await asyncio.sleep(0.1)
     # The run really went through every action, or the recording would be incomplete.
     for reason in (
         "SpotRebalancerCordoned", "SpotRebalancerRestored", "SpotRebalancerSurge",
