@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from rebalancer.config import ControllerSettings
+from rebalancer.kube.leader import LeaderElector
 from tests.chart.conftest import Tools, of_component, one
 from tests.chart.generated import CHART
 from tests.chart.test_chart_render import SCENARIOS, values_of
@@ -264,6 +265,46 @@ def test_schema_rejects_bad_controller_values(tools: Tools, path: str, value: st
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
     assert path.rsplit(".", maxsplit=1)[-1] in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("helm", ["helm4", "helm3"])
+@pytest.mark.parametrize(
+    ("lease", "renew", "retry", "accepted"),
+    [(15, 10, 2, True), (4, 3, 1, True), (10, 10, 2, False), (15, 10, 9, False)],
+)
+def test_lease_timings_are_checked_at_install(
+    tools: Tools, helm: str, lease: float, renew: float, retry: float, accepted: bool
+) -> None:
+    """The LeaderElector's rule, which the schema cannot express, fails the install instead."""
+    result = tools.helm(
+        helm,
+        "template",
+        "r",
+        str(CHART),
+        "--set-json",
+        f"controller.settings.leaseDurationSeconds={lease}",
+        "--set-json",
+        f"controller.settings.renewDeadlineSeconds={renew}",
+        "--set-json",
+        f"controller.settings.retryPeriodSeconds={retry}",
+    )
+    assert (result.returncode == 0) == accepted, result.stderr
+    if not accepted:
+        assert "leaseDurationSeconds > renewDeadlineSeconds" in result.stderr
+    try:
+        LeaderElector(
+            None,  # type: ignore[arg-type]  # nothing is called at construction
+            namespace="n",
+            name="l",
+            identity="i",
+            lease_duration=lease,
+            renew_deadline=renew,
+            retry_period=retry,
+        )
+        controller_accepts = True
+    except ValueError:
+        controller_accepts = False
+    assert controller_accepts == accepted
 
 
 def test_dashboards_ship_as_sidecar_config_maps(rendered: dict[str, list[dict[str, Any]]]) -> None:
