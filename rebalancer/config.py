@@ -167,7 +167,10 @@ class ControllerSettings(CommonSettings):
         description="What to do per event type: failover (surge, then drain), drain, or none.",
     )
     client_qps: float = Field(
-        50.0, gt=0, description="Most API writes per second the controller sends."
+        50.0, gt=0, description="API requests per second the controller sends, on average."
+    )
+    client_burst: int = Field(
+        100, ge=1, description="API requests the controller may send at once above that rate."
     )
     watch_timeout_seconds: int = Field(300, ge=10, description="Server-side watch timeout.")
 

@@ -18,6 +18,7 @@ from rebalancer.controller.model import (
     DELETION_COST,
     ORIGINAL_COST_ANNOTATION,
     SURGE_ANNOTATION,
+    NodeInfo,
     WorkloadInfo,
 )
 from rebalancer.controller.planner import (
@@ -36,6 +37,7 @@ from rebalancer.controller.planner import (
     StartCooldown,
 )
 from rebalancer.kube.errors import TooManyRequests
+from rebalancer.kube.events import EventRecorder
 from rebalancer.kube.writes import Writer
 
 # Reasons of the Kubernetes Events we record (documented in the README).
@@ -65,13 +67,20 @@ class Outcome:
 @dataclass
 class Executor:
     writer: Writer
+    events: EventRecorder
     workloads: Mapping[tuple[str, str, str], WorkloadInfo] = field(default_factory=dict)
+    nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
     reported: set[tuple[Any, ...]] = field(default_factory=set)
+
+    async def _update_node(self, name: str, build: Any) -> bool:
+        cached = self.nodes.get(name)
+        current = cached.as_json() if cached is not None and cached.resource_version else None
+        return await self.writer.update_node(name, build, current=current)
 
     async def apply(self, action: Action, now: datetime) -> Outcome:
         match action:
             case Cordon():
-                done = await self.writer.update_node(
+                done = await self._update_node(
                     action.node, node_patches.cordon(action.event_id, action.event_type)
                 )
                 if done:
@@ -80,28 +89,26 @@ class Executor:
                     )
                 return Outcome(done)
             case Restore():
-                done = await self.writer.update_node(action.node, node_patches.restore)
+                done = await self._update_node(action.node, node_patches.restore)
                 if done:
                     await self._event_on_node(
                         action, f"Notice {action.event_id} gone: cordon and taint undone", now
                     )
                 return Outcome(done)
             case MarkDrained():
-                done = await self.writer.update_node(
+                done = await self._update_node(
                     action.node, node_patches.mark_drained(action.event_id)
                 )
                 if done:
                     await self._event_on_node(action, f"Drained for {action.event_id}", now)
                 return Outcome(done)
             case StartCooldown():
-                done = await self.writer.update_node(
+                done = await self._update_node(
                     action.node, node_patches.start_cooldown(action.until)
                 )
                 return Outcome(done)
             case EndCooldown():
-                return Outcome(
-                    await self.writer.update_node(action.node, node_patches.end_cooldown)
-                )
+                return Outcome(await self._update_node(action.node, node_patches.end_cooldown))
             case ScaleUp():
                 return await self._scale_up(action, now)
             case ScaleBack():
@@ -187,7 +194,7 @@ class Executor:
         return Outcome(done)
 
     async def _event_on_node(self, action: Any, message: str, now: datetime) -> None:
-        await self.writer.record_event(
+        self.events.emit(
             regarding={"kind": "Node", "name": action.node, "apiVersion": "v1", "namespace": ""},
             reason=EVENT_REASONS[type(action)],
             message=message,
@@ -204,7 +211,7 @@ class Executor:
         warning: bool = False,
     ) -> None:
         kind, namespace, name = workload
-        await self.writer.record_event(
+        self.events.emit(
             regarding={"kind": kind, "namespace": namespace, "name": name, "apiVersion": "apps/v1"},
             reason=EVENT_REASONS[type(action)],
             message=message,

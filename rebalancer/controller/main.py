@@ -24,7 +24,10 @@ def run_controller(settings: ControllerSettings) -> int:
     async def main(stop: asyncio.Event) -> None:
         metrics = ControllerMetrics()
         client = await KubeClient.connect(
-            settings.kubeconfig, timeout_seconds=settings.kube_timeout_seconds
+            settings.kubeconfig,
+            timeout_seconds=settings.kube_timeout_seconds,
+            qps=settings.client_qps,
+            burst=settings.client_burst,
         )
         controller = Controller(
             settings=settings,

@@ -52,6 +52,23 @@ class NodeInfo:
     allocatable_gpus: int
     notices: tuple[Notice, ...] = ()
     skipped: tuple[str, ...] = ()
+    resource_version: str = ""
+    raw_taints: tuple[Mapping[str, Any], ...] = ()  # as the API has them (timeAdded included)
+
+    def as_json(self) -> dict[str, Any]:
+        """The parts of the Node our patches read, in the API's shape (cached, not fresh)."""
+        return {
+            "metadata": {
+                "name": self.name,
+                "labels": dict(self.labels),
+                "annotations": dict(self.annotations),
+                "resourceVersion": self.resource_version,
+            },
+            "spec": {
+                "taints": [dict(t) for t in self.raw_taints],
+                "unschedulable": self.unschedulable,
+            },
+        }
 
     @property
     def pool(self) -> str:
@@ -96,6 +113,8 @@ class NodeInfo:
             ),
             notices=found.notices,
             skipped=found.skipped,
+            resource_version=str(meta.get("resourceVersion", "")),
+            raw_taints=tuple(dict(t) for t in spec.get("taints") or []),
         )
 
 

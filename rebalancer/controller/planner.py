@@ -7,11 +7,12 @@ leader, a restart or a dry run plans the same next step. Each action carries a r
 On a notice for a node (policy "failover"):
 1. cordon it, taint it, exclude it from external load balancers (recording the node's state
    before, so a cancellation restores it exactly);
-2. surge each Deployment with GPU replicas there by the number of doomed replicas, and give the
-   doomed pods the lowest deletion cost: replacements start loading while the old ones serve;
-3. scale back once the replacements are Ready, or the doomed pods are gone, or the deadline
-   minus the margin has come (then the doomed pods are deleted first, because a ReplicaSet
-   scaling down removes not-ready pods before ready ones whatever their deletion cost);
+2. surge each Deployment with GPU replicas there by the number of doomed replicas: replacements
+   start loading while the old ones serve;
+3. scale back once the replacements are Ready (first giving the doomed pods the lowest deletion
+   cost, so the ReplicaSet removes them and not the replacements), or the doomed pods are gone,
+   or the deadline minus the margin has come (then the doomed pods are deleted first, because a
+   ReplicaSet scaling down removes not-ready pods before ready ones whatever their cost);
 4. evict everything else there (StatefulSet replicas at once: a replacement with the same name
    can only start once the old pod is gone), delete what remains at the deadline minus the
    margin with a grace period that fits the time left;
@@ -371,13 +372,6 @@ def _surges(
                     min_deadline(old.deadline, deadline),
                 )
                 actions.append(ScaleUp(key, workload.replicas + len(new), record))
-        for pod, _ in doomed:
-            if pod.deletion_cost != LOWEST_DELETION_COST:
-                actions.append(
-                    SetDeletionCost(
-                        pod.key, LOWEST_DELETION_COST, save_original=pod.deletion_cost or ""
-                    )
-                )
     return actions, handled
 
 
@@ -427,6 +421,17 @@ def _scale_backs(
                 continue
             reason = Reason.CANCELLED
         elif ready_elsewhere >= surge.base_replicas:
+            # Lowered only now, off the notice's critical path: the cost matters only to the
+            # ReplicaSet's choice when we scale back, which waits for it.
+            unmarked = [pod for pod in alive if pod.deletion_cost != LOWEST_DELETION_COST]
+            for pod in unmarked:
+                actions.append(
+                    SetDeletionCost(
+                        pod.key, LOWEST_DELETION_COST, save_original=pod.deletion_cost or ""
+                    )
+                )
+            if unmarked:
+                continue
             reason = Reason.REPLACEMENTS_READY
         else:
             notices = [active[pod.node_name] for pod in alive if pod.node_name in active]

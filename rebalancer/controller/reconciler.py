@@ -10,6 +10,7 @@ client's write budget. Errors are logged and counted and never stop the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from rebalancer.controller.planner import (
     Action,
     Cordon,
     Delete,
+    EndCooldown,
     Evict,
     MarkDrained,
     Policy,
@@ -33,21 +35,27 @@ from rebalancer.controller.planner import (
     SetDeletionCost,
     Settings,
     Snapshot,
+    StartCooldown,
     plan,
 )
 from rebalancer.http import Health
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.errors import KubeError
+from rebalancer.kube.events import EventRecorder
 from rebalancer.kube.informer import Informer
 from rebalancer.kube.leader import LeaderElector
 from rebalancer.kube.writes import Writer
 from rebalancer.metrics import ControllerMetrics, event_type_label
 from rebalancer.process import sleep_or_stop
 
+# Cordons and surges first (each is the start of a clock: the node stops taking pods, the
+# replacements start loading); pod costs and deadline deletions before any scale-back, which
+# must find the doomed pods already marked or gone; evictions, marks and the rest last.
+STEERING_PER_PASS = 10
 PHASES: tuple[tuple[type, ...], ...] = (
-    (Cordon, Restore),
+    (Cordon, Restore, ScaleUp),
     (SetDeletionCost, Delete),
-    (ScaleUp, ScaleBack),
+    (ScaleBack,),
 )
 
 
@@ -125,8 +133,10 @@ class Controller:
             clock=clock,
             log=log,
         )
+        writer = Writer(client)
+        self.events = EventRecorder(writer)
         self.executor: Executor | DryRunExecutor = (
-            DryRunExecutor() if settings.dry_run else Executor(Writer(client))
+            DryRunExecutor() if settings.dry_run else Executor(writer, self.events)
         )
         self.planner_settings = Settings(
             event_policy={k: Policy(v) for k, v in settings.event_policy.items()},
@@ -136,9 +146,6 @@ class Controller:
             gpu_workloads_only=settings.gpu_workloads_only,
             workload_selector=parse_selector(settings.workload_selector),
         )
-        self._write_gap = 1.0 / settings.client_qps
-        self._write_lock = asyncio.Lock()
-        self._last_write = 0.0
         self._seen: dict[tuple[str, str], Seen] = {}
         self._surge_started: dict[tuple[str, str, str], float] = {}
         self._logged: set[str] = set()
@@ -166,16 +173,26 @@ class Controller:
     async def run(self, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(i.run(stop)) for i in self.informers]
         tasks.append(asyncio.create_task(self.elector.run(stop)))
+        tasks.append(asyncio.create_task(self.events.run(stop)))
         try:
             for informer in self.informers:
                 while not informer.synced.is_set() and not stop.is_set():
                     await sleep_or_stop(stop, 0.05)
             self.metrics.cache_synced.set(1)
             self.log.info("caches synced", nodes=len(self.nodes.items), pods=len(self.pods.items))
+            stopping = asyncio.ensure_future(stop.wait())
             while not stop.is_set():
                 self._wake.clear()
-                await self.reconcile()
+                # A pass may wait long for its request budget; a stop must not wait for it.
+                planning = asyncio.ensure_future(self.reconcile())
+                await asyncio.wait({planning, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not planning.done():
+                    planning.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await planning
+                    break
                 await self._wait_for_change(stop)
+            stopping.cancel()
         finally:
             for task in tasks:
                 if not task.done():
@@ -235,6 +252,7 @@ class Controller:
         if leader and result.actions:
             if isinstance(self.executor, Executor):
                 self.executor.workloads = state.workloads
+                self.executor.nodes = state.nodes
             await self._execute(result.actions, state)
         elif result.actions and self.settings.dry_run:
             await self._execute(result.actions, state)
@@ -242,7 +260,13 @@ class Controller:
 
     async def _execute(self, actions: tuple[Action, ...], state: Snapshot) -> None:
         batches: list[list[Action]] = [[] for _ in range(len(PHASES) + 1)]
+        # Steering taints can wait: a few per pass, so that a wave's cordons and surges (planned
+        # in the next pass) never queue behind them for the request budget.
+        steering = [a for a in actions if isinstance(a, StartCooldown | EndCooldown)]
+        deferred = set(map(id, steering[STEERING_PER_PASS:]))
         for action in actions:
+            if id(action) in deferred:
+                continue
             phase = next(
                 (i for i, kinds in enumerate(PHASES) if isinstance(action, kinds)), len(PHASES)
             )
@@ -253,7 +277,6 @@ class Controller:
 
     async def _apply(self, action: Action, state: Snapshot) -> None:
         name = type(action).__name__
-        await self._pace()
         try:
             outcome = await self.executor.apply(action, state.now)
         except Exception as error:  # one failed action must never stop the others or the loop
@@ -393,14 +416,6 @@ class Controller:
                 self.metrics.replica_deficit.labels(f"{workload.namespace}/{workload.name}").inc(
                     deficit * elapsed
                 )
-
-    async def _pace(self) -> None:
-        """Keep writes under `client_qps` (a floor between write starts)."""
-        async with self._write_lock:
-            wait = self._last_write + self._write_gap - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self._last_write = time.monotonic()
 
     def _log_once(self, message: str, subject: Any, **fields: Any) -> None:
         key = f"{message}:{subject!r}"
