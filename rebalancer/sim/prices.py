@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-# Filter names that differ from the row's field names (the API filters `priceType`; rows say `type`).
+# Filter names that differ from the rows' field names (filter `priceType`, row `type`).
 FIELD_ALIASES = {"priceType": "type"}
 _EQ = re.compile(r"^(\w+)\s+eq\s+'([^']*)'$")
 _CONTAINS = re.compile(r"^contains\((\w+),\s*'([^']*)'\)$")
