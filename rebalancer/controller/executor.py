@@ -106,9 +106,20 @@ class Executor:
                 done = await self._update_node(
                     action.node, node_patches.start_cooldown(action.until)
                 )
+                if done:
+                    await self._event_on_node(
+                        action,
+                        f"Its pool is being evicted: PreferNoSchedule until {action.until}",
+                        now,
+                    )
                 return Outcome(done)
             case EndCooldown():
-                return Outcome(await self._update_node(action.node, node_patches.end_cooldown))
+                done = await self._update_node(action.node, node_patches.end_cooldown)
+                if done:
+                    await self._event_on_node(
+                        action, "Cool-down over: PreferNoSchedule removed", now
+                    )
+                return Outcome(done)
             case ScaleUp():
                 return await self._scale_up(action, now)
             case ScaleBack():
@@ -128,16 +139,28 @@ class Executor:
             case Evict():
                 namespace, name = action.pod
                 try:
-                    return Outcome(await self.writer.evict(namespace, name, action.uid))
+                    done = await self.writer.evict(namespace, name, action.uid)
                 except TooManyRequests as error:
                     if error.is_disruption_budget:
                         return Outcome(False, blocked=True, detail=str(error))
                     raise
+                if done:
+                    self._event_on_pod(action, f"Evicted: node {action.node} is going away", now)
+                return Outcome(done)
             case Delete():
                 namespace, name = action.pod
-                return Outcome(
-                    await self.writer.delete_pod(namespace, name, action.uid, action.grace_seconds)
+                done = await self.writer.delete_pod(
+                    namespace, name, action.uid, action.grace_seconds
                 )
+                if done:
+                    self._event_on_pod(
+                        action,
+                        f"Deleted with {action.grace_seconds}s grace: node {action.node} reaches "
+                        f"its deadline ({action.event_id})",
+                        now,
+                        warning=True,
+                    )
+                return Outcome(done)
             case ReportBlocked():
                 key = (action.workload, action.detail)
                 if key in self.reported:
@@ -192,6 +215,18 @@ class Executor:
                 action.workload, action, f"Scaled back {target}: {action.reason}", now
             )
         return Outcome(done)
+
+    def _event_on_pod(
+        self, action: Evict | Delete, message: str, now: datetime, *, warning: bool = False
+    ) -> None:
+        namespace, name = action.pod
+        self.events.emit(
+            regarding={"kind": "Pod", "namespace": namespace, "name": name, "apiVersion": "v1"},
+            reason=EVENT_REASONS[type(action)],
+            message=message,
+            event_type="Warning" if warning else "Normal",
+            now=now,
+        )
 
     async def _event_on_node(self, action: Any, message: str, now: datetime) -> None:
         self.events.emit(
