@@ -18,7 +18,7 @@ SPOT_TOLERATION = "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"
 GPU_TOLERATION = "sku=gpu:NoSchedule"
 
 
-def small_scenario(**changes: Any) -> Scenario:
+def small_scenario(*, startup_seconds: float = 2, **changes: Any) -> Scenario:
     """Three spot GPU nodes, an on-demand GPU pool that may grow to 2, one system node, and an
     inference Deployment of 3 one-GPU replicas with a PDB maxUnavailable 1."""
     data: dict[str, Any] = {
@@ -57,7 +57,7 @@ def small_scenario(**changes: Any) -> Scenario:
                 "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1},
                 "tolerations": [SPOT_TOLERATION, GPU_TOLERATION],
                 "preferSpot": 100,
-                "startupSeconds": 2,
+                "startupSeconds": startup_seconds,
                 "pdb": {"maxUnavailable": 1},
             }
         ],
@@ -99,7 +99,9 @@ def make_cluster(manual_clock: ManualClock) -> Callable[..., ClusterEmulator]:
 @pytest.fixture
 async def served() -> AsyncIterator[ClusterEmulator]:
     """The small scenario served over HTTP on ephemeral ports, loops ticking in real time."""
-    cluster = ClusterEmulator(small_scenario(), tick_seconds=0.02, bookmark_interval_seconds=0.2)
+    cluster = ClusterEmulator(
+        small_scenario(startup_seconds=0.2), tick_seconds=0.02, bookmark_interval_seconds=0.2
+    )
     await cluster.start()
     try:
         yield cluster

@@ -75,9 +75,7 @@ async def test_pod_without_gpu_toleration_never_lands_on_a_gpu_node(make_cluster
 
 
 async def test_unschedulable_pod_gets_upstream_like_condition(make_cluster: Make) -> None:
-    scenario = small_scenario(
-        workloads=[{"name": "big", "replicas": 1, "requests": {"cpu": "64"}}]
-    )
+    scenario = small_scenario(workloads=[{"name": "big", "replicas": 1, "requests": {"cpu": "64"}}])
     cluster = make_cluster(scenario)
     (pod,) = _pods(cluster, "big")
     assert "nodeName" not in pod["spec"]
@@ -155,8 +153,12 @@ async def test_scale_down_removes_the_pod_with_the_lowest_deletion_cost(make_clu
     cluster = make_cluster(scenario)
     await cluster.advance(1)
     pods = sorted(_pods(cluster, "web"), key=lambda p: p["metadata"]["name"])
-    costs = {pods[0]["metadata"]["name"]: "100", pods[1]["metadata"]["name"]: "-5",
-             pods[2]["metadata"]["name"]: "7", pods[3]["metadata"]["name"]: "50"}
+    costs = {
+        pods[0]["metadata"]["name"]: "100",
+        pods[1]["metadata"]["name"]: "-5",
+        pods[2]["metadata"]["name"]: "7",
+        pods[3]["metadata"]["name"]: "50",
+    }
     for pod in pods:
         updated = json.loads(json.dumps(pod))
         updated["metadata"].setdefault("annotations", {})[DELETION_COST] = costs[
@@ -166,8 +168,9 @@ async def test_scale_down_removes_the_pod_with_the_lowest_deletion_cost(make_clu
     cluster.scale("web", 2)
     cluster.step()
     terminating = {
-        p["metadata"]["name"] for p in _pods(cluster, "web") if p["metadata"].get(
-            "deletionTimestamp")
+        p["metadata"]["name"]
+        for p in _pods(cluster, "web")
+        if p["metadata"].get("deletionTimestamp")
     }
     assert terminating == {pods[1]["metadata"]["name"], pods[2]["metadata"]["name"]}
     await cluster.advance(2)  # shutdownSeconds 1
@@ -179,8 +182,9 @@ async def test_scale_down_removes_the_pod_with_the_lowest_deletion_cost(make_clu
 
 async def test_scale_down_prefers_pending_and_unready_pods(make_cluster: Make) -> None:
     scenario = small_scenario(
-        workloads=[{"name": "web", "replicas": 2, "requests": {"cpu": "100m"},
-                    "startupSeconds": 5}],
+        workloads=[
+            {"name": "web", "replicas": 2, "requests": {"cpu": "100m"}, "startupSeconds": 5}
+        ],
         pools=[{"name": "a", "count": 1, "cpu": 8}],
     )
     cluster = make_cluster(scenario)
@@ -191,8 +195,11 @@ async def test_scale_down_prefers_pending_and_unready_pods(make_cluster: Make) -
     cluster.step()  # the new pod is Running, not Ready
     cluster.scale("web", 2)
     cluster.step()
-    live = {p["metadata"]["name"] for p in _pods(cluster, "web")
-            if not p["metadata"].get("deletionTimestamp")}
+    live = {
+        p["metadata"]["name"]
+        for p in _pods(cluster, "web")
+        if not p["metadata"].get("deletionTimestamp")
+    }
     assert live == ready_before
 
 
@@ -228,7 +235,9 @@ async def test_preempt_removes_node_and_pods_then_deployment_recreates_elsewhere
     assert cluster.autoscaler.scale_ups == 1
 
 
-async def test_deallocate_policy_keeps_node_notready_with_shutdown_taint(make_cluster: Make) -> None:
+async def test_deallocate_policy_keeps_node_notready_with_shutdown_taint(
+    make_cluster: Make,
+) -> None:
     scenario = small_scenario()
     scenario.pools[1].eviction_policy = "Deallocate"
     cluster = make_cluster(scenario)
@@ -272,8 +281,9 @@ async def test_spot_capacity_taken_away_and_returned(make_cluster: Make) -> None
 
 async def test_statefulset_recreates_deleted_pod_with_same_name(make_cluster: Make) -> None:
     scenario = small_scenario(
-        workloads=[{"name": "db", "kind": "StatefulSet", "replicas": 2,
-                    "requests": {"cpu": "100m"}}],
+        workloads=[
+            {"name": "db", "kind": "StatefulSet", "replicas": 2, "requests": {"cpu": "100m"}}
+        ],
         pools=[{"name": "a", "count": 1, "cpu": 8}],
     )
     cluster = make_cluster(scenario)
@@ -282,9 +292,11 @@ async def test_statefulset_recreates_deleted_pod_with_same_name(make_cluster: Ma
     old_uid = cluster.store.must_get(R.PODS, "default", "db-0")["metadata"]["uid"]
     cluster.store.delete(R.PODS, "default", "db-0")
     await cluster.wait_for(
-        lambda: (p := cluster.store.get(R.PODS, "default", "db-0")) is not None
-        and p["metadata"]["uid"] != old_uid
-        and condition_true(p, "Ready"),
+        lambda: (
+            (p := cluster.store.get(R.PODS, "default", "db-0")) is not None
+            and p["metadata"]["uid"] != old_uid
+            and condition_true(p, "Ready")
+        ),
         timeout=5,
     )
 
@@ -307,8 +319,14 @@ async def test_pdb_status_tracks_health(make_cluster: Make) -> None:
 
 async def test_pdb_percent_min_available_rounds_up(make_cluster: Make) -> None:
     scenario = small_scenario(
-        workloads=[{"name": "web", "replicas": 3, "requests": {"cpu": "100m"},
-                    "pdb": {"minAvailable": "50%"}}],
+        workloads=[
+            {
+                "name": "web",
+                "replicas": 3,
+                "requests": {"cpu": "100m"},
+                "pdb": {"minAvailable": "50%"},
+            }
+        ],
         pools=[{"name": "a", "count": 1, "cpu": 8}],
     )
     cluster = make_cluster(scenario)
@@ -321,8 +339,11 @@ async def test_pdb_percent_min_available_rounds_up(make_cluster: Make) -> None:
 async def test_timeline_preempts_and_cancels(manual_clock: ManualClock) -> None:
     scenario = small_scenario(
         timeline=[
-            {"at": 1, "preempt": {"pool": "gpuspot", "index": 0, "noticeSeconds": 30},
-             "id": "first"},
+            {
+                "at": 1,
+                "preempt": {"pool": "gpuspot", "index": 0, "noticeSeconds": 30},
+                "id": "first",
+            },
             {"at": 2, "preempt": {"pool": "gpuspot", "count": 2, "noticeSeconds": 30}},
             {"at": 5, "cancel": "first"},
         ]
