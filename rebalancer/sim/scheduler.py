@@ -45,6 +45,7 @@ class Scheduler:
         self._pending: dict[PodKey, None] = {}
         self._used: dict[str, dict[str, float]] = {}  # node -> summed requests of its pods
         self._cluster_changed = True
+        self._allocatable: dict[str, tuple[str, dict[str, float]]] = {}
         self.bound = 0
         store.listeners.append(self._on_change)
         for pod in store.items(R.PODS):
@@ -150,7 +151,7 @@ class Scheduler:
             if not matches_node_selector_and_affinity(spec, node):
                 reasons["node(s) didn't match Pod's node affinity/selector"] += 1
                 continue
-            capacity = allocatable(node)
+            capacity = self._capacity(node)
             used = self._used.get(name, {})
             free = {k: v - used.get(k, 0.0) for k, v in capacity.items()}
             failures = insufficient(requests, free)
@@ -170,7 +171,9 @@ class Scheduler:
                 ),
             )
         capacities = {
-            n["metadata"]["name"]: allocatable(n) for n in nodes if n["metadata"]["name"] in free_of
+            n["metadata"]["name"]: self._capacity(n)
+            for n in nodes
+            if n["metadata"]["name"] in free_of
         }
         bound = 0
         now = format_time(self.store.clock.now())
@@ -203,6 +206,15 @@ class Scheduler:
             if not placed:
                 self._mark_unschedulable(pod, len(nodes), reasons, now)
         return bound
+
+    def _capacity(self, node: Obj) -> dict[str, float]:
+        """Parsed allocatable, cached per node resourceVersion (parsing dominated scheduling)."""
+        name, version = node["metadata"]["name"], node["metadata"]["resourceVersion"]
+        cached = self._allocatable.get(name)
+        if cached is None or cached[0] != version:
+            cached = (version, allocatable(node))
+            self._allocatable[name] = cached
+        return cached[1]
 
     def _owner_counts(self, owner_uid: str | None) -> Counter[str]:
         counts: Counter[str] = Counter()
