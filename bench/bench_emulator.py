@@ -79,17 +79,21 @@ async def main() -> None:
     rest.name, rest.count = "spot4", 800
     scenario.pools.append(rest)
     scenario.settings.node_delete_delay_seconds = 0.0
-    print(f"scenario: {sum(p.count for p in scenario.pools)} nodes, "
-          f"{sum(w.replicas for w in scenario.workloads)} pods")
+    print(
+        f"scenario: {sum(p.count for p in scenario.pools)} nodes, "
+        f"{sum(w.replicas for w in scenario.workloads)} pods"
+    )
     base = rss_mib()
     start = time.perf_counter()
     cluster = ClusterEmulator(scenario, history_size=20_000)
     load_seconds = time.perf_counter() - start
     gc.collect()
     ready = sum(1 for p in cluster.store.items(R.PODS) if p["status"].get("phase") == "Running")
-    print(f"load (create + schedule + start every pod): {load_seconds:.1f} s; "
-          f"{cluster.store.count(R.NODES)} nodes, {ready} running pods; "
-          f"{cluster.store.writes} writes ({cluster.store.writes / load_seconds:,.0f}/s)")
+    print(
+        f"load (create + schedule + start every pod): {load_seconds:.1f} s; "
+        f"{cluster.store.count(R.NODES)} nodes, {ready} running pods; "
+        f"{cluster.store.writes} writes ({cluster.store.writes / load_seconds:,.0f}/s)"
+    )
     print(f"RSS: {rss_mib():,.0f} MiB (interpreter and imports before loading: {base:,.0f} MiB)")
     urls = await cluster.start(run_loops=False)
 
@@ -100,14 +104,18 @@ async def main() -> None:
                 body = await response.read()
             fetched = time.perf_counter() - start
             items = len(json.loads(body)["items"]) if attempt == 0 else None
-            print(f"list all pods over HTTP: {fetched * 1000:,.0f} ms, "
-                  f"{len(body) / 1e6:,.1f} MB" + (f", {items} items" if items else ""))
+            print(
+                f"list all pods over HTTP: {fetched * 1000:,.0f} ms, "
+                f"{len(body) / 1e6:,.1f} MB" + (f", {items} items" if items else "")
+            )
 
     writes = 20_000
     elapsed, delivered = await watch_rate(cluster, 3, writes)
-    print(f"watch: {writes} pod updates to 3 watchers: {delivered:,} events in {elapsed:.2f} s "
-          f"= {delivered / elapsed:,.0f} events/s delivered "
-          f"({writes / elapsed:,.0f} writes/s incl. fan-out)")
+    print(
+        f"watch: {writes} pod updates to 3 watchers: {delivered:,} events in {elapsed:.2f} s "
+        f"= {delivered / elapsed:,.0f} events/s delivered "
+        f"({writes / elapsed:,.0f} writes/s incl. fan-out)"
+    )
 
     victims = [n["metadata"]["name"] for n in cluster.nodes(evictable.name)]
     displaced = sum(len(cluster.store.pods_on_node(n)) for n in victims)
@@ -123,8 +131,10 @@ async def main() -> None:
             break
         await asyncio.sleep(0)
     evicted = time.perf_counter() - start
-    print(f"evict a {len(victims)}-node spot pool ({displaced} pods displaced, replaced and "
-          f"bound): {evicted:.2f} s in {rounds} control-loop rounds")
+    print(
+        f"evict a {len(victims)}-node spot pool ({displaced} pods displaced, replaced and "
+        f"bound): {evicted:.2f} s in {rounds} control-loop rounds"
+    )
     print(f"RSS at the end: {rss_mib():,.0f} MiB")
     await cluster.stop()
 

@@ -384,8 +384,13 @@ class ClusterEmulator:
         ]
 
     def pods(self, namespace: str | None = None, *, node: str | None = None) -> list[Obj]:
+        """Pods, of one namespace and/or bound to one node."""
         if node is not None:
-            return self.store.pods_on_node(node)
+            return [
+                pod
+                for pod in self.store.pods_on_node(node)
+                if namespace is None or pod["metadata"].get("namespace") == namespace
+            ]
         return list(self.store.items(R.PODS, namespace))
 
 

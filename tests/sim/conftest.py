@@ -98,10 +98,21 @@ def make_cluster(manual_clock: ManualClock) -> Callable[..., ClusterEmulator]:
 
 @pytest.fixture
 async def served() -> AsyncIterator[ClusterEmulator]:
-    """The small scenario served over HTTP on ephemeral ports, loops ticking in real time."""
-    cluster = ClusterEmulator(
-        small_scenario(startup_seconds=0.2), tick_seconds=0.02, bookmark_interval_seconds=0.2
-    )
+    """The small scenario (plus a node-agent DaemonSet in kube-system) served over HTTP on
+    ephemeral ports, loops ticking in real time."""
+    scenario = small_scenario(startup_seconds=0.2)
+    scenario.workloads += small_scenario(
+        workloads=[
+            {
+                "name": "node-agent",
+                "namespace": "kube-system",
+                "kind": "DaemonSet",
+                "tolerations": [SPOT_TOLERATION, GPU_TOLERATION],
+                "requests": {"cpu": "10m"},
+            }
+        ]
+    ).workloads
+    cluster = ClusterEmulator(scenario, tick_seconds=0.02, bookmark_interval_seconds=0.2)
     await cluster.start()
     try:
         yield cluster
@@ -124,11 +135,11 @@ async def api(served: ClusterEmulator) -> AsyncIterator[k8s.ApiClient]:
 
 
 async def eventually(
-    predicate: Callable[[], Any], *, timeout: float = 5.0, message: str = "condition"
+    predicate: Callable[[], Any], *, within: float = 5.0, message: str = "condition"
 ) -> Any:
     """Poll a condition in real time with a bounded timeout (never a sleep-as-assertion)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + within
     while True:
         result = predicate()
         if asyncio.iscoroutine(result):
@@ -136,5 +147,5 @@ async def eventually(
         if result:
             return result
         if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+            raise AssertionError(f"timed out after {within}s waiting for {message}")
         await asyncio.sleep(0.02)

@@ -102,7 +102,10 @@ async def test_list_nodes_and_pods(served: ClusterEmulator, api: k8s.ApiClient) 
     await _ready_inference(served)
     node_name = spot.items[0].metadata.name
     on_node = await core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}")
-    assert [p.spec.node_name for p in on_node.items] == [node_name]
+    assert sorted((p.metadata.namespace, p.spec.node_name) for p in on_node.items) == [
+        ("default", node_name),
+        ("kube-system", node_name),  # the node-agent DaemonSet's pod
+    ]
     running = await core.list_namespaced_pod(
         "default", field_selector="status.phase=Running,metadata.namespace=default"
     )
@@ -270,6 +273,7 @@ async def test_watch_with_label_selector_reports_objects_leaving_it(
             "timeoutSeconds": "1",
         },
     )
+    assert status == 200
     events = _events(body)
     assert [e["type"] for e in events] == ["DELETED"]
 

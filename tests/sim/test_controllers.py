@@ -7,11 +7,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from rebalancer.clock import ManualClock
 from rebalancer.sim import resources as R
 from rebalancer.sim.cluster import ClusterEmulator
 from rebalancer.sim.objects import condition_true, get_condition
-from rebalancer.sim.scenario import parse_scenario
+from rebalancer.sim.pools import PoolSpec, node_name
+from rebalancer.sim.scenario import ScenarioError, parse_scenario
 from rebalancer.sim.workloads import DELETION_COST
 
 from .conftest import GPU_TOLERATION, SPOT_TOLERATION, small_scenario
@@ -381,17 +384,11 @@ async def test_names_follow_aks(make_cluster: Make) -> None:
 
 
 def test_base36_instance_ids() -> None:
-    from rebalancer.sim.pools import PoolSpec, node_name
-
     pool = PoolSpec(name="p")
     assert node_name(pool, 10).endswith("vmss00000a")
     assert node_name(pool, 36 * 36).endswith("vmss000100")
 
 
 def test_scenario_rejects_unknown_keys() -> None:
-    import pytest
-
-    from rebalancer.sim.scenario import ScenarioError
-
     with pytest.raises(ScenarioError, match=r"pools\[0\]: unknown keys \['colour'\]"):
         parse_scenario({"name": "x", "pools": [{"name": "a", "colour": "red"}]})

@@ -63,9 +63,7 @@ async def test_wave_preempts_every_spot_node_within_ten_seconds() -> None:
     assert (not_befores[-1] - not_befores[0]).total_seconds() <= 10
     await cluster.advance(35, step_seconds=0.5)
     assert cluster.nodes("spot") == []
-    await cluster.wait_for(
-        lambda: len(_ready(cluster, "web")) == 48, timeout=120, virtual_step=1.0
-    )
+    await cluster.wait_for(lambda: len(_ready(cluster, "web")) == 48, timeout=120, virtual_step=1.0)
     pools = {
         cluster.store.must_get(R.NODES, "", n)["metadata"]["labels"]["agentpool"]
         for n in _ready(cluster, "web")
