@@ -392,3 +392,23 @@ def test_base36_instance_ids() -> None:
 def test_scenario_rejects_unknown_keys() -> None:
     with pytest.raises(ScenarioError, match=r"pools\[0\]: unknown keys \['colour'\]"):
         parse_scenario({"name": "x", "pools": [{"name": "a", "colour": "red"}]})
+
+
+async def test_taint_manager_evicts_after_toleration_seconds(make_cluster: Make) -> None:
+    """Deallocated spot node: NotReady forever; the default 300 s unreachable toleration
+    runs out, the pod is deleted and the Deployment replaces it elsewhere."""
+    scenario = small_scenario()
+    scenario.pools[1].eviction_policy = "Deallocate"
+    cluster = make_cluster(scenario)
+    await cluster.advance(3)
+    victim = cluster.nodes("gpuspot")[0]["metadata"]["name"]
+    (pod,) = cluster.pods(node=victim)
+    cluster.preempt(victim, notice_seconds=0)
+    await cluster.advance(299)
+    assert not cluster.store.must_get(R.PODS, "default", pod["metadata"]["name"])["metadata"].get(
+        "deletionTimestamp"
+    )
+    await cluster.advance(2)
+    evicted = cluster.store.must_get(R.PODS, "default", pod["metadata"]["name"])
+    assert evicted["metadata"]["deletionTimestamp"]  # Terminating: nobody runs it any more
+    await cluster.wait_for(lambda: len(_ready(cluster, "inference")) == 3, timeout=60)
