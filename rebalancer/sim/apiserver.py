@@ -251,6 +251,13 @@ class ApiServer:
                 raise bad_request(f"invalid resource version: {since_text!r}") from None
         timeout = float(_int_query(request, "timeoutSeconds", 0)) or DEFAULT_WATCH_TIMEOUT_SECONDS
         bookmarks = request.query.get("allowWatchBookmarks", "") in WATCH_TRUE
+        # WatchList (client-go's streaming list): initial state as ADDED events, then a bookmark
+        # annotated `k8s.io/initial-events-end`.
+        initial_events = request.query.get("sendInitialEvents", "") in WATCH_TRUE
+        if initial_events:
+            if not bookmarks:
+                raise invalid_watch_list()
+            since = None
         response = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         response.enable_chunked_encoding()
         await response.prepare(request)
@@ -266,6 +273,9 @@ class ApiServer:
             # Like the watch cache: a 200 stream carrying one ERROR event with the 410 Status.
             await response.write(dumps({"type": "ERROR", "object": error.body()}) + b"\n")
             return response
+        if initial_events:
+            watcher.pending.append(self._bookmark(route.resource, initial_events_end=True))
+            watcher.wakeup.set()
         task = asyncio.current_task()
         if task is not None:
             self._watch_tasks.add(task)
@@ -299,20 +309,19 @@ class ApiServer:
                 self._watch_tasks.discard(task)
         return response
 
-    def _bookmark(self, resource: ResourceType) -> bytes:
-        return (
-            dumps(
-                {
-                    "type": "BOOKMARK",
-                    "object": {
-                        "kind": resource.kind,
-                        "apiVersion": resource.api_version,
-                        "metadata": {"resourceVersion": str(self.store.resource_version)},
-                    },
-                }
-            )
-            + b"\n"
-        )
+    def _bookmark(self, resource: ResourceType, *, initial_events_end: bool = False) -> bytes:
+        metadata: dict[str, Any] = {"resourceVersion": str(self.store.resource_version)}
+        if initial_events_end:
+            metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
+        event = {
+            "type": "BOOKMARK",
+            "object": {
+                "kind": resource.kind,
+                "apiVersion": resource.api_version,
+                "metadata": metadata,
+            },
+        }
+        return dumps(event) + b"\n"
 
     # ---- writes ----------------------------------------------------------------------------
 
@@ -481,6 +490,15 @@ class ApiServer:
         self.closing.set()
         for task in list(self._watch_tasks):
             task.cancel()
+
+
+def invalid_watch_list() -> ApiError:
+    return ApiError(
+        422,
+        "Invalid",
+        'ListOptions.meta.k8s.io "" is invalid: allowWatchBookmarks: Required value: '
+        "allowWatchBookmarks required when sendInitialEvents is true",
+    )
 
 
 def _only_named(name: str, fields: ObjectPredicate | None) -> ObjectPredicate:

@@ -213,6 +213,11 @@ class Store:
         """Matching objects' JSON in key order: (items, last key if cut short, items left)."""
         objects = self._objects[resource.key]
         raws = self._raw[resource.key]
+        prefix = b'{"kind":"%s","apiVersion":"%s",' % (
+            resource.kind.encode(),
+            resource.api_version.encode(),
+        )
+        prefix_length = len(prefix)
         if node_name is not None and resource is R.PODS:
             keys = sorted(self._pods_by_node.get(node_name, {}))
             if namespace is not None:
@@ -233,7 +238,9 @@ class Store:
                 continue
             if fields is not None and not fields(obj):
                 continue
-            out.append(raws[ns][name])
+            raw = raws[ns][name]
+            # Upstream list items carry no kind/apiVersion (only the List does).
+            out.append(b"{" + raw[prefix_length:] if raw.startswith(prefix) else raw)
             if limit and len(out) >= limit and index + 1 < len(keys):
                 return out, (ns, name), len(keys) - index - 1
         return out, None, 0
@@ -306,8 +313,7 @@ class Store:
             obj["spec"] = {"finalizers": ["kubernetes"]}
             obj["status"] = {"phase": "Active"}
             meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
-        self._commit(resource, "ADDED", None, obj)
-        return obj
+        return self._commit(resource, "ADDED", None, obj)
 
     def replace(
         self,
@@ -365,7 +371,7 @@ class Store:
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
         if new == existing:
             return existing  # a no-op write: upstream keeps the resourceVersion, no event
-        self._commit(resource, "MODIFIED", existing, new)
+        new = self._commit(resource, "MODIFIED", existing, new)
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             grace = new["metadata"].get("deletionGracePeriodSeconds", 0)
             if resource is not R.PODS or grace == 0 or not new["spec"].get("nodeName"):
@@ -429,8 +435,7 @@ class Store:
         new["metadata"]["deletionGracePeriodSeconds"] = grace
         if resource.has_generation:
             new["metadata"]["generation"] = meta.get("generation", 1) + 1
-        self._commit(resource, "MODIFIED", existing, new)
-        return new, False
+        return self._commit(resource, "MODIFIED", existing, new), False
 
     def finish_pod_termination(self, namespace: str, name: str) -> None:
         """The kubelet is done with a terminating pod: remove it, or wait for its finalizers."""
@@ -468,8 +473,7 @@ class Store:
     def _remove(self, resource: ResourceType, obj: Obj) -> Obj:
         last = dict(obj)
         last["metadata"] = dict(obj["metadata"])
-        self._commit(resource, "DELETED", obj, last)
-        return last
+        return self._commit(resource, "DELETED", obj, last)
 
     # ---- watching --------------------------------------------------------------------------
 
@@ -515,7 +519,11 @@ class Store:
 
     # ---- the one write path ----------------------------------------------------------------
 
-    def _commit(self, resource: ResourceType, event_type: str, old: Obj | None, new: Obj) -> None:
+    def _commit(self, resource: ResourceType, event_type: str, old: Obj | None, new: Obj) -> Obj:
+        """The one write path; returns the stored dict (kind and apiVersion first, as upstream
+        writes them, so a list can drop them from its items by slicing bytes)."""
+        if list(new)[:2] != ["kind", "apiVersion"]:
+            new = {"kind": resource.kind, "apiVersion": resource.api_version, **new}
         self.resource_version += 1
         self.writes += 1
         rv = self.resource_version
@@ -543,6 +551,7 @@ class Store:
             watcher.offer(change)
         for listener in self.listeners:
             listener(change)
+        return new
 
     def _reindex(self, resource: ResourceType, old: Obj | None, new: Obj | None) -> None:
         if resource is R.PODS:

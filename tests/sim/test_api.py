@@ -126,6 +126,7 @@ async def test_list_chunking_with_limit_and_continue(served: ClusterEmulator) ->
     names = [n["metadata"]["name"] for n in first["items"] + rest["items"]]
     assert names == [n["metadata"]["name"] for n in everything["items"]]
     assert names == sorted(names)
+    assert "kind" not in first["items"][0]  # as upstream: only the List carries kind
 
 
 async def test_get_object_wire_format(served: ClusterEmulator) -> None:
@@ -249,6 +250,27 @@ async def test_watch_bookmarks_and_true_spellings(served: ClusterEmulator) -> No
         events = _events(body)
         assert events and all(e["type"] == "BOOKMARK" for e in events)
         assert int(events[-1]["object"]["metadata"]["resourceVersion"]) >= 1
+
+
+async def test_watch_list_sends_initial_events_then_end_bookmark(served: ClusterEmulator) -> None:
+    status, body, _ = await _http(
+        served,
+        "GET",
+        "/api/v1/nodes",
+        params={
+            "watch": "true",
+            "sendInitialEvents": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersionMatch": "NotOlderThan",
+            "timeoutSeconds": "1",
+        },
+    )
+    assert status == 200
+    events = _events(body)
+    assert [e["type"] for e in events[:4]] == ["ADDED"] * 4
+    end = events[4]
+    assert end["type"] == "BOOKMARK"
+    assert end["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
 
 
 async def test_watch_with_label_selector_reports_objects_leaving_it(

@@ -412,3 +412,19 @@ async def test_taint_manager_evicts_after_toleration_seconds(make_cluster: Make)
     evicted = cluster.store.must_get(R.PODS, "default", pod["metadata"]["name"])
     assert evicted["metadata"]["deletionTimestamp"]  # Terminating: nobody runs it any more
     await cluster.wait_for(lambda: len(_ready(cluster, "inference")) == 3, timeout=60)
+
+
+async def test_autoscaler_removes_idle_nodes_down_to_min(make_cluster: Make) -> None:
+    scenario = small_scenario()
+    scenario.settings.scale_down_unneeded_seconds = 60
+    scenario.pools[2].count = 2  # two on-demand GPU nodes, idle (the replicas prefer spot)
+    scenario.pools[2].min_count = 1
+    cluster = make_cluster(scenario)
+    assert len(cluster.nodes("gpu")) == 2
+    await cluster.advance(55, step_seconds=1)
+    assert len(cluster.nodes("gpu")) == 2
+    await cluster.advance(20, step_seconds=1)
+    assert len(cluster.nodes("gpu")) == 1  # not below minCount
+    await cluster.advance(120, step_seconds=1)
+    assert len(cluster.nodes("gpu")) == 1
+    assert len(cluster.nodes("gpuspot")) == 3  # busy nodes stay
