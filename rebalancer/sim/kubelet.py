@@ -86,7 +86,9 @@ class Kubelets:
         pod = change.new
         key = (pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
         old = change.old
-        if is_terminating(pod) and (old is None or not is_terminating(old)):
+        deletion = pod["metadata"].get("deletionTimestamp")
+        if deletion and (old is None or old["metadata"].get("deletionTimestamp") != deletion):
+            # New, or a second delete with a shorter grace period: (re)arm the stop timer.
             meta = pod["metadata"]
             grace = float(meta.get("deletionGracePeriodSeconds") or 0)
             requested_at = parse_time(meta["deletionTimestamp"]).timestamp() - grace

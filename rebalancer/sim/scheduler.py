@@ -71,6 +71,8 @@ class Scheduler:
         key = (change.new["metadata"].get("namespace", ""), change.new["metadata"]["name"])
         if new is not None and self._wants(new):
             self._pending[key] = None
+            if old is not None and old.get("spec") != new.get("spec"):
+                self._cluster_changed = True  # e.g. a toleration added: try it again
         else:
             self._pending.pop(key, None)
 

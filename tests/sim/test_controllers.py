@@ -428,3 +428,37 @@ async def test_autoscaler_removes_idle_nodes_down_to_min(make_cluster: Make) -> 
     await cluster.advance(120, step_seconds=1)
     assert len(cluster.nodes("gpu")) == 1
     assert len(cluster.nodes("gpuspot")) == 3  # busy nodes stay
+
+
+async def test_a_settled_cluster_writes_nothing(make_cluster: Make) -> None:
+    """Control loops must converge: an idle cluster costs no writes (and no watch events)."""
+    cluster = make_cluster()
+    await cluster.advance(5)
+    writes = cluster.store.writes
+    await cluster.advance(30, step_seconds=1)
+    assert cluster.store.writes == writes
+
+
+async def test_second_delete_with_shorter_grace_stops_the_pod_sooner(make_cluster: Make) -> None:
+    scenario = small_scenario(
+        workloads=[
+            {
+                "name": "web",
+                "replicas": 1,
+                "requests": {"cpu": "100m"},
+                "shutdownSeconds": 60,
+                "terminationGracePeriodSeconds": 60,
+            }
+        ],
+        pools=[{"name": "a", "count": 1, "cpu": 8}],
+    )
+    cluster = make_cluster(scenario)
+    await cluster.advance(1)
+    (pod,) = _pods(cluster, "web")
+    name = pod["metadata"]["name"]
+    cluster.store.delete(R.PODS, "default", name)
+    await cluster.advance(5)
+    assert cluster.store.get(R.PODS, "default", name) is not None
+    cluster.store.delete(R.PODS, "default", name, grace_seconds=2)
+    await cluster.advance(2.5)
+    assert cluster.store.get(R.PODS, "default", name) is None
