@@ -252,7 +252,13 @@ class Store:
         meta = obj.setdefault("metadata", {})
         if not meta.get("name"):
             if meta.get("generateName"):
-                meta["name"] = meta["generateName"] + random_suffix()
+                # Upstream returns 409 on a generated-name collision and clients retry; with
+                # 50 000 pods collisions happen, so the store picks another suffix itself.
+                namespace_for_name = meta.get("namespace", "") if resource.namespaced else ""
+                for _ in range(10):
+                    meta["name"] = meta["generateName"] + random_suffix()
+                    if self.get(resource, namespace_for_name, meta["name"]) is None:
+                        break
             else:
                 raise invalid(
                     resource,
