@@ -56,8 +56,15 @@ class DisruptionController:
             name = change.new["metadata"]["name"]
             old_labels = labels_of(change.old) if change.old else None
             new_labels = None if change.type == "DELETED" else labels_of(change.new)
+            same_labels = old_labels is not None and old_labels == new_labels
             for pdb in self.store.items(R.PDBS, namespace):
                 key = _key(pdb)
+                members = self._members.get(key)
+                if same_labels and members is not None:
+                    # Labels unchanged (most writes: status): membership is known already.
+                    if name in members:
+                        self._dirty.add(key)
+                    continue
                 matches = self._selector(pdb)
                 was = old_labels is not None and matches(old_labels)
                 now = new_labels is not None and matches(new_labels)
