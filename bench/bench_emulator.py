@@ -96,6 +96,13 @@ async def main() -> None:
     )
     print(f"RSS: {rss_mib():,.0f} MiB (interpreter and imports before loading: {base:,.0f} MiB)")
     urls = await cluster.start(run_loops=False)
+    start = time.perf_counter()
+    items, _, _ = cluster.store.list_raw(R.PODS)
+    joined = b",".join(items)
+    print(
+        f"server side of that list (select, sort, join {len(joined) / 1e6:,.1f} MB): "
+        f"{(time.perf_counter() - start) * 1000:,.0f} ms"
+    )
 
     async with aiohttp.ClientSession() as session:
         for attempt in range(3):

@@ -135,6 +135,12 @@ class ApiServer:
         if self._on_request is not None:
             self._on_request()
         method = request.method
+        if "protobuf" in request.headers.get("Content-Type", "") or "cbor" in request.headers.get(
+            "Content-Type", ""
+        ):
+            # JSON only. client-go (kubectl >= 1.32 sends protobuf for built-in kinds) falls back
+            # to JSON after a 415, as it does for servers that do not speak protobuf.
+            raise unsupported_media_type(request.headers.get("Content-Type", ""))
         if route.subresource == "eviction":
             if method != "POST":
                 raise method_not_allowed()
@@ -180,6 +186,10 @@ class ApiServer:
             return discovery.group(parts[2])
         if len(parts) == 4 and parts[1] == "apis":
             return discovery.resource_list(parts[2], parts[3])
+        if path == "/openapi/v3":
+            return discovery.openapi_v3_root()
+        if path.startswith("/openapi/v3/"):
+            return discovery.openapi_v3_document(path.removeprefix("/openapi/v3/"))
         return None
 
     # ---- reads -----------------------------------------------------------------------------

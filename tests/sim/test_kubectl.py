@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -185,3 +186,29 @@ async def test_not_found_message(served: ClusterEmulator) -> None:
     code, out = await kubectl(served, "get", "pod", "ghost")
     assert code != 0
     assert out.strip() == 'Error from server (NotFound): pods "ghost" not found'
+
+
+async def test_create_apply_and_server_side_apply_from_a_file(
+    served: ClusterEmulator, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "objects.yaml"
+    text = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: demo, namespace: default}\n"
+        'data: {a: "1"}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n'
+    )
+    manifest.write_text(text)
+    code, out = await kubectl(served, "create", "-f", str(manifest))
+    assert code == 0, out
+    assert served.store.must_get(R.CONFIGMAPS, "default", "demo")["data"] == {"a": "1"}
+    assert served.store.get(R.NAMESPACES, "", "team") is not None
+    manifest.write_text(text.replace('"1"', '"2"'))
+    code, out = await kubectl(served, "apply", "-f", str(manifest))
+    assert code == 0, out
+    assert served.store.must_get(R.CONFIGMAPS, "default", "demo")["data"] == {"a": "2"}
+    manifest.write_text(text.replace('"1"', '"3"'))
+    code, out = await kubectl(served, "apply", "--server-side", "-f", str(manifest))
+    assert code == 0, out
+    assert served.store.must_get(R.CONFIGMAPS, "default", "demo")["data"] == {"a": "3"}
+    code, out = await kubectl(served, "delete", "-f", str(manifest))
+    assert code == 0, out
+    assert served.store.get(R.CONFIGMAPS, "default", "demo") is None
