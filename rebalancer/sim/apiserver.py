@@ -278,6 +278,9 @@ class ApiServer:
                 labels=labels,
                 fields=fields,
                 since=since,
+                encode=self._table_events(route.resource)
+                if "as=Table" in request.headers.get("Accept", "")
+                else None,
             )
         except ApiError as error:
             # Like the watch cache: a 200 stream carrying one ERROR event with the 410 Status.
@@ -318,6 +321,23 @@ class ApiServer:
             if task is not None:
                 self._watch_tasks.discard(task)
         return response
+
+    def _table_events(self, resource: ResourceType) -> Callable[[str, bytes], bytes]:
+        """`kubectl get -w`: each event's object is a one-row Table; column definitions only
+        in the first event, as upstream sends them."""
+        first = True
+
+        def encode(event_type: str, raw: bytes) -> bytes:
+            nonlocal first
+            obj = json.loads(raw)
+            meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            rendered = tables.table(resource, [obj], meta, self.store)
+            if not first:
+                rendered["columnDefinitions"] = []
+            first = False
+            return dumps({"type": event_type, "object": rendered}) + b"\n"
+
+        return encode
 
     def _bookmark(self, resource: ResourceType, *, initial_events_end: bool = False) -> bytes:
         metadata: dict[str, Any] = {"resourceVersion": str(self.store.resource_version)}

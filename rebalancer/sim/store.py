@@ -102,8 +102,10 @@ class Watcher:
         namespace: str | None,
         labels: LabelPredicate | None,
         fields: ObjectPredicate | None,
+        encode: Callable[[str, bytes], bytes] | None = None,
     ) -> None:
         self.resource = resource
+        self.encode = encode  # e.g. a Table rendering for `kubectl get -w`
         self.namespace = namespace
         self.labels = labels
         self.fields = fields
@@ -120,7 +122,10 @@ class Watcher:
         return self.fields is None or self.fields(obj)
 
     def push(self, event_type: str, raw: bytes, rv: int) -> None:
-        self.pending.append(b'{"type":"' + event_type.encode() + b'","object":' + raw + b"}\n")
+        if self.encode is not None:
+            self.pending.append(self.encode(event_type, raw))
+        else:
+            self.pending.append(b'{"type":"' + event_type.encode() + b'","object":' + raw + b"}\n")
         self.last_rv = rv
         self.wakeup.set()
 
@@ -495,9 +500,13 @@ class Store:
         labels: LabelPredicate | None = None,
         fields: ObjectPredicate | None = None,
         since: int | None = None,
+        encode: Callable[[str, bytes], bytes] | None = None,
     ) -> Watcher:
-        """Open a watch. `since=None`: synthetic ADDED events for what exists, then changes."""
-        watcher = Watcher(resource, namespace=namespace, labels=labels, fields=fields)
+        """Open a watch. `since=None`: synthetic ADDED events for what exists, then changes.
+        `encode(type, object JSON)` replaces the standard event line when given."""
+        watcher = Watcher(
+            resource, namespace=namespace, labels=labels, fields=fields, encode=encode
+        )
         if since is None:
             for raw, obj in self._snapshot(resource, namespace):
                 if watcher.matches(obj):

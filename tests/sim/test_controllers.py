@@ -12,9 +12,11 @@ import pytest
 from rebalancer.clock import ManualClock
 from rebalancer.sim import resources as R
 from rebalancer.sim.cluster import ClusterEmulator
+from rebalancer.sim.disruption import evict
 from rebalancer.sim.objects import condition_true, get_condition
 from rebalancer.sim.pools import PoolSpec, node_name
 from rebalancer.sim.scenario import ScenarioError, parse_scenario
+from rebalancer.sim.status import ApiError
 from rebalancer.sim.workloads import DELETION_COST
 
 from .conftest import GPU_TOLERATION, SPOT_TOLERATION, small_scenario
@@ -462,3 +464,28 @@ async def test_second_delete_with_shorter_grace_stops_the_pod_sooner(make_cluste
     cluster.store.delete(R.PODS, "default", name, grace_seconds=2)
     await cluster.advance(2.5)
     assert cluster.store.get(R.PODS, "default", name) is None
+
+
+async def test_eviction_before_the_budget_is_processed_is_429_retry_after_10(
+    make_cluster: Make,
+) -> None:
+    cluster = make_cluster()
+    await cluster.advance(3)
+    cluster.store.create(
+        R.PDBS,
+        {
+            "metadata": {"name": "fresh", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "inference"}}},
+        },
+    )
+    cluster.store.delete(R.PDBS, "default", "inference")  # leave only the unprocessed one
+    name = _ready(cluster, "inference")[0]["metadata"]["name"]
+    with pytest.raises(ApiError) as caught:
+        evict(cluster.store, "default", name, {"metadata": {"name": name}})
+    error = caught.value
+    assert (error.code, error.retry_after_seconds) == (429, 10)
+    assert error.body()["details"]["causes"][0]["message"] == (
+        "The disruption budget fresh is still being processed by the server."
+    )
+    cluster.step()  # the disruption controller catches up
+    assert evict(cluster.store, "default", name, {"metadata": {"name": name}})["code"] == 201

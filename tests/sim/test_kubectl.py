@@ -79,7 +79,10 @@ async def test_get_nodes_and_pods_as_json(served: ClusterEmulator) -> None:
     assert code == 0, out
     assert len(json.loads(out)["items"]) == 3
     code, out = await kubectl(served, "get", "nodes")
-    assert code == 0 and "STATUS" in out and out.count("Ready") == 4, out
+    assert code == 0, out
+    header, *rows = out.splitlines()
+    assert header.split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]  # server-side Table
+    assert len(rows) == 4 and all(row.split()[1] == "Ready" for row in rows)
 
 
 async def test_cordon_uncordon(served: ClusterEmulator) -> None:
