@@ -37,6 +37,7 @@ from rebalancer.sim.disruption import DisruptionController
 from rebalancer.sim.garbage import GarbageCollector
 from rebalancer.sim.imds import EmulatedEvent, ImdsEmulator
 from rebalancer.sim.kubelet import Kubelets, NodeLifecycle
+from rebalancer.sim.npd import CONDITION_TYPES, NodeProblemDetector
 from rebalancer.sim.objects import Obj
 from rebalancer.sim.scenario import Scenario, TimelineStep, load_scenario
 from rebalancer.sim.scheduler import Scheduler
@@ -107,6 +108,11 @@ class ClusterEmulator:
             self.scheduler,
             scale_down_unneeded_seconds=settings.scale_down_unneeded_seconds,
         )
+        self.node_problem_detector = NodeProblemDetector(
+            self.cloud,
+            poll_seconds=settings.node_problem_detector_seconds,
+            condition_types=settings.node_problem_detector_conditions or CONDITION_TYPES,
+        )
         self._loops: list[Callable[[], int]] = [
             self.cloud.reconcile,
             self.node_lifecycle.reconcile,
@@ -120,6 +126,8 @@ class ClusterEmulator:
             self.disruption.reconcile,
             self.autoscaler.reconcile,
         ]
+        if settings.node_problem_detector_seconds > 0:
+            self._loops.append(self.node_problem_detector.reconcile)
         self._timeline = list(scenario.timeline)
         self._timeline_events: dict[str, list[EmulatedEvent]] = {}
         self.started_at = self.clock.now().timestamp()

@@ -489,3 +489,33 @@ async def test_eviction_before_the_budget_is_processed_is_429_retry_after_10(
     )
     cluster.step()  # the disruption controller catches up
     assert evict(cluster.store, "default", name, {"metadata": {"name": name}})["code"] == 201
+
+
+async def test_node_problem_detector_conditions_follow_the_event(make_cluster: Make) -> None:
+    cluster = make_cluster()
+    node = cluster.nodes("gpuspot")[0]["metadata"]["name"]
+    other = cluster.nodes("gpuspot")[1]["metadata"]["name"]
+    event = cluster.preempt(node, notice_seconds=60)
+    await cluster.advance(10.5)  # NPD polls every 10 s
+
+    def condition(name: str, kind: str) -> dict[str, Any] | None:
+        return get_condition(cluster.store.must_get(R.NODES, "", name), kind)
+
+    preemption = condition(node, "PreemptionScheduled")
+    assert preemption is not None and preemption["status"] == "True"
+    assert preemption["reason"] == "SpotEvictionIncoming"
+    not_before = event.not_before.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    assert preemption["message"] == (
+        f"Preempt Scheduled: {not_before}. For more information, see "
+        f"https://aka.ms/aks/scheduled-events. EventId: {event.event_id}"
+    )
+    for kind in ("VMEventScheduled", "PreemptScheduled"):
+        found = condition(node, kind)
+        assert found is not None and found["status"] == "True"
+    reboot = condition(node, "RebootScheduled")
+    assert reboot is not None and reboot["status"] == "False"
+    assert condition(other, "VMEventScheduled") is None  # untouched nodes carry nothing
+    cluster.imds.cancel(event.event_id)
+    await cluster.advance(10.5)
+    cleared = condition(node, "PreemptionScheduled")
+    assert cleared is not None and cleared["status"] == "False"
