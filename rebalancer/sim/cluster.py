@@ -110,7 +110,7 @@ class ClusterEmulator:
         )
         self.node_problem_detector = NodeProblemDetector(
             self.cloud,
-            poll_seconds=settings.node_problem_detector_seconds,
+            poll_seconds=settings.node_problem_detector_seconds or 10.0,
             condition_types=settings.node_problem_detector_conditions or CONDITION_TYPES,
         )
         self._loops: list[Callable[[], int]] = [

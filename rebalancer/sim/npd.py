@@ -10,12 +10,14 @@ Public sources disagree on that one name, so both are set by default (`CONDITION
 a scenario may choose. Conditions go back to `False` when the event is gone, as NPD does.
 
 It polls every `poll_seconds` (NPD's plugin interval) and only for events that name the VM
-itself (not broadcasts to its placement group).
+itself (not broadcasts to its placement group). Off unless a scenario sets
+`nodeProblemDetectorSeconds`, so a test chooses which signal source the controller sees.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from rebalancer.azure.scheduled_events import format_not_before
 from rebalancer.sim import resources as R
@@ -24,7 +26,7 @@ from rebalancer.sim.imds import EmulatedEvent
 from rebalancer.sim.objects import Obj, get_condition, with_condition
 from rebalancer.sim.store import format_time
 
-DOCS_LINK = "https://aka.ms/aks/scheduled-events"
+DOCS_LINK = "https://aka.ms/aks/scheduledevents"
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Terminate", "Preempt")
 # The conditions set by default; see the module docstring about `PreemptionScheduled`.
 CONDITION_TYPES = (
@@ -34,14 +36,18 @@ CONDITION_TYPES = (
 )
 
 
-def _message(event: EmulatedEvent) -> str:
-    return (
-        f"{event.event_type} Scheduled: {format_not_before(event.not_before)}. For more "
-        f"information, see {DOCS_LINK}. EventId: {event.event_id}"
-    )
+def _message(event: EmulatedEvent, now: datetime) -> str:
+    """`<EventType> <EventStatus>[: <NotBefore>]. ...`: the time only while Scheduled."""
+    if event.state(now) == "started":
+        head = f"{event.event_type} Started"
+    else:
+        head = f"{event.event_type} Scheduled: {format_not_before(event.not_before)}"
+    return f"{head}. For more information, see {DOCS_LINK}. EventId: {event.event_id}"
 
 
-def _wanted(condition_type: str, events: list[EmulatedEvent]) -> tuple[str, str, str]:
+def _wanted(
+    condition_type: str, events: list[EmulatedEvent], now: datetime
+) -> tuple[str, str, str]:
     """(status, reason, message) of one condition given the VM's active events."""
     if condition_type == "VMEventScheduled":
         relevant = events
@@ -57,7 +63,7 @@ def _wanted(condition_type: str, events: list[EmulatedEvent]) -> tuple[str, str,
         )
     first = relevant[0]
     reason = "SpotEvictionIncoming" if condition_type == "PreemptionScheduled" else condition_type
-    return "True", reason, _message(first)
+    return "True", reason, _message(first, now)
 
 
 class NodeProblemDetector:
@@ -97,18 +103,19 @@ class NodeProblemDetector:
                 self._flagged.discard(node_name)
                 continue  # a VM that is gone runs no detector
             events = sorted(by_vm.get(vm.name, []), key=lambda e: e.not_before)
-            written += self._sync(node, events, format_time(now))
+            written += self._sync(node, events, now)
             if events:
                 self._flagged.add(node_name)
             else:
                 self._flagged.discard(node_name)
         return written
 
-    def _sync(self, node: Obj, events: list[EmulatedEvent], now: str) -> int:
+    def _sync(self, node: Obj, events: list[EmulatedEvent], moment: datetime) -> int:
+        now = format_time(moment)
         status = dict(node.get("status") or {})
         conditions = status.get("conditions")
         for condition_type in self.condition_types:
-            wanted, reason, message = _wanted(condition_type, events)
+            wanted, reason, message = _wanted(condition_type, events, moment)
             current = get_condition(node, condition_type)
             if current is None and wanted == "False" and not events:
                 continue

@@ -10,7 +10,8 @@ Format (every key but `name` under a pool or workload is optional)::
       scaleDownUnneededSeconds: 600  # autoscaler: idle node removed after this long
       startupSeconds: 0              # default pod time from Running to Ready
       shutdownSeconds: 1             # default pod time to stop after deletion (capped by grace)
-      nodeProblemDetectorSeconds: 10 # AKS NPD: Scheduled Events -> Node conditions; 0: off
+      nodeProblemDetectorSeconds: 10 # AKS NPD: Scheduled Events -> Node conditions; 0 (the
+                                     # default): off
       nodeProblemDetectorConditions: [VMEventScheduled, PreemptScheduled]  # default: all known
     pools:
       - name: gpuspot                # AKS pool name -> nodes aks-gpuspot-<8 digits>-vmss00000a
@@ -190,7 +191,7 @@ class Settings:
     scale_down_unneeded_seconds: float = 600.0
     startup_seconds: float = 0.0
     shutdown_seconds: float = 1.0
-    node_problem_detector_seconds: float = 10.0
+    node_problem_detector_seconds: float = 0.0
     node_problem_detector_conditions: list[str] | None = None  # None: npd.CONDITION_TYPES
 
 
@@ -373,7 +374,7 @@ def parse_scenario(data: Any) -> Scenario:
             startup_seconds=float(settings_data.pop("startupSeconds", 0.0)),
             shutdown_seconds=float(settings_data.pop("shutdownSeconds", 1.0)),
             node_problem_detector_seconds=float(
-                settings_data.pop("nodeProblemDetectorSeconds", 10.0)
+                settings_data.pop("nodeProblemDetectorSeconds", 0.0)
             ),
             node_problem_detector_conditions=settings_data.pop(
                 "nodeProblemDetectorConditions", None

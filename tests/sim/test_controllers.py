@@ -492,7 +492,9 @@ async def test_eviction_before_the_budget_is_processed_is_429_retry_after_10(
 
 
 async def test_node_problem_detector_conditions_follow_the_event(make_cluster: Make) -> None:
-    cluster = make_cluster()
+    scenario = small_scenario()
+    scenario.settings.node_problem_detector_seconds = 10
+    cluster = make_cluster(scenario)
     node = cluster.nodes("gpuspot")[0]["metadata"]["name"]
     other = cluster.nodes("gpuspot")[1]["metadata"]["name"]
     event = cluster.preempt(node, notice_seconds=60)
@@ -507,7 +509,7 @@ async def test_node_problem_detector_conditions_follow_the_event(make_cluster: M
     not_before = event.not_before.strftime("%a, %d %b %Y %H:%M:%S GMT")
     assert preemption["message"] == (
         f"Preempt Scheduled: {not_before}. For more information, see "
-        f"https://aka.ms/aks/scheduled-events. EventId: {event.event_id}"
+        f"https://aka.ms/aks/scheduledevents. EventId: {event.event_id}"
     )
     for kind in ("VMEventScheduled", "PreemptScheduled"):
         found = condition(node, kind)
@@ -515,7 +517,22 @@ async def test_node_problem_detector_conditions_follow_the_event(make_cluster: M
     reboot = condition(node, "RebootScheduled")
     assert reboot is not None and reboot["status"] == "False"
     assert condition(other, "VMEventScheduled") is None  # untouched nodes carry nothing
-    cluster.imds.cancel(event.event_id)
-    await cluster.advance(10.5)
-    cleared = condition(node, "PreemptionScheduled")
+    freeze = cluster.schedule_event("Freeze", [other], notice_seconds=15)
+    await cluster.advance(10)
+    frozen = condition(other, "FreezeScheduled")
+    assert frozen is not None and frozen["message"].startswith("Freeze Scheduled: ")
+    await cluster.advance(10)  # started at NotBefore: the message loses its time
+    frozen = condition(other, "FreezeScheduled")
+    assert frozen is not None and frozen["status"] == "True"
+    assert frozen["message"] == (
+        "Freeze Started. For more information, see https://aka.ms/aks/scheduledevents. "
+        f"EventId: {freeze.event_id}"
+    )
+    third = cluster.nodes("gpuspot")[2]["metadata"]["name"]
+    cancelled = cluster.preempt(third, notice_seconds=60)
+    await cluster.advance(10)
+    assert cluster.imds.cancel(cancelled.event_id)
+    await cluster.advance(10)
+    cleared = condition(third, "PreemptionScheduled")
     assert cleared is not None and cleared["status"] == "False"
+    assert cleared["reason"] == "NoPreemptionScheduled"
