@@ -253,7 +253,7 @@ class ClusterEmulator:
         self,
         predicate: Callable[[], Any],
         *,
-        timeout: float = 10.0,  # noqa: ASYNC109 - also bounds virtual time, not only real time
+        timeout: float = 10.0,  # bounds real time and, under a ManualClock, virtual time
         message: str = "condition",
         virtual_step: float | None = None,
     ) -> Any:
