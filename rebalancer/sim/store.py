@@ -147,6 +147,8 @@ class Store:
         self.clock = clock
         self.resource_version = 1
         self._objects: dict[str, dict[str, dict[str, Obj]]] = {r.key: {} for r in R.ALL}
+        # Each object's JSON without kind/apiVersion (the form list items take upstream): a list
+        # is a join; a GET or watch event puts `_type_prefix` back in front.
         self._raw: dict[str, dict[str, dict[str, bytes]]] = {r.key: {} for r in R.ALL}
         self._history: dict[str, deque[Change]] = {r.key: deque() for r in R.ALL}
         self._history_start: dict[str, int] = {r.key: 0 for r in R.ALL}
@@ -169,7 +171,9 @@ class Store:
         return obj
 
     def raw(self, resource: ResourceType, namespace: str, name: str) -> bytes | None:
-        return self._raw[resource.key].get(namespace, {}).get(name)
+        """The object's JSON as a GET returns it (kind and apiVersion first)."""
+        stored = self._raw[resource.key].get(namespace, {}).get(name)
+        return None if stored is None else _type_prefix(resource) + stored[1:]
 
     def copy_of(self, resource: ResourceType, namespace: str, name: str) -> Obj | None:
         """A private deep copy to modify and write back (JSON round trip: faster than deepcopy)."""
@@ -222,11 +226,6 @@ class Store:
         """Matching objects' JSON in key order: (items, last key if cut short, items left)."""
         objects = self._objects[resource.key]
         raws = self._raw[resource.key]
-        prefix = b'{"kind":"%s","apiVersion":"%s",' % (
-            resource.kind.encode(),
-            resource.api_version.encode(),
-        )
-        prefix_length = len(prefix)
         if node_name is not None and resource is R.PODS:
             keys = sorted(self._pods_by_node.get(node_name, {}))
             if namespace is not None:
@@ -247,9 +246,7 @@ class Store:
                 continue
             if fields is not None and not fields(obj):
                 continue
-            raw = raws[ns][name]
-            # Upstream list items carry no kind/apiVersion (only the List does).
-            out.append(b"{" + raw[prefix_length:] if raw.startswith(prefix) else raw)
+            out.append(raws[ns][name])  # upstream list items carry no kind/apiVersion
             if limit and len(out) >= limit and index + 1 < len(keys):
                 return out, (ns, name), len(keys) - index - 1
         return out, None, 0
@@ -532,8 +529,11 @@ class Store:
     def _snapshot(self, resource: ResourceType, namespace: str | None) -> list[tuple[bytes, Obj]]:
         objects, raws = self._objects[resource.key], self._raw[resource.key]
         namespaces = [namespace] if namespace is not None else list(objects)
+        prefix = _type_prefix(resource)
         return [
-            (raws[ns][name], obj) for ns in namespaces for name, obj in objects.get(ns, {}).items()
+            (prefix + raws[ns][name][1:], obj)
+            for ns in namespaces
+            for name, obj in objects.get(ns, {}).items()
         ]
 
     # ---- the one write path ----------------------------------------------------------------
@@ -541,13 +541,18 @@ class Store:
     def _commit(self, resource: ResourceType, event_type: str, old: Obj | None, new: Obj) -> Obj:
         """The one write path; returns the stored dict (kind and apiVersion first, as upstream
         writes them, so a list can drop them from its items by slicing bytes)."""
-        if list(new)[:2] != ["kind", "apiVersion"]:
-            new = {"kind": resource.kind, "apiVersion": resource.api_version, **new}
+        if list(new)[:2] != ["kind", "apiVersion"] or (new["kind"], new["apiVersion"]) != (
+            resource.kind,
+            resource.api_version,
+        ):
+            rest = {k: v for k, v in new.items() if k not in ("kind", "apiVersion")}
+            new = {"kind": resource.kind, "apiVersion": resource.api_version, **rest}
         self.resource_version += 1
         self.writes += 1
         rv = self.resource_version
         new["metadata"]["resourceVersion"] = str(rv)
         raw = dumps(new)
+        prefix_length = len(_type_prefix(resource))
         meta = new["metadata"]
         namespace = meta.get("namespace", "") if resource.namespaced else ""
         name = meta["name"]
@@ -559,7 +564,7 @@ class Store:
                 del self._raw[resource.key][namespace]
         else:
             self._objects[resource.key].setdefault(namespace, {})[name] = new
-            self._raw[resource.key].setdefault(namespace, {})[name] = raw
+            self._raw[resource.key].setdefault(namespace, {})[name] = b"{" + raw[prefix_length:]
         self._reindex(resource, old, None if event_type == "DELETED" else new)
         change = Change(resource, event_type, old, new, raw, rv)
         history = self._history[resource.key]
@@ -598,6 +603,18 @@ class Store:
                         del self._dependents[uid]
             for uid in new_owners - old_owners:
                 self._dependents.setdefault(uid, {})[ref] = None
+
+
+_TYPE_PREFIXES: dict[str, bytes] = {}
+
+
+def _type_prefix(resource: ResourceType) -> bytes:
+    """`{"kind":"Pod","apiVersion":"v1",`: how every stored object's JSON begins."""
+    prefix = _TYPE_PREFIXES.get(resource.key)
+    if prefix is None:
+        prefix = dumps({"kind": resource.kind, "apiVersion": resource.api_version})[:-1] + b","
+        _TYPE_PREFIXES[resource.key] = prefix
+    return prefix
 
 
 def _key(obj: Obj) -> Key:
