@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.azure.pricing import Price, RetailPricesClient, RetailPricesError
+from rebalancer.azure.prices import Price
+from rebalancer.azure.retail_prices import RetailPricesClient, RetailPricesError
 from rebalancer.sim.prices import RetailPricesEmulator
 from tests.helpers import serve
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rebalancer.azure.pricing import (
+from rebalancer.azure.prices import (
     BUNDLED,
     Price,
     PriceFileError,
