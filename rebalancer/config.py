@@ -7,10 +7,13 @@ with one line naming the setting (see `describe_error`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rebalancer.azure.prices import parse_price_file
 
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 # IMDS rejects more than 5 requests per second per VM; the agent keeps a margin under that
@@ -173,9 +176,34 @@ class ControllerSettings(CommonSettings):
         100, ge=1, description="API requests the controller may send at once above that rate."
     )
     watch_timeout_seconds: int = Field(300, ge=10, description="Server-side watch timeout.")
+    prices_file: str | None = Field(
+        None, description="A price file (mounted ConfigMap) that overrides the bundled prices."
+    )
+    prices_api_enabled: bool = Field(
+        False, description="Refresh prices from the Azure Retail Prices API."
+    )
+    prices_api_url: str = Field(
+        "https://prices.azure.com/api/retail/prices", description="The Retail Prices API."
+    )
+    prices_refresh_seconds: float = Field(
+        3600.0, ge=60, description="Refresh prices from the API this often."
+    )
+    cost_interval_seconds: float = Field(
+        10.0, gt=0, description="Account cost this often (it walks every node and pod)."
+    )
 
     @field_validator("workload_selector")
     @classmethod
     def _selector(cls, value: str) -> str:
         parse_selector(value)
+        return value
+
+    @field_validator("prices_file")
+    @classmethod
+    def _price_file(cls, value: str | None) -> str | None:
+        if value:
+            try:
+                parse_price_file(Path(value).read_text())
+            except OSError as exc:
+                raise ValueError(f"cannot read {value}: {exc.strerror}") from None
         return value

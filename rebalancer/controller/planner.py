@@ -96,6 +96,8 @@ class Snapshot:
     pods: Mapping[tuple[str, str], PodInfo]
     workloads: Mapping[tuple[str, str, str], WorkloadInfo]
     replicaset_owners: Mapping[tuple[str, str], str]  # (namespace, replicaset) -> deployment
+    # Preempt notices per (pool, zone) in the last hour, this one included.
+    recent_evictions: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 # ---- actions ---------------------------------------------------------------------------------
@@ -488,6 +490,16 @@ def _drain(
     return actions
 
 
+MAX_COOLDOWN_FACTOR = 4
+
+
+def cooldown_for(snapshot: Snapshot, settings: Settings, node: NodeInfo) -> float:
+    """The base cool-down, times the pool's Preempt notices in the last hour (at most 4x): a pool
+    that keeps being evicted is avoided for longer."""
+    count = snapshot.recent_evictions.get((node.pool, node.zone), 1)
+    return settings.cooldown_seconds * min(MAX_COOLDOWN_FACTOR, max(1, count))
+
+
 def _cooldowns(
     snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice]
 ) -> list[Action]:
@@ -497,7 +509,7 @@ def _cooldowns(
         node = snapshot.nodes[node_name]
         if node.spot and notice.event_type in ("Preempt", "Manual"):
             started = notice.seen_at or snapshot.now
-            until = started + timedelta(seconds=settings.cooldown_seconds)
+            until = started + timedelta(seconds=cooldown_for(snapshot, settings, node))
             group = (node.pool, node.zone)
             evicted_groups[group] = max(until, evicted_groups.get(group, until))
     actions: list[Action] = []

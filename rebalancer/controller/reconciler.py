@@ -13,11 +13,15 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from rebalancer.azure.price_book import PriceBook
+from rebalancer.azure.retail_prices import RetailPricesClient
 from rebalancer.clock import Clock
 from rebalancer.config import ControllerSettings, parse_selector
+from rebalancer.controller.accounting import Accountant
+from rebalancer.controller.cost import region_of
 from rebalancer.controller.executor import DryRunExecutor, Executor, Outcome
 from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
 from rebalancer.controller.planner import (
@@ -146,6 +150,25 @@ class Controller:
             gpu_workloads_only=settings.gpu_workloads_only,
             workload_selector=parse_selector(settings.workload_selector),
         )
+        retail = (
+            RetailPricesClient(base_url=settings.prices_api_url)
+            if settings.prices_api_enabled
+            else None
+        )
+        self.prices = PriceBook(
+            file=settings.prices_file,
+            api=retail,
+            ttl_seconds=settings.prices_refresh_seconds,
+            clock=clock,
+            log=log,
+            on_failure=metrics.price_refresh_errors.inc,
+        )
+        self.accountant = Accountant(
+            metrics=metrics,
+            book=self.prices,
+            interval_seconds=settings.cost_interval_seconds,
+            planner_settings=self.planner_settings,
+        )
         self._seen: dict[tuple[str, str], Seen] = {}
         self._surge_started: dict[tuple[str, str, str], float] = {}
         self._logged: set[str] = set()
@@ -179,6 +202,7 @@ class Controller:
                 while not informer.synced.is_set() and not stop.is_set():
                     await sleep_or_stop(stop, 0.05)
             self.metrics.cache_synced.set(1)
+            tasks.append(asyncio.create_task(self.prices.run(stop, self._prices_in_use)))
             self.log.info("caches synced", nodes=len(self.nodes.items), pods=len(self.pods.items))
             stopping = asyncio.ensure_future(stop.wait())
             while not stop.is_set():
@@ -239,16 +263,24 @@ class Controller:
         self.metrics.leader.set(1 if leader else 0)
         try:
             state = self.snapshot()
+        except Exception as error:  # a bug must not stop the loop
+            self.metrics.reconcile_errors.labels("snapshot").inc()
+            self.log.exception("snapshot failed", error=str(error))
+            return
+        try:
+            self._observe(state, elapsed)
+            self.accountant.account(state, now_mono)
+        except Exception:  # observing feeds metrics only; never let it stop the plan
+            self.metrics.reconcile_errors.labels("observe").inc()
+            self.log.exception("observing failed")
+        try:
+            state = replace(state, recent_evictions=self.accountant.recent(now_mono))
             result = plan(state, self.planner_settings)
         except Exception as error:  # a bug in planning must not stop the loop
             self.metrics.reconcile_errors.labels("plan").inc()
             self.log.exception("planning failed", error=str(error))
             return
-        try:
-            self._observe(state, result.active, elapsed)
-        except Exception:  # observing feeds metrics only; never let it stop the plan
-            self.metrics.reconcile_errors.labels("observe").inc()
-            self.log.exception("observing failed")
+        self.metrics.active_notices.set(len(result.active))
         if leader and result.actions:
             if isinstance(self.executor, Executor):
                 self.executor.workloads = state.workloads
@@ -366,10 +398,13 @@ class Controller:
                     self._log_once("applied", action)
         del state
 
-    def _observe(self, state: Snapshot, active: Mapping[str, Any], elapsed: float) -> None:
+    def _prices_in_use(self) -> tuple[list[str], list[str]]:
+        nodes = list(self.nodes.items.values())
+        return [region_of(n.labels) for n in nodes], [n.sku for n in nodes]
+
+    def _observe(self, state: Snapshot, elapsed: float) -> None:
         """Metrics that come from looking at the cluster, not from acting on it."""
         now = self.clock.monotonic()
-        self.metrics.active_notices.set(len(active))
         live: set[tuple[str, str]] = set()
         for node in state.nodes.values():
             for reason in node.skipped:
@@ -380,6 +415,8 @@ class Controller:
                 if key in self._seen:
                     continue
                 self._seen[key] = Seen(first_seen=now)
+                if notice.event_type == "Preempt":
+                    self.accountant.record_eviction(node.pool, node.sku, node.zone, now)
                 self.metrics.notices.labels(
                     event_type_label(notice.event_type)
                     if notice.event_type != "Manual"

@@ -517,3 +517,14 @@ def test_workload_selector(selector: dict[str, str | None], surged: bool) -> Non
     pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("p2", "od-0")]
     result = plan(snapshot(cluster_nodes(), pods, [workload]), Settings(workload_selector=selector))
     assert bool(of_type(result.actions, ScaleUp)) == surged
+
+
+@pytest.mark.parametrize(("recent", "factor"), [(0, 1), (1, 1), (2, 2), (3, 3), (9, 4)])
+def test_a_pool_that_keeps_being_evicted_is_avoided_longer(recent: int, factor: int) -> None:
+    state = replace(
+        snapshot(cluster_nodes(), [pod("p0", "spot-0")]),
+        recent_evictions={("spotgpu", "eastus-1"): recent},
+    )
+    result = plan(state, Settings(cooldown_seconds=600))
+    (cooldown,) = of_type(result.actions, StartCooldown)
+    assert cooldown.until == NOW + timedelta(seconds=600 * factor)
