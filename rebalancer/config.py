@@ -96,6 +96,23 @@ class AgentSettings(CommonSettings):
         return value
 
 
+def parse_window(text: str) -> tuple[int, int] | None:
+    """'22:00-06:00' (UTC) -> minutes of the day; '' -> None (any time)."""
+    if not text.strip():
+        return None
+    try:
+        start, end = (part.strip() for part in text.split("-"))
+        minutes = []
+        for part in (start, end):
+            hours, mins = part.split(":")
+            if not (0 <= int(hours) < 24 and 0 <= int(mins) < 60):
+                raise ValueError
+            minutes.append(int(hours) * 60 + int(mins))
+    except ValueError:
+        raise ValueError(f"window {text!r}: use HH:MM-HH:MM (UTC)") from None
+    return minutes[0], minutes[1]
+
+
 def parse_selector(text: str) -> dict[str, str | None]:
     """'app=llm,tier' -> {'app': 'llm', 'tier': None}: equality and existence terms only."""
     selector: dict[str, str | None] = {}
@@ -188,6 +205,17 @@ class ControllerSettings(CommonSettings):
     prices_refresh_seconds: float = Field(
         3600.0, ge=60, description="Refresh prices from the API this often."
     )
+    return_enabled: bool = Field(True, description="Move replicas back to spot when it is safe.")
+    return_quiet_seconds: float = Field(
+        600.0, ge=0, description="A spot pool must be free of Preempt notices this long first."
+    )
+    return_pending_timeout_seconds: float = Field(
+        600.0, gt=0, description="Give a return up when the spot replica is not Ready by then."
+    )
+    return_max_concurrent: int = Field(1, ge=0, description="Returns in progress at once.")
+    return_window: str = Field(
+        "", description="Return only inside this UTC window, HH:MM-HH:MM; empty: any time."
+    )
     cost_interval_seconds: float = Field(
         10.0, gt=0, description="Account cost this often (it walks every node and pod)."
     )
@@ -196,6 +224,12 @@ class ControllerSettings(CommonSettings):
     @classmethod
     def _selector(cls, value: str) -> str:
         parse_selector(value)
+        return value
+
+    @field_validator("return_window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        parse_window(value)
         return value
 
     @field_validator("prices_file")

@@ -198,6 +198,14 @@ class ControllerMetrics:
             "1 once every informer has listed.",
             registry=r,
         )
+        self.returns = Counter(
+            "rebalancer_controller_returns_total",
+            "Returns to spot: started, and finished by reason (ReturnedToSpot, "
+            "NoticeDuringReturn, LandedOnDemand, SpotReplicaNotReady, RetiredPodGone, "
+            "ReplicasChangedByOthers).",
+            ["outcome"],
+            registry=r,
+        )
         self.active_notices = Gauge(
             "rebalancer_controller_active_notices",
             "Nodes with a notice being acted on.",

@@ -14,10 +14,12 @@ lengthens a pool's cool-down when it keeps being evicted.
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Iterable
 from typing import Any
 
 from rebalancer.azure.price_book import PriceBook
 from rebalancer.controller.cost import cost_rates, price_nodes, spot_capable
+from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planner import Snapshot, managed, workload_of
 from rebalancer.controller.pools import pools_of
 from rebalancer.metrics import ControllerMetrics
@@ -33,12 +35,14 @@ class Accountant:
         book: PriceBook,
         interval_seconds: float = 10.0,
         planner_settings: Any = None,
+        started: float = 0.0,
     ) -> None:
         self._metrics = metrics
         self._book = book
         self._interval = interval_seconds
         self._planner_settings = planner_settings
         self._last: float | None = None
+        self._started = started
         self._evictions: dict[tuple[str, str, str], deque[float]] = defaultdict(deque)
         self._shown_prices: set[tuple[str, str, str]] = set()
         self._shown_pools: set[tuple[str, str]] = set()
@@ -54,6 +58,17 @@ class Accountant:
         for (pool, _, zone), times in self._evictions.items():
             counts[(pool, zone)] += sum(1 for t in times if now - t <= window)
         return dict(counts)
+
+    def quiet(self, nodes: Iterable[NodeInfo], now: float) -> dict[str, float]:
+        """Seconds since each pool's last Preempt; never more than we have been watching."""
+        watched = now - self._started
+        last: dict[str, float] = {}
+        for (pool, _, _), times in self._evictions.items():
+            if times:
+                last[pool] = max(last.get(pool, times[-1]), times[-1])
+        return {
+            n.pool: min(watched, now - last[n.pool]) if n.pool in last else watched for n in nodes
+        }
 
     # ---- cost --------------------------------------------------------------------------------
 

@@ -36,6 +36,15 @@ from rebalancer.controller.planner import (
     SetDeletionCost,
     StartCooldown,
 )
+from rebalancer.controller.returns import (
+    RETURN_ANNOTATION,
+    RETURN_BACKOFF_ANNOTATION,
+    FinishReturn,
+    ForgetReturn,
+    ReturnRecord,
+    StartReturn,
+    complete,
+)
 from rebalancer.kube.errors import TooManyRequests
 from rebalancer.kube.events import EventRecorder
 from rebalancer.kube.writes import Writer
@@ -52,6 +61,8 @@ EVENT_REASONS = {
     StartCooldown: "SpotRebalancerCooldown",
     EndCooldown: "SpotRebalancerCooldownOver",
     ReportBlocked: "SpotRebalancerFailoverBlocked",
+    StartReturn: "SpotRebalancerReturnStarted",
+    FinishReturn: "SpotRebalancerReturnFinished",
 }
 
 
@@ -161,6 +172,14 @@ class Executor:
                         warning=True,
                     )
                 return Outcome(done)
+            case StartReturn():
+                return await self._start_return(action, now)
+            case FinishReturn():
+                return await self._finish_return(action, now)
+            case ForgetReturn():
+                kind, namespace, name = action.workload
+                patch = {"metadata": {"annotations": {RETURN_ANNOTATION: None}}}
+                return Outcome(await self.writer.patch_workload(kind, namespace, name, patch))
             case ReportBlocked():
                 key = (action.workload, action.detail)
                 if key in self.reported:
@@ -194,6 +213,56 @@ class Executor:
                 f"Scaled to {action.replicas} to replace {action.record.added} replica(s) on "
                 f"evicted nodes before they go ({', '.join(action.record.event_ids)})",
                 now,
+            )
+        return Outcome(done)
+
+    async def _start_return(self, action: StartReturn, now: datetime) -> Outcome:
+        kind, namespace, name = action.workload
+        patch: dict[str, Any] = {
+            "metadata": {"annotations": {RETURN_ANNOTATION: action.record.to_json()}},
+            "spec": {"replicas": action.replicas},
+        }
+        if action.resource_version:
+            patch["metadata"]["resourceVersion"] = action.resource_version
+        done = await self.writer.patch_workload(kind, namespace, name, patch)
+        if done:
+            await self._event_on_workload(
+                action.workload,
+                action,
+                f"Returning a replica to spot pool {action.record.pool}: scaled to "
+                f"{action.replicas}; {action.record.retire} goes once the new one is Ready",
+                now,
+            )
+        return Outcome(done)
+
+    async def _finish_return(self, action: FinishReturn, now: datetime) -> Outcome:
+        kind, namespace, name = action.workload
+        current = self.workloads.get(action.workload)
+        annotations: dict[str, str | None] = {}
+        raw = None if current is None else current.annotations.get(RETURN_ANNOTATION)
+        try:
+            annotations[RETURN_ANNOTATION] = (
+                complete(ReturnRecord.from_json(raw)).to_json() if raw else None
+            )
+        except (ValueError, KeyError, TypeError):
+            annotations[RETURN_ANNOTATION] = None
+        if action.backoff_until is not None:
+            annotations[RETURN_BACKOFF_ANNOTATION] = action.backoff_until.strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
+        patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
+        if action.replicas is not None:
+            patch["spec"] = {"replicas": action.replicas}
+        if current is not None and current.resource_version:
+            patch["metadata"]["resourceVersion"] = current.resource_version
+        done = await self.writer.patch_workload(kind, namespace, name, patch)
+        if done:
+            await self._event_on_workload(
+                action.workload,
+                action,
+                f"Return to spot finished: {action.reason}",
+                now,
+                warning=action.backoff_until is not None,
             )
         return Outcome(done)
 

@@ -33,9 +33,21 @@ from enum import StrEnum
 from rebalancer import names
 from rebalancer.controller.model import NodeInfo, PodInfo, Surge, WorkloadInfo
 from rebalancer.controller.pools import on_demand_fallback, pools_of
+from rebalancer.controller.returns import (
+    LOWEST,
+    FinishReturn,
+    ForgetReturn,
+    LowerCost,
+    ReturnSettings,
+    StartReturn,
+    active_record,
+    plan_returns,
+    pods_in_play,
+)
 from rebalancer.notices import Notice
 
-LOWEST_DELETION_COST = "-2147483648"
+LOWEST_DELETION_COST = LOWEST
+
 CORDONED_FOR = f"{names.PREFIX}/cordoned-for"
 WAS_UNSCHEDULABLE = f"{names.PREFIX}/was-unschedulable"
 ADDED_LB_EXCLUSION = f"{names.PREFIX}/added-lb-exclusion"
@@ -84,6 +96,7 @@ class Settings:
     gpu_workloads_only: bool = True
     # Only workloads whose labels match (key -> value, or key -> None: the key exists).
     workload_selector: Mapping[str, str | None] = field(default_factory=dict)
+    returns: ReturnSettings = field(default_factory=ReturnSettings)
 
     def policy_for(self, event_type: str) -> Policy:
         return self.event_policy.get(event_type, self.unknown_event_policy)
@@ -98,6 +111,8 @@ class Snapshot:
     replicaset_owners: Mapping[tuple[str, str], str]  # (namespace, replicaset) -> deployment
     # Preempt notices per (pool, zone) in the last hour, this one included.
     recent_evictions: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # Seconds since each pool's last Preempt (at most since this process started watching).
+    pool_quiet_seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 # ---- actions ---------------------------------------------------------------------------------
@@ -211,6 +226,9 @@ Action = (
     | StartCooldown
     | EndCooldown
     | ReportBlocked
+    | StartReturn
+    | FinishReturn
+    | ForgetReturn
 )
 
 
@@ -240,8 +258,38 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     actions += _scale_backs(snapshot, settings, active, pods_by_workload)
     actions += _drain(snapshot, settings, active, pods_by_node, surged_pods)
     actions += _cooldowns(snapshot, settings, active)
-    actions += _restore_deletion_costs(snapshot, active)
+    in_play = {
+        key
+        for workload in snapshot.workloads.values()
+        for key in pods_in_play(workload, pods_by_workload.get(workload.key, []))
+    }
+    actions += _restore_deletion_costs(snapshot, active, in_play)
+    actions += _returns(snapshot, settings, active, pods_by_node, pods_by_workload)
     return Plan(actions=tuple(actions), active=active)
+
+
+def _returns(
+    snapshot: Snapshot,
+    settings: Settings,
+    active: Mapping[str, Notice],
+    pods_by_node: Mapping[str, list[PodInfo]],
+    pods_by_workload: Mapping[tuple[str, str, str], list[PodInfo]],
+) -> list[Action]:
+    planned = plan_returns(
+        now=snapshot.now,
+        nodes=snapshot.nodes,
+        pods_by_node=pods_by_node,
+        pods_by_workload=pods_by_workload,
+        workloads=snapshot.workloads,
+        managed={w.key for w in snapshot.workloads.values() if managed(w, settings)},
+        active_nodes=set(active),
+        quiet=snapshot.pool_quiet_seconds,
+        settings=settings.returns,
+    )
+    return [
+        SetDeletionCost(a.pod, LOWEST, save_original=a.original) if isinstance(a, LowerCost) else a
+        for a in planned
+    ]
 
 
 def active_notices(snapshot: Snapshot, settings: Settings) -> dict[str, Notice]:
@@ -332,6 +380,11 @@ def _surges(
     pools = pools_of(snapshot.nodes.values()) if doomed_by_workload else {}
     for key, doomed in sorted(doomed_by_workload.items()):
         workload = snapshot.workloads[key]
+        if active_record(workload) is not None:
+            # A return in progress gives up this pass (a notice touches it); surge next pass,
+            # from the replica count it leaves.
+            handled.update(pod.key for pod, _ in doomed)
+            continue
         if workload.surge_unreadable:
             # Without the record we cannot scale back exactly: drain these pods plainly.
             actions.append(ReportBlocked(key, "surge record unreadable", Reason.UNREADABLE_RECORD))
@@ -525,7 +578,9 @@ def _cooldowns(
     return actions
 
 
-def _restore_deletion_costs(snapshot: Snapshot, active: Mapping[str, Notice]) -> list[Action]:
+def _restore_deletion_costs(
+    snapshot: Snapshot, active: Mapping[str, Notice], in_play: set[tuple[str, str]]
+) -> list[Action]:
     """Pods we lowered that are no longer doomed (the notice was cancelled) get their cost back."""
     in_surge = {
         pod
@@ -538,6 +593,8 @@ def _restore_deletion_costs(snapshot: Snapshot, active: Mapping[str, Notice]) ->
         if pod.original_deletion_cost is None or pod.deleting:
             continue
         if pod.node_name in active or f"{pod.namespace}/{pod.name}" in in_surge:
+            continue
+        if pod.key in in_play:
             continue
         original = pod.original_deletion_cost or None
         actions.append(SetDeletionCost(pod.key, original, restore=True))

@@ -19,7 +19,7 @@ from typing import Any
 from rebalancer.azure.price_book import PriceBook
 from rebalancer.azure.retail_prices import RetailPricesClient
 from rebalancer.clock import Clock
-from rebalancer.config import ControllerSettings, parse_selector
+from rebalancer.config import ControllerSettings, parse_selector, parse_window
 from rebalancer.controller.accounting import Accountant
 from rebalancer.controller.cost import region_of
 from rebalancer.controller.executor import DryRunExecutor, Executor, Outcome
@@ -42,6 +42,7 @@ from rebalancer.controller.planner import (
     StartCooldown,
     plan,
 )
+from rebalancer.controller.returns import FinishReturn, ReturnSettings, StartReturn
 from rebalancer.http import Health
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.errors import KubeError
@@ -59,7 +60,7 @@ STEERING_PER_PASS = 10
 PHASES: tuple[tuple[type, ...], ...] = (
     (Cordon, Restore, ScaleUp),
     (SetDeletionCost, Delete),
-    (ScaleBack,),
+    (ScaleBack, FinishReturn),
 )
 
 
@@ -149,6 +150,13 @@ class Controller:
             cooldown_seconds=settings.cooldown_seconds,
             gpu_workloads_only=settings.gpu_workloads_only,
             workload_selector=parse_selector(settings.workload_selector),
+            returns=ReturnSettings(
+                enabled=settings.return_enabled,
+                quiet_seconds=settings.return_quiet_seconds,
+                pending_timeout_seconds=settings.return_pending_timeout_seconds,
+                max_concurrent=settings.return_max_concurrent,
+                window=parse_window(settings.return_window),
+            ),
         )
         retail = (
             RetailPricesClient(base_url=settings.prices_api_url)
@@ -168,6 +176,7 @@ class Controller:
             book=self.prices,
             interval_seconds=settings.cost_interval_seconds,
             planner_settings=self.planner_settings,
+            started=clock.monotonic(),
         )
         self._seen: dict[tuple[str, str], Seen] = {}
         self._surge_started: dict[tuple[str, str, str], float] = {}
@@ -274,7 +283,11 @@ class Controller:
             self.metrics.reconcile_errors.labels("observe").inc()
             self.log.exception("observing failed")
         try:
-            state = replace(state, recent_evictions=self.accountant.recent(now_mono))
+            state = replace(
+                state,
+                recent_evictions=self.accountant.recent(now_mono),
+                pool_quiet_seconds=self.accountant.quiet(state.nodes.values(), now_mono),
+            )
             result = plan(state, self.planner_settings)
         except Exception as error:  # a bug in planning must not stop the loop
             self.metrics.reconcile_errors.labels("plan").inc()
@@ -390,6 +403,19 @@ class Controller:
                 self.metrics.failovers.labels("blocked", str(action.reason)).inc()
                 self.log.warning(
                     "failover blocked", workload="/".join(action.workload), detail=action.detail
+                )
+            case StartReturn() if outcome.done:
+                self.metrics.returns.labels("started").inc()
+                self.log.info(
+                    "returning a replica to spot",
+                    workload="/".join(action.workload),
+                    pool=action.record.pool,
+                    retire=action.record.retire,
+                )
+            case FinishReturn() if outcome.done:
+                self.metrics.returns.labels(action.reason).inc()
+                self.log.info(
+                    "return finished", workload="/".join(action.workload), reason=action.reason
                 )
             case Restore() if outcome.done:
                 self.log.info("restored", node=action.node, event_id=action.event_id)
