@@ -7,10 +7,13 @@ with one line naming the setting (see `describe_error`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rebalancer.azure.prices import parse_price_file
 
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 # IMDS rejects more than 5 requests per second per VM; the agent keeps a margin under that
@@ -93,6 +96,23 @@ class AgentSettings(CommonSettings):
         return value
 
 
+def parse_window(text: str) -> tuple[int, int] | None:
+    """'22:00-06:00' (UTC) -> minutes of the day; '' -> None (any time)."""
+    if not text.strip():
+        return None
+    try:
+        start, end = (part.strip() for part in text.split("-"))
+        minutes = []
+        for part in (start, end):
+            hours, mins = part.split(":")
+            if not (0 <= int(hours) < 24 and 0 <= int(mins) < 60):
+                raise ValueError
+            minutes.append(int(hours) * 60 + int(mins))
+    except ValueError:
+        raise ValueError(f"window {text!r}: use HH:MM-HH:MM (UTC)") from None
+    return minutes[0], minutes[1]
+
+
 def parse_selector(text: str) -> dict[str, str | None]:
     """'app=llm,tier' -> {'app': 'llm', 'tier': None}: equality and existence terms only."""
     selector: dict[str, str | None] = {}
@@ -167,12 +187,57 @@ class ControllerSettings(CommonSettings):
         description="What to do per event type: failover (surge, then drain), drain, or none.",
     )
     client_qps: float = Field(
-        50.0, gt=0, description="Most API writes per second the controller sends."
+        50.0, gt=0, description="API requests per second the controller sends, on average."
+    )
+    client_burst: int = Field(
+        100, ge=1, description="API requests the controller may send at once above that rate."
     )
     watch_timeout_seconds: int = Field(300, ge=10, description="Server-side watch timeout.")
+    prices_file: str | None = Field(
+        None, description="A price file (mounted ConfigMap) that overrides the bundled prices."
+    )
+    prices_api_enabled: bool = Field(
+        False, description="Refresh prices from the Azure Retail Prices API."
+    )
+    prices_api_url: str = Field(
+        "https://prices.azure.com/api/retail/prices", description="The Retail Prices API."
+    )
+    prices_refresh_seconds: float = Field(
+        3600.0, ge=60, description="Refresh prices from the API this often."
+    )
+    return_enabled: bool = Field(True, description="Move replicas back to spot when it is safe.")
+    return_quiet_seconds: float = Field(
+        600.0, ge=0, description="A spot pool must be free of Preempt notices this long first."
+    )
+    return_pending_timeout_seconds: float = Field(
+        600.0, gt=0, description="Give a return up when the spot replica is not Ready by then."
+    )
+    return_max_concurrent: int = Field(1, ge=0, description="Returns in progress at once.")
+    return_window: str = Field(
+        "", description="Return only inside this UTC window, HH:MM-HH:MM; empty: any time."
+    )
+    cost_interval_seconds: float = Field(
+        10.0, gt=0, description="Account cost this often (it walks every node and pod)."
+    )
 
     @field_validator("workload_selector")
     @classmethod
     def _selector(cls, value: str) -> str:
         parse_selector(value)
+        return value
+
+    @field_validator("return_window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        parse_window(value)
+        return value
+
+    @field_validator("prices_file")
+    @classmethod
+    def _price_file(cls, value: str | None) -> str | None:
+        if value:
+            try:
+                parse_price_file(Path(value).read_text())
+            except OSError as exc:
+                raise ValueError(f"cannot read {value}: {exc.strerror}") from None
         return value

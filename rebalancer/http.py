@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -54,3 +56,25 @@ def bound_port(runner: web.AppRunner) -> int:
         if isinstance(address, tuple):
             return int(address[1])
     raise RuntimeError("server has no TCP address")
+
+
+@asynccontextmanager
+async def serving(
+    *,
+    registry: CollectorRegistry,
+    liveness: HealthCheck,
+    readiness: HealthCheck,
+    host: str,
+    port: int,
+    log: Any,
+) -> AsyncIterator[int]:
+    """Serve a process's probes and metrics for the duration of the block; yields the port."""
+    app = build_app(registry=registry, liveness=liveness, readiness=readiness)
+    runner = await start_server(app, host=host, port=port)
+    port = bound_port(runner)
+    log.info("serving probes and metrics", port=port)
+    try:
+        yield port
+    finally:
+        log.info("shutting down")
+        await runner.cleanup()

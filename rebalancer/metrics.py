@@ -231,9 +231,88 @@ class ControllerMetrics:
             "1 once every informer has listed.",
             registry=r,
         )
+        self.returns = Counter(
+            "rebalancer_controller_returns_total",
+            "Returns to spot: started, and finished by reason (ReturnedToSpot, "
+            "NoticeDuringReturn, LandedOnDemand, SpotReplicaNotReady, RetiredPodGone, "
+            "ReplicasChangedByOthers).",
+            ["outcome"],
+            registry=r,
+        )
         self.active_notices = Gauge(
             "rebalancer_controller_active_notices",
             "Nodes with a notice being acted on.",
+            registry=r,
+        )
+        # ---- cost (computed by every replica, leader or not, from what it observes) ----
+        self.cost_per_hour = Gauge(
+            "rebalancer_cost_per_hour_dollars",
+            "What the nodes cost now, USD per hour, by pool and priority (spot or regular).",
+            ["pool", "priority"],
+            registry=r,
+        )
+        self.spend = Counter(
+            "rebalancer_spend_dollars_total",
+            "USD spent on nodes since this process started, by priority.",
+            ["priority"],
+            registry=r,
+        )
+        self.savings_per_hour = Gauge(
+            "rebalancer_savings_per_hour_dollars",
+            "USD per hour that spot saves against running the same nodes on demand.",
+            registry=r,
+        )
+        self.savings = Counter(
+            "rebalancer_savings_dollars_total",
+            "USD saved by spot against the same nodes on demand since this process started.",
+            registry=r,
+        )
+        self.fallback_replicas = Gauge(
+            "rebalancer_fallback_replicas",
+            "Replicas that could run on spot but run on on-demand nodes.",
+            registry=r,
+        )
+        self.fallback_replica_hours = Counter(
+            "rebalancer_fallback_replica_hours_total",
+            "Replica-hours run on on-demand nodes by workloads that could run on spot.",
+            registry=r,
+        )
+        self.fallback_cost = Counter(
+            "rebalancer_fallback_cost_dollars_total",
+            "USD of those replicas' share of on-demand nodes.",
+            registry=r,
+        )
+        self.sku_price = Gauge(
+            "rebalancer_sku_price_dollars_per_hour",
+            "Price of each SKU in use, USD per hour, by region and priority.",
+            ["sku", "region", "priority"],
+            registry=r,
+        )
+        self.unpriced_nodes = Gauge(
+            "rebalancer_unpriced_nodes",
+            "Nodes whose SKU and region have no price in the table (left out of the cost).",
+            registry=r,
+        )
+        self.price_table_age = Gauge(
+            "rebalancer_price_table_age_seconds",
+            "Seconds since the price table in use was loaded.",
+            registry=r,
+        )
+        self.price_table_source = Gauge(
+            "rebalancer_price_table_info",
+            "1 for the source of the price table in use.",
+            ["source"],
+            registry=r,
+        )
+        self.price_refresh_errors = Counter(
+            "rebalancer_price_refresh_errors_total",
+            "Failed refreshes from the Retail Prices API (the last good table stays in use).",
+            registry=r,
+        )
+        self.evictions = Gauge(
+            "rebalancer_evictions",
+            "Preempt notices seen in a sliding window, by pool, SKU, zone and window.",
+            ["pool", "sku", "zone", "window"],
             registry=r,
         )
         # The rest (pools, workloads, reasons, actions) the controller initialises itself.

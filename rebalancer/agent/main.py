@@ -8,7 +8,7 @@ from rebalancer.agent.agent import Agent
 from rebalancer.azure.imds import ImdsClient
 from rebalancer.clock import SystemClock
 from rebalancer.config import IMDS_MIN_INTERVAL_SECONDS, AgentSettings
-from rebalancer.http import bound_port, build_app, start_server
+from rebalancer.http import serving
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.nodes import NodeApi
 from rebalancer.logging import get_logger, setup_logging
@@ -46,16 +46,17 @@ def run_agent(settings: AgentSettings) -> int:
             clock=clock,
             log=log,
         )
-        app = build_app(
-            registry=metrics.registry, liveness=agent.liveness, readiness=agent.readiness
-        )
-        runner = await start_server(app, host=settings.http_host, port=settings.http_port)
-        log.info("serving probes and metrics", port=bound_port(runner), node=settings.node_name)
         try:
-            await agent.run(stop)
+            async with serving(
+                registry=metrics.registry,
+                liveness=agent.liveness,
+                readiness=agent.readiness,
+                host=settings.http_host,
+                port=settings.http_port,
+                log=log.bind(node=settings.node_name),
+            ):
+                await agent.run(stop)
         finally:
-            log.info("shutting down")
-            await runner.cleanup()
             await imds.close()
             await kube.close()
 

@@ -9,7 +9,7 @@ import uuid
 from rebalancer.clock import SystemClock
 from rebalancer.config import ControllerSettings
 from rebalancer.controller.reconciler import Controller
-from rebalancer.http import bound_port, build_app, start_server
+from rebalancer.http import serving
 from rebalancer.kube.client import KubeClient
 from rebalancer.logging import get_logger, setup_logging
 from rebalancer.metrics import ControllerMetrics
@@ -24,7 +24,10 @@ def run_controller(settings: ControllerSettings) -> int:
     async def main(stop: asyncio.Event) -> None:
         metrics = ControllerMetrics()
         client = await KubeClient.connect(
-            settings.kubeconfig, timeout_seconds=settings.kube_timeout_seconds
+            settings.kubeconfig,
+            timeout_seconds=settings.kube_timeout_seconds,
+            qps=settings.client_qps,
+            burst=settings.client_burst,
         )
         controller = Controller(
             settings=settings,
@@ -34,18 +37,17 @@ def run_controller(settings: ControllerSettings) -> int:
             log=log,
             identity=identity,
         )
-        app = build_app(
-            registry=metrics.registry,
-            liveness=controller.liveness,
-            readiness=controller.readiness,
-        )
-        runner = await start_server(app, host=settings.http_host, port=settings.http_port)
-        log.info("serving probes and metrics", port=bound_port(runner), dry_run=settings.dry_run)
         try:
-            await controller.run(stop)
+            async with serving(
+                registry=metrics.registry,
+                liveness=controller.liveness,
+                readiness=controller.readiness,
+                host=settings.http_host,
+                port=settings.http_port,
+                log=log.bind(dry_run=settings.dry_run),
+            ):
+                await controller.run(stop)
         finally:
-            log.info("shutting down")
-            await runner.cleanup()
             await client.close()
 
     return run_until_signalled(main)

@@ -41,6 +41,18 @@ def parse_quantity(value: object) -> float:
         return 0.0
 
 
+def gpus_of(pod_spec: Mapping[str, Any]) -> int:
+    """GPUs a pod asks for: the sum over its containers (extended resources: limit = request)."""
+    total = 0
+    for container in pod_spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        wanted = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
+            resources.get("requests") or {}
+        ).get(GPU_RESOURCE)
+        total += int(parse_quantity(wanted))
+    return total
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     name: str
@@ -52,6 +64,23 @@ class NodeInfo:
     allocatable_gpus: int
     notices: tuple[Notice, ...] = ()
     skipped: tuple[str, ...] = ()
+    resource_version: str = ""
+    raw_taints: tuple[Mapping[str, Any], ...] = ()  # as the API has them (timeAdded included)
+
+    def as_json(self) -> dict[str, Any]:
+        """The parts of the Node our patches read, in the API's shape (cached, not fresh)."""
+        return {
+            "metadata": {
+                "name": self.name,
+                "labels": dict(self.labels),
+                "annotations": dict(self.annotations),
+                "resourceVersion": self.resource_version,
+            },
+            "spec": {
+                "taints": [dict(t) for t in self.raw_taints],
+                "unschedulable": self.unschedulable,
+            },
+        }
 
     @property
     def pool(self) -> str:
@@ -96,6 +125,8 @@ class NodeInfo:
             ),
             notices=found.notices,
             skipped=found.skipped,
+            resource_version=str(meta.get("resourceVersion", "")),
+            raw_taints=tuple(dict(t) for t in spec.get("taints") or []),
         )
 
 
@@ -148,13 +179,6 @@ class PodInfo:
             ),
             None,
         )
-        gpus = 0
-        for container in spec.get("containers") or []:
-            resources = container.get("resources") or {}
-            wanted = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
-                resources.get("requests") or {}
-            ).get(GPU_RESOURCE)
-            gpus += int(parse_quantity(wanted))
         return cls(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
@@ -167,7 +191,7 @@ class PodInfo:
             ),
             deleting=meta.get("deletionTimestamp") is not None,
             owner=owner,
-            gpus=gpus,
+            gpus=gpus_of(spec),
             deletion_cost=annotations.get(DELETION_COST),
             original_deletion_cost=annotations.get(ORIGINAL_COST_ANNOTATION),
             mirror=MIRROR_ANNOTATION in annotations,
@@ -252,13 +276,6 @@ class WorkloadInfo:
         annotations = {
             k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(names.PREFIX)
         }
-        gpus = 0
-        for container in pod_spec.get("containers") or []:
-            resources = container.get("resources") or {}
-            wanted = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
-                resources.get("requests") or {}
-            ).get(GPU_RESOURCE)
-            gpus += int(parse_quantity(wanted))
         surge = None
         unreadable = False
         if SURGE_ANNOTATION in annotations:
@@ -277,7 +294,7 @@ class WorkloadInfo:
                 for key in ("tolerations", "nodeSelector", "affinity")
                 if key in pod_spec
             },
-            gpus_per_replica=gpus,
+            gpus_per_replica=gpus_of(pod_spec),
             annotations=annotations,
             surge=surge,
             surge_unreadable=unreadable,

@@ -7,11 +7,12 @@ leader, a restart or a dry run plans the same next step. Each action carries a r
 On a notice for a node (policy "failover"):
 1. cordon it, taint it, exclude it from external load balancers (recording the node's state
    before, so a cancellation restores it exactly);
-2. surge each Deployment with GPU replicas there by the number of doomed replicas, and give the
-   doomed pods the lowest deletion cost: replacements start loading while the old ones serve;
-3. scale back once the replacements are Ready, or the doomed pods are gone, or the deadline
-   minus the margin has come (then the doomed pods are deleted first, because a ReplicaSet
-   scaling down removes not-ready pods before ready ones whatever their deletion cost);
+2. surge each Deployment with GPU replicas there by the number of doomed replicas: replacements
+   start loading while the old ones serve;
+3. scale back once the replacements are Ready (first giving the doomed pods the lowest deletion
+   cost, so the ReplicaSet removes them and not the replacements), or the doomed pods are gone,
+   or the deadline minus the margin has come (then the doomed pods are deleted first, because a
+   ReplicaSet scaling down removes not-ready pods before ready ones whatever their cost);
 4. evict everything else there (StatefulSet replicas at once: a replacement with the same name
    can only start once the old pod is gone), delete what remains at the deadline minus the
    margin with a grace period that fits the time left;
@@ -32,9 +33,21 @@ from enum import StrEnum
 from rebalancer import names
 from rebalancer.controller.model import NodeInfo, PodInfo, Surge, WorkloadInfo
 from rebalancer.controller.pools import on_demand_fallback, pools_of
+from rebalancer.controller.returns import (
+    LOWEST,
+    FinishReturn,
+    ForgetReturn,
+    LowerCost,
+    ReturnSettings,
+    StartReturn,
+    active_record,
+    plan_returns,
+    pods_in_play,
+)
 from rebalancer.notices import Notice
 
-LOWEST_DELETION_COST = "-2147483648"
+LOWEST_DELETION_COST = LOWEST
+
 CORDONED_FOR = f"{names.PREFIX}/cordoned-for"
 WAS_UNSCHEDULABLE = f"{names.PREFIX}/was-unschedulable"
 ADDED_LB_EXCLUSION = f"{names.PREFIX}/added-lb-exclusion"
@@ -83,6 +96,7 @@ class Settings:
     gpu_workloads_only: bool = True
     # Only workloads whose labels match (key -> value, or key -> None: the key exists).
     workload_selector: Mapping[str, str | None] = field(default_factory=dict)
+    returns: ReturnSettings = field(default_factory=ReturnSettings)
 
     def policy_for(self, event_type: str) -> Policy:
         return self.event_policy.get(event_type, self.unknown_event_policy)
@@ -95,6 +109,10 @@ class Snapshot:
     pods: Mapping[tuple[str, str], PodInfo]
     workloads: Mapping[tuple[str, str, str], WorkloadInfo]
     replicaset_owners: Mapping[tuple[str, str], str]  # (namespace, replicaset) -> deployment
+    # Preempt notices per (pool, zone) in the last hour, this one included.
+    recent_evictions: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # Seconds since each pool's last Preempt (at most since this process started watching).
+    pool_quiet_seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 # ---- actions ---------------------------------------------------------------------------------
@@ -208,6 +226,9 @@ Action = (
     | StartCooldown
     | EndCooldown
     | ReportBlocked
+    | StartReturn
+    | FinishReturn
+    | ForgetReturn
 )
 
 
@@ -237,8 +258,38 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     actions += _scale_backs(snapshot, settings, active, pods_by_workload)
     actions += _drain(snapshot, settings, active, pods_by_node, surged_pods)
     actions += _cooldowns(snapshot, settings, active)
-    actions += _restore_deletion_costs(snapshot, active)
+    in_play = {
+        key
+        for workload in snapshot.workloads.values()
+        for key in pods_in_play(workload, pods_by_workload.get(workload.key, []))
+    }
+    actions += _restore_deletion_costs(snapshot, active, in_play)
+    actions += _returns(snapshot, settings, active, pods_by_node, pods_by_workload)
     return Plan(actions=tuple(actions), active=active)
+
+
+def _returns(
+    snapshot: Snapshot,
+    settings: Settings,
+    active: Mapping[str, Notice],
+    pods_by_node: Mapping[str, list[PodInfo]],
+    pods_by_workload: Mapping[tuple[str, str, str], list[PodInfo]],
+) -> list[Action]:
+    planned = plan_returns(
+        now=snapshot.now,
+        nodes=snapshot.nodes,
+        pods_by_node=pods_by_node,
+        pods_by_workload=pods_by_workload,
+        workloads=snapshot.workloads,
+        managed={w.key for w in snapshot.workloads.values() if managed(w, settings)},
+        active_nodes=set(active),
+        quiet=snapshot.pool_quiet_seconds,
+        settings=settings.returns,
+    )
+    return [
+        SetDeletionCost(a.pod, LOWEST, save_original=a.original) if isinstance(a, LowerCost) else a
+        for a in planned
+    ]
 
 
 def active_notices(snapshot: Snapshot, settings: Settings) -> dict[str, Notice]:
@@ -329,6 +380,11 @@ def _surges(
     pools = pools_of(snapshot.nodes.values()) if doomed_by_workload else {}
     for key, doomed in sorted(doomed_by_workload.items()):
         workload = snapshot.workloads[key]
+        if active_record(workload) is not None:
+            # A return in progress gives up this pass (a notice touches it); surge next pass,
+            # from the replica count it leaves.
+            handled.update(pod.key for pod, _ in doomed)
+            continue
         if workload.surge_unreadable:
             # Without the record we cannot scale back exactly: drain these pods plainly.
             actions.append(ReportBlocked(key, "surge record unreadable", Reason.UNREADABLE_RECORD))
@@ -371,13 +427,6 @@ def _surges(
                     min_deadline(old.deadline, deadline),
                 )
                 actions.append(ScaleUp(key, workload.replicas + len(new), record))
-        for pod, _ in doomed:
-            if pod.deletion_cost != LOWEST_DELETION_COST:
-                actions.append(
-                    SetDeletionCost(
-                        pod.key, LOWEST_DELETION_COST, save_original=pod.deletion_cost or ""
-                    )
-                )
     return actions, handled
 
 
@@ -427,6 +476,17 @@ def _scale_backs(
                 continue
             reason = Reason.CANCELLED
         elif ready_elsewhere >= surge.base_replicas:
+            # Lowered only now, off the notice's critical path: the cost matters only to the
+            # ReplicaSet's choice when we scale back, which waits for it.
+            unmarked = [pod for pod in alive if pod.deletion_cost != LOWEST_DELETION_COST]
+            for pod in unmarked:
+                actions.append(
+                    SetDeletionCost(
+                        pod.key, LOWEST_DELETION_COST, save_original=pod.deletion_cost or ""
+                    )
+                )
+            if unmarked:
+                continue
             reason = Reason.REPLACEMENTS_READY
         else:
             notices = [active[pod.node_name] for pod in alive if pod.node_name in active]
@@ -483,6 +543,16 @@ def _drain(
     return actions
 
 
+MAX_COOLDOWN_FACTOR = 4
+
+
+def cooldown_for(snapshot: Snapshot, settings: Settings, node: NodeInfo) -> float:
+    """The base cool-down, times the pool's Preempt notices in the last hour (at most 4x): a pool
+    that keeps being evicted is avoided for longer."""
+    count = snapshot.recent_evictions.get((node.pool, node.zone), 1)
+    return settings.cooldown_seconds * min(MAX_COOLDOWN_FACTOR, max(1, count))
+
+
 def _cooldowns(
     snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice]
 ) -> list[Action]:
@@ -492,7 +562,7 @@ def _cooldowns(
         node = snapshot.nodes[node_name]
         if node.spot and notice.event_type in ("Preempt", "Manual"):
             started = notice.seen_at or snapshot.now
-            until = started + timedelta(seconds=settings.cooldown_seconds)
+            until = started + timedelta(seconds=cooldown_for(snapshot, settings, node))
             group = (node.pool, node.zone)
             evicted_groups[group] = max(until, evicted_groups.get(group, until))
     actions: list[Action] = []
@@ -508,7 +578,9 @@ def _cooldowns(
     return actions
 
 
-def _restore_deletion_costs(snapshot: Snapshot, active: Mapping[str, Notice]) -> list[Action]:
+def _restore_deletion_costs(
+    snapshot: Snapshot, active: Mapping[str, Notice], in_play: set[tuple[str, str]]
+) -> list[Action]:
     """Pods we lowered that are no longer doomed (the notice was cancelled) get their cost back."""
     in_surge = {
         pod
@@ -521,6 +593,8 @@ def _restore_deletion_costs(snapshot: Snapshot, active: Mapping[str, Notice]) ->
         if pod.original_deletion_cost is None or pod.deleting:
             continue
         if pod.node_name in active or f"{pod.namespace}/{pod.name}" in in_surge:
+            continue
+        if pod.key in in_play:
             continue
         original = pod.original_deletion_cost or None
         actions.append(SetDeletionCost(pod.key, original, restore=True))

@@ -10,19 +10,25 @@ client's write budget. Errors are logged and counted and never stop the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, get_args
 
+from rebalancer.azure.price_book import PriceBook
+from rebalancer.azure.retail_prices import RetailPricesClient
 from rebalancer.clock import Clock
-from rebalancer.config import ControllerSettings, parse_selector
+from rebalancer.config import ControllerSettings, parse_selector, parse_window
+from rebalancer.controller.accounting import Accountant
+from rebalancer.controller.cost import region_of
 from rebalancer.controller.executor import DryRunExecutor, Executor, Outcome
 from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
 from rebalancer.controller.planner import (
     Action,
     Cordon,
     Delete,
+    EndCooldown,
     Evict,
     MarkDrained,
     Policy,
@@ -34,11 +40,14 @@ from rebalancer.controller.planner import (
     SetDeletionCost,
     Settings,
     Snapshot,
+    StartCooldown,
     plan,
 )
+from rebalancer.controller.returns import FinishReturn, ReturnSettings, StartReturn
 from rebalancer.http import Health
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.errors import KubeError
+from rebalancer.kube.events import EventRecorder
 from rebalancer.kube.informer import Informer
 from rebalancer.kube.leader import LeaderElector
 from rebalancer.kube.writes import Writer
@@ -46,10 +55,14 @@ from rebalancer.metrics import EVENT_TYPE_LABELS, ControllerMetrics, event_type_
 from rebalancer.notices import MANUAL, Source
 from rebalancer.process import sleep_or_stop
 
+# Cordons and surges first (each is the start of a clock: the node stops taking pods, the
+# replacements start loading); pod costs and deadline deletions before any scale-back, which
+# must find the doomed pods already marked or gone; evictions, marks and the rest last.
+STEERING_PER_PASS = 10
 PHASES: tuple[tuple[type, ...], ...] = (
-    (Cordon, Restore),
+    (Cordon, Restore, ScaleUp),
     (SetDeletionCost, Delete),
-    (ScaleUp, ScaleBack),
+    (ScaleBack, FinishReturn),
 )
 
 
@@ -159,8 +172,10 @@ class Controller:
             clock=clock,
             log=log,
         )
+        writer = Writer(client)
+        self.events = EventRecorder(writer)
         self.executor: Executor | DryRunExecutor = (
-            DryRunExecutor() if settings.dry_run else Executor(Writer(client))
+            DryRunExecutor() if settings.dry_run else Executor(writer, self.events)
         )
         self.planner_settings = Settings(
             event_policy={k: Policy(v) for k, v in settings.event_policy.items()},
@@ -169,10 +184,34 @@ class Controller:
             cooldown_seconds=settings.cooldown_seconds,
             gpu_workloads_only=settings.gpu_workloads_only,
             workload_selector=parse_selector(settings.workload_selector),
+            returns=ReturnSettings(
+                enabled=settings.return_enabled,
+                quiet_seconds=settings.return_quiet_seconds,
+                pending_timeout_seconds=settings.return_pending_timeout_seconds,
+                max_concurrent=settings.return_max_concurrent,
+                window=parse_window(settings.return_window),
+            ),
         )
-        self._write_gap = 1.0 / settings.client_qps
-        self._write_lock = asyncio.Lock()
-        self._last_write = 0.0
+        retail = (
+            RetailPricesClient(base_url=settings.prices_api_url)
+            if settings.prices_api_enabled
+            else None
+        )
+        self.prices = PriceBook(
+            file=settings.prices_file,
+            api=retail,
+            ttl_seconds=settings.prices_refresh_seconds,
+            clock=clock,
+            log=log,
+            on_failure=metrics.price_refresh_errors.inc,
+        )
+        self.accountant = Accountant(
+            metrics=metrics,
+            book=self.prices,
+            interval_seconds=settings.cost_interval_seconds,
+            planner_settings=self.planner_settings,
+            started=clock.monotonic(),
+        )
         self._seen: dict[tuple[str, str], Seen] = {}
         self._surge_started: dict[tuple[str, str, str], float] = {}
         self._logged: set[str] = set()
@@ -204,16 +243,27 @@ class Controller:
     async def run(self, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(i.run(stop)) for i in self.informers]
         tasks.append(asyncio.create_task(self.elector.run(stop)))
+        tasks.append(asyncio.create_task(self.events.run(stop)))
         try:
             for informer in self.informers:
                 while not informer.synced.is_set() and not stop.is_set():
                     await sleep_or_stop(stop, 0.05)
             self.metrics.cache_synced.set(1)
+            tasks.append(asyncio.create_task(self.prices.run(stop, self._prices_in_use)))
             self.log.info("caches synced", nodes=len(self.nodes.items), pods=len(self.pods.items))
+            stopping = asyncio.ensure_future(stop.wait())
             while not stop.is_set():
                 self._wake.clear()
-                await self.reconcile()
+                # A pass may wait long for its request budget; a stop must not wait for it.
+                planning = asyncio.ensure_future(self.reconcile())
+                await asyncio.wait({planning, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not planning.done():
+                    planning.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await planning
+                    break
                 await self._wait_for_change(stop)
+            stopping.cancel()
         finally:
             for task in tasks:
                 if not task.done():
@@ -260,19 +310,32 @@ class Controller:
         self.metrics.leader.set(1 if leader else 0)
         try:
             state = self.snapshot()
+        except Exception as error:  # a bug must not stop the loop
+            self.metrics.reconcile_errors.labels("snapshot").inc()
+            self.log.exception("snapshot failed", error=str(error))
+            return
+        try:
+            self._observe(state, elapsed)
+            self.accountant.account(state, now_mono)
+        except Exception:  # observing feeds metrics only; never let it stop the plan
+            self.metrics.reconcile_errors.labels("observe").inc()
+            self.log.exception("observing failed")
+        try:
+            state = replace(
+                state,
+                recent_evictions=self.accountant.recent(now_mono),
+                pool_quiet_seconds=self.accountant.quiet(state.nodes.values(), now_mono),
+            )
             result = plan(state, self.planner_settings)
         except Exception as error:  # a bug in planning must not stop the loop
             self.metrics.reconcile_errors.labels("plan").inc()
             self.log.exception("planning failed", error=str(error))
             return
-        try:
-            self._observe(state, result.active, elapsed)
-        except Exception:  # observing feeds metrics only; never let it stop the plan
-            self.metrics.reconcile_errors.labels("observe").inc()
-            self.log.exception("observing failed")
+        self.metrics.active_notices.set(len(result.active))
         if leader and result.actions:
             if isinstance(self.executor, Executor):
                 self.executor.workloads = state.workloads
+                self.executor.nodes = state.nodes
             await self._execute(result.actions, state)
         elif result.actions and self.settings.dry_run:
             await self._execute(result.actions, state)
@@ -280,7 +343,13 @@ class Controller:
 
     async def _execute(self, actions: tuple[Action, ...], state: Snapshot) -> None:
         batches: list[list[Action]] = [[] for _ in range(len(PHASES) + 1)]
+        # Steering taints can wait: a few per pass, so that a wave's cordons and surges (planned
+        # in the next pass) never queue behind them for the request budget.
+        steering = [a for a in actions if isinstance(a, StartCooldown | EndCooldown)]
+        deferred = set(map(id, steering[STEERING_PER_PASS:]))
         for action in actions:
+            if id(action) in deferred:
+                continue
             phase = next(
                 (i for i, kinds in enumerate(PHASES) if isinstance(action, kinds)), len(PHASES)
             )
@@ -291,7 +360,6 @@ class Controller:
 
     async def _apply(self, action: Action, state: Snapshot) -> None:
         name = type(action).__name__
-        await self._pace()
         try:
             outcome = await self.executor.apply(action, state.now)
         except Exception as error:  # one failed action must never stop the others or the loop
@@ -374,6 +442,19 @@ class Controller:
                 self.log.warning(
                     "failover blocked", workload="/".join(action.workload), detail=action.detail
                 )
+            case StartReturn() if outcome.done:
+                self.metrics.returns.labels("started").inc()
+                self.log.info(
+                    "returning a replica to spot",
+                    workload="/".join(action.workload),
+                    pool=action.record.pool,
+                    retire=action.record.retire,
+                )
+            case FinishReturn() if outcome.done:
+                self.metrics.returns.labels(action.reason).inc()
+                self.log.info(
+                    "return finished", workload="/".join(action.workload), reason=action.reason
+                )
             case Restore() if outcome.done:
                 self.log.info("restored", node=action.node, event_id=action.event_id)
             case _:
@@ -381,10 +462,13 @@ class Controller:
                     self._log_once("applied", action)
         del state
 
-    def _observe(self, state: Snapshot, active: Mapping[str, Any], elapsed: float) -> None:
+    def _prices_in_use(self) -> tuple[list[str], list[str]]:
+        nodes = list(self.nodes.items.values())
+        return [region_of(n.labels) for n in nodes], [n.sku for n in nodes]
+
+    def _observe(self, state: Snapshot, elapsed: float) -> None:
         """Metrics that come from looking at the cluster, not from acting on it."""
         now = self.clock.monotonic()
-        self.metrics.active_notices.set(len(active))
         live: set[tuple[str, str]] = set()
         for node in state.nodes.values():
             self._initialise_group(node)
@@ -396,6 +480,8 @@ class Controller:
                 if key in self._seen:
                     continue
                 self._seen[key] = Seen(first_seen=now, pool=node.pool)
+                if notice.event_type == "Preempt":
+                    self.accountant.record_eviction(node.pool, node.sku, node.zone, now)
                 self.metrics.notices.labels(
                     event_type_label(notice.event_type)
                     if notice.event_type != "Manual"
@@ -455,14 +541,6 @@ class Controller:
             ["spot" if node.spot else "regular"],
         )
         self.metrics.drain_missed_deadline.labels(node.pool)
-
-    async def _pace(self) -> None:
-        """Keep writes under `client_qps` (a floor between write starts)."""
-        async with self._write_lock:
-            wait = self._last_write + self._write_gap - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self._last_write = time.monotonic()
 
     def _log_once(self, message: str, subject: Any, **fields: Any) -> None:
         key = f"{message}:{subject!r}"

@@ -17,6 +17,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from rebalancer.kube.errors import KubeError, Unavailable, from_response
+from rebalancer.kube.limiter import TokenBucket
 
 STRATEGIC = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
@@ -24,13 +25,25 @@ JSON_PATCH = "application/json-patch+json"
 
 
 class KubeClient:
-    def __init__(self, api_client: Any, *, timeout_seconds: float = 10.0) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        timeout_seconds: float = 10.0,
+        limiter: TokenBucket | None = None,
+    ) -> None:
         self._api = api_client
         self._timeout = timeout_seconds
+        self.limiter = limiter
 
     @classmethod
     async def connect(
-        cls, kubeconfig: str | None = None, *, timeout_seconds: float = 10.0
+        cls,
+        kubeconfig: str | None = None,
+        *,
+        timeout_seconds: float = 10.0,
+        qps: float | None = None,
+        burst: int | None = None,
     ) -> KubeClient:
         """In-cluster credentials in a pod, else the kubeconfig given or $KUBECONFIG."""
         configuration = k8s_client.Configuration()
@@ -40,7 +53,10 @@ class KubeClient:
             await k8s_config.load_kube_config(
                 config_file=kubeconfig, client_configuration=configuration
             )
-        return cls(k8s_client.ApiClient(configuration), timeout_seconds=timeout_seconds)
+        limiter = TokenBucket(qps, burst or max(1, int(2 * qps))) if qps else None
+        return cls(
+            k8s_client.ApiClient(configuration), timeout_seconds=timeout_seconds, limiter=limiter
+        )
 
     async def close(self) -> None:
         await self._api.close()
@@ -54,8 +70,15 @@ class KubeClient:
         content_type: str = "application/json",
         query: Mapping[str, str] | None = None,
         timeout_seconds: float | None = None,
+        limited: bool = True,
     ) -> Any:
-        """One API call; returns the decoded JSON answer or raises a `KubeError`."""
+        """One API call; returns the decoded JSON answer or raises a `KubeError`.
+
+        `limited=False` bypasses the request budget (for low-priority traffic with a budget of
+        its own, such as Kubernetes Events).
+        """
+        if limited and self.limiter is not None:
+            await self.limiter.take()
         response = await self._send(method, path, body, content_type, query, timeout_seconds)
         try:
             payload = await response.read()

@@ -34,18 +34,25 @@ class Writer:
         self._client = client
 
     async def update_node(
-        self, name: str, build_patch: Callable[[Mapping[str, Any]], dict[str, Any] | None]
+        self,
+        name: str,
+        build_patch: Callable[[Mapping[str, Any]], dict[str, Any] | None],
+        *,
+        current: Mapping[str, Any] | None = None,
     ) -> bool:
         """Apply `build_patch(node)` with optimistic concurrency; False if the node is gone.
 
         `build_patch` returns None when the node is already as wanted (nothing is written).
+        `current` (the node as the cache has it, with its resourceVersion) saves the first GET;
+        if the cache was stale the patch fails with 409 and the next try reads the node afresh.
         """
         path = f"/api/v1/nodes/{_q(name)}"
         for attempt in range(CONFLICT_RETRIES):
             try:
-                node = await self._client.request("GET", path)
+                node = current if current is not None else await self._client.request("GET", path)
             except NotFound:
                 return False
+            current = None
             patch = build_patch(node)
             if patch is None:
                 return True
@@ -133,6 +140,7 @@ class Writer:
         event_type: str = "Normal",
         component: str = "spot-rebalancer",
         now: datetime | None = None,
+        limited: bool = True,
     ) -> None:
         """A core/v1 Event on an object (kubectl describe shows it)."""
         namespace = regarding.get("namespace") or "default"

@@ -1,1 +1,6 @@
-"""Emulators for tests, benchmarks and the demo: IMDS Scheduled Events and a Kubernetes cluster."""
+"""Emulators for tests, benchmarks and the demo: IMDS Scheduled Events and a Kubernetes cluster.
+
+`cluster.ClusterEmulator` is the entry point for an emulated AKS cluster (see docs/emulator.md);
+`imds.ImdsEmulator` serves Azure Scheduled Events for many VMs. Nothing here imports
+kubernetes_asyncio: the emulator speaks HTTP and is tested with the real clients.
+"""

@@ -135,6 +135,12 @@ class ApiServer:
         if self._on_request is not None:
             self._on_request()
         method = request.method
+        if "protobuf" in request.headers.get("Content-Type", "") or "cbor" in request.headers.get(
+            "Content-Type", ""
+        ):
+            # JSON only. client-go (kubectl >= 1.32 sends protobuf for built-in kinds) falls back
+            # to JSON after a 415, as it does for servers that do not speak protobuf.
+            raise unsupported_media_type(request.headers.get("Content-Type", ""))
         if route.subresource == "eviction":
             if method != "POST":
                 raise method_not_allowed()
@@ -180,6 +186,10 @@ class ApiServer:
             return discovery.group(parts[2])
         if len(parts) == 4 and parts[1] == "apis":
             return discovery.resource_list(parts[2], parts[3])
+        if path == "/openapi/v3":
+            return discovery.openapi_v3_root()
+        if path.startswith("/openapi/v3/"):
+            return discovery.openapi_v3_document(path.removeprefix("/openapi/v3/"))
         return None
 
     # ---- reads -----------------------------------------------------------------------------
@@ -251,6 +261,13 @@ class ApiServer:
                 raise bad_request(f"invalid resource version: {since_text!r}") from None
         timeout = float(_int_query(request, "timeoutSeconds", 0)) or DEFAULT_WATCH_TIMEOUT_SECONDS
         bookmarks = request.query.get("allowWatchBookmarks", "") in WATCH_TRUE
+        # WatchList (client-go's streaming list): initial state as ADDED events, then a bookmark
+        # annotated `k8s.io/initial-events-end`.
+        initial_events = request.query.get("sendInitialEvents", "") in WATCH_TRUE
+        if initial_events:
+            if not bookmarks:
+                raise invalid_watch_list()
+            since = None
         response = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         response.enable_chunked_encoding()
         await response.prepare(request)
@@ -261,11 +278,17 @@ class ApiServer:
                 labels=labels,
                 fields=fields,
                 since=since,
+                encode=self._table_events(route.resource)
+                if "as=Table" in request.headers.get("Accept", "")
+                else None,
             )
         except ApiError as error:
             # Like the watch cache: a 200 stream carrying one ERROR event with the 410 Status.
             await response.write(dumps({"type": "ERROR", "object": error.body()}) + b"\n")
             return response
+        if initial_events:
+            watcher.pending.append(self._bookmark(route.resource, initial_events_end=True))
+            watcher.wakeup.set()
         task = asyncio.current_task()
         if task is not None:
             self._watch_tasks.add(task)
@@ -299,20 +322,36 @@ class ApiServer:
                 self._watch_tasks.discard(task)
         return response
 
-    def _bookmark(self, resource: ResourceType) -> bytes:
-        return (
-            dumps(
-                {
-                    "type": "BOOKMARK",
-                    "object": {
-                        "kind": resource.kind,
-                        "apiVersion": resource.api_version,
-                        "metadata": {"resourceVersion": str(self.store.resource_version)},
-                    },
-                }
-            )
-            + b"\n"
-        )
+    def _table_events(self, resource: ResourceType) -> Callable[[str, bytes], bytes]:
+        """`kubectl get -w`: each event's object is a one-row Table; column definitions only
+        in the first event, as upstream sends them."""
+        first = True
+
+        def encode(event_type: str, raw: bytes) -> bytes:
+            nonlocal first
+            obj = json.loads(raw)
+            meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            rendered = tables.table(resource, [obj], meta, self.store)
+            if not first:
+                rendered["columnDefinitions"] = []
+            first = False
+            return dumps({"type": event_type, "object": rendered}) + b"\n"
+
+        return encode
+
+    def _bookmark(self, resource: ResourceType, *, initial_events_end: bool = False) -> bytes:
+        metadata: dict[str, Any] = {"resourceVersion": str(self.store.resource_version)}
+        if initial_events_end:
+            metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
+        event = {
+            "type": "BOOKMARK",
+            "object": {
+                "kind": resource.kind,
+                "apiVersion": resource.api_version,
+                "metadata": metadata,
+            },
+        }
+        return dumps(event) + b"\n"
 
     # ---- writes ----------------------------------------------------------------------------
 
@@ -481,6 +520,15 @@ class ApiServer:
         self.closing.set()
         for task in list(self._watch_tasks):
             task.cancel()
+
+
+def invalid_watch_list() -> ApiError:
+    return ApiError(
+        422,
+        "Invalid",
+        'ListOptions.meta.k8s.io "" is invalid: allowWatchBookmarks: Required value: '
+        "allowWatchBookmarks required when sendInitialEvents is true",
+    )
 
 
 def _only_named(name: str, fields: ObjectPredicate | None) -> ObjectPredicate:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from rebalancer.sim import resources as R
 from rebalancer.sim.imds import EmulatedEvent, ImdsEmulator
 from rebalancer.sim.objects import Obj, with_condition
-from rebalancer.sim.pools import ClusterInfo, PoolSpec, build_node, node_name, vm_name
+from rebalancer.sim.pools import ClusterInfo, PoolSpec, base36, build_node, node_name, vm_name
 from rebalancer.sim.store import Store, format_time
 
 SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
@@ -216,10 +216,12 @@ class Cloud:
         return acted
 
     def _node_of_vm(self, vm_name_: str) -> str | None:
-        for vm in self.vms.values():
-            if vm.name == vm_name_:
-                return vm.node_name
-        return None
+        # VM names are `<scale set>_<decimal id>`, node names `<scale set><base-36 id>`.
+        scale_set, _, instance = vm_name_.rpartition("_")
+        if not instance.isdigit():
+            return None
+        node = f"{scale_set}{base36(int(instance))}"
+        return node if node in self.vms else None
 
     def set_spot_capacity(
         self, pool_name: str, available: int | None, *, notice_seconds: float = 30.0

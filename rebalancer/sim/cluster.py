@@ -37,6 +37,7 @@ from rebalancer.sim.disruption import DisruptionController
 from rebalancer.sim.garbage import GarbageCollector
 from rebalancer.sim.imds import EmulatedEvent, ImdsEmulator
 from rebalancer.sim.kubelet import Kubelets, NodeLifecycle
+from rebalancer.sim.npd import CONDITION_TYPES, NodeProblemDetector
 from rebalancer.sim.objects import Obj
 from rebalancer.sim.scenario import Scenario, TimelineStep, load_scenario
 from rebalancer.sim.scheduler import Scheduler
@@ -107,6 +108,11 @@ class ClusterEmulator:
             self.scheduler,
             scale_down_unneeded_seconds=settings.scale_down_unneeded_seconds,
         )
+        self.node_problem_detector = NodeProblemDetector(
+            self.cloud,
+            poll_seconds=settings.node_problem_detector_seconds or 10.0,
+            condition_types=settings.node_problem_detector_conditions or CONDITION_TYPES,
+        )
         self._loops: list[Callable[[], int]] = [
             self.cloud.reconcile,
             self.node_lifecycle.reconcile,
@@ -120,6 +126,8 @@ class ClusterEmulator:
             self.disruption.reconcile,
             self.autoscaler.reconcile,
         ]
+        if settings.node_problem_detector_seconds > 0:
+            self._loops.append(self.node_problem_detector.reconcile)
         self._timeline = list(scenario.timeline)
         self._timeline_events: dict[str, list[EmulatedEvent]] = {}
         self.started_at = self.clock.now().timestamp()
@@ -245,7 +253,7 @@ class ClusterEmulator:
         self,
         predicate: Callable[[], Any],
         *,
-        timeout: float = 10.0,  # noqa: ASYNC109 - also bounds virtual time, not only real time
+        timeout: float = 10.0,  # bounds real time and, under a ManualClock, virtual time
         message: str = "condition",
         virtual_step: float | None = None,
     ) -> Any:
@@ -384,8 +392,13 @@ class ClusterEmulator:
         ]
 
     def pods(self, namespace: str | None = None, *, node: str | None = None) -> list[Obj]:
+        """Pods, of one namespace and/or bound to one node."""
         if node is not None:
-            return self.store.pods_on_node(node)
+            return [
+                pod
+                for pod in self.store.pods_on_node(node)
+                if namespace is None or pod["metadata"].get("namespace") == namespace
+            ]
         return list(self.store.items(R.PODS, namespace))
 
 

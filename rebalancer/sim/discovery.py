@@ -98,3 +98,53 @@ def resource_list(group_name: str, version_name: str) -> dict[str, Any] | None:
         "groupVersion": group_version,
         "resources": entries,
     }
+
+
+def _path_prefix(resource: ResourceType) -> str:
+    base = f"/apis/{resource.group}/{resource.version}" if resource.group else "/api/v1"
+    if resource.namespaced:
+        return f"{base}/namespaces/{{namespace}}/{resource.plural}/{{name}}"
+    return f"{base}/{resource.plural}/{{name}}"
+
+
+def openapi_v3_root() -> dict[str, Any]:
+    """The OpenAPI v3 index: one document per group-version.
+
+    Only what kubectl reads to decide on server-side field validation (`fieldValidation` on
+    each kind's PATCH) is served; there are no schemas, so `kubectl explain` finds nothing.
+    """
+    paths = {}
+    for resource in R.ALL:
+        key = f"apis/{resource.group}/{resource.version}" if resource.group else "api/v1"
+        paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash=sim"}
+    return {"paths": paths}
+
+
+def openapi_v3_document(group_version_path: str) -> dict[str, Any] | None:
+    served = [
+        r
+        for r in R.ALL
+        if (f"apis/{r.group}/{r.version}" if r.group else "api/v1") == group_version_path
+    ]
+    if not served:
+        return None
+    paths: dict[str, Any] = {}
+    for resource in served:
+        extension = {"group": resource.group, "version": resource.version, "kind": resource.kind}
+        parameters = [
+            {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+            for name in ("dryRun", "fieldManager", "fieldValidation", "force")
+        ]
+        operation = {
+            "parameters": parameters,
+            "responses": {"200": {"description": "OK"}},
+            "x-kubernetes-action": "patch",
+            "x-kubernetes-group-version-kind": extension,
+        }
+        paths[_path_prefix(resource)] = {"patch": operation}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": KUBERNETES_VERSION[2]},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }

@@ -24,7 +24,7 @@ from rebalancer.sim.objects import (
     pod_phase,
     with_condition,
 )
-from rebalancer.sim.selectors import label_selector_object
+from rebalancer.sim.selectors import LabelPredicate, label_selector_object
 from rebalancer.sim.status import ApiError, bad_request, conflict
 from rebalancer.sim.store import Change, Store, format_time
 
@@ -36,6 +36,7 @@ class DisruptionController:
         self.store = store
         self._dirty: set[PdbKey] = set()
         self._members: dict[PdbKey, set[str]] = {}  # pdb -> pod names in its namespace
+        self._selectors: dict[PdbKey, tuple[str, LabelPredicate]] = {}
         store.listeners.append(self._on_change)
         for pdb in store.items(R.PDBS):
             self._dirty.add(_key(pdb))
@@ -55,9 +56,16 @@ class DisruptionController:
             name = change.new["metadata"]["name"]
             old_labels = labels_of(change.old) if change.old else None
             new_labels = None if change.type == "DELETED" else labels_of(change.new)
+            same_labels = old_labels is not None and old_labels == new_labels
             for pdb in self.store.items(R.PDBS, namespace):
                 key = _key(pdb)
-                matches = label_selector_object(pdb["spec"].get("selector"))
+                members = self._members.get(key)
+                if same_labels and members is not None:
+                    # Labels unchanged (most writes: status): membership is known already.
+                    if name in members:
+                        self._dirty.add(key)
+                    continue
+                matches = self._selector(pdb)
                 was = old_labels is not None and matches(old_labels)
                 now = new_labels is not None and matches(new_labels)
                 if not (was or now):
@@ -77,6 +85,14 @@ class DisruptionController:
                 namespace = change.new["metadata"].get("namespace", "")
                 for pdb in self.store.items(R.PDBS, namespace):
                     self._dirty.add(_key(pdb))
+
+    def _selector(self, pdb: Obj) -> LabelPredicate:
+        key, version = _key(pdb), pdb["metadata"]["resourceVersion"]
+        cached = self._selectors.get(key)
+        if cached is None or cached[0] != version:
+            cached = (version, label_selector_object(pdb["spec"].get("selector")))
+            self._selectors[key] = cached
+        return cached[1]
 
     def reconcile(self) -> int:
         """Recompute the status of every budget that may have changed; returns how many."""

@@ -30,6 +30,7 @@ from rebalancer.sim.objects import (
     pod_phase,
     with_condition,
 )
+from rebalancer.sim.scheduling import toleration_matches
 from rebalancer.sim.store import Change, Store, format_time, parse_time
 
 STARTUP_ANNOTATION = "sim.spot-rebalancer.io/startup-seconds"
@@ -85,7 +86,9 @@ class Kubelets:
         pod = change.new
         key = (pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
         old = change.old
-        if is_terminating(pod) and (old is None or not is_terminating(old)):
+        deletion = pod["metadata"].get("deletionTimestamp")
+        if deletion and (old is None or old["metadata"].get("deletionTimestamp") != deletion):
+            # New, or a second delete with a shorter grace period: (re)arm the stop timer.
             meta = pod["metadata"]
             grace = float(meta.get("deletionGracePeriodSeconds") or 0)
             requested_at = parse_time(meta["deletionTimestamp"]).timestamp() - grace
@@ -185,18 +188,32 @@ class Kubelets:
 
 
 class NodeLifecycle:
-    """Taints from node state, and pods marked not ready on a node that is not Ready."""
+    """Taints from node state, pods marked not ready on a node that is not Ready, and the taint
+    manager: pods that do not tolerate a NoExecute taint are deleted, at once or after their
+    `tolerationSeconds` (300 s for the default not-ready/unreachable tolerations)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._dirty: dict[str, None] = {}
+        self._no_execute: set[str] = set()  # nodes with at least one NoExecute taint
         store.listeners.append(self._on_change)
         for node in store.items(R.NODES):
             self._dirty[node["metadata"]["name"]] = None
 
     def _on_change(self, change: Change) -> None:
-        if change.resource is R.NODES and change.type != "DELETED":
-            self._dirty[change.new["metadata"]["name"]] = None
+        if change.resource is not R.NODES:
+            return
+        name = change.new["metadata"]["name"]
+        if change.type == "DELETED":
+            self._no_execute.discard(name)
+            return
+        self._dirty[name] = None
+        if any(
+            t.get("effect") == "NoExecute" for t in change.new.get("spec", {}).get("taints") or []
+        ):
+            self._no_execute.add(name)
+        else:
+            self._no_execute.discard(name)
 
     def reconcile(self) -> int:
         dirty, self._dirty = self._dirty, {}
@@ -204,7 +221,40 @@ class NodeLifecycle:
             node = self.store.get(R.NODES, "", name)
             if node is not None:
                 self._sync(node)
-        return len(dirty)
+        evicted = 0
+        for name in list(self._no_execute):
+            node = self.store.get(R.NODES, "", name)
+            if node is not None:
+                evicted += self._evict_untolerating(node)
+        return len(dirty) + evicted
+
+    def _evict_untolerating(self, node: Obj) -> int:
+        now = self.store.clock.now().timestamp()
+        taints = [
+            t for t in node.get("spec", {}).get("taints") or [] if t.get("effect") == "NoExecute"
+        ]
+        evicted = 0
+        for pod in self.store.pods_on_node(node["metadata"]["name"]):
+            if is_terminating(pod):
+                continue
+            tolerations = pod.get("spec", {}).get("tolerations") or []
+            deadline = 0.0
+            for taint in taints:
+                matching = [t for t in tolerations if toleration_matches(t, taint)]
+                if not matching:
+                    deadline = now
+                    break
+                limits = [t.get("tolerationSeconds") for t in matching]
+                if any(limit is None for limit in limits):
+                    continue  # tolerated forever
+                added = taint.get("timeAdded")
+                start = parse_time(added).timestamp() if added else now
+                deadline = max(deadline, start + min(float(x) for x in limits if x is not None))
+            if deadline and deadline <= now:
+                meta = pod["metadata"]
+                self.store.delete(R.PODS, meta.get("namespace", ""), meta["name"])
+                evicted += 1
+        return evicted
 
     def _sync(self, node: Obj) -> None:
         ready = get_condition(node, "Ready")

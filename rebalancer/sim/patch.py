@@ -43,8 +43,15 @@ MERGED_SCALAR_LISTS = frozenset({"finalizers"})
 
 
 class _Unprocessable(ApiError):
-    def __init__(self, message: str) -> None:
-        super().__init__(422, "Invalid", message)
+    """A JSON patch that does not apply: 422 as upstream's NewGenericServerResponse builds it."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+            details={"causes": [{"reason": "UnexpectedServerResponse", "message": detail}]},
+        )
 
 
 # ---- JSON patch (RFC 6902) ------------------------------------------------------------------

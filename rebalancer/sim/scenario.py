@@ -10,6 +10,9 @@ Format (every key but `name` under a pool or workload is optional)::
       scaleDownUnneededSeconds: 600  # autoscaler: idle node removed after this long
       startupSeconds: 0              # default pod time from Running to Ready
       shutdownSeconds: 1             # default pod time to stop after deletion (capped by grace)
+      nodeProblemDetectorSeconds: 10 # AKS NPD: Scheduled Events -> Node conditions; 0 (the
+                                     # default): off
+      nodeProblemDetectorConditions: [VMEventScheduled, PreemptScheduled]  # default: all known
     pools:
       - name: gpuspot                # AKS pool name -> nodes aks-gpuspot-<8 digits>-vmss00000a
         priority: spot               # spot | regular
@@ -188,6 +191,8 @@ class Settings:
     scale_down_unneeded_seconds: float = 600.0
     startup_seconds: float = 0.0
     shutdown_seconds: float = 1.0
+    node_problem_detector_seconds: float = 0.0
+    node_problem_detector_conditions: list[str] | None = None  # None: npd.CONDITION_TYPES
 
 
 @dataclass
@@ -368,6 +373,12 @@ def parse_scenario(data: Any) -> Scenario:
             scale_down_unneeded_seconds=float(settings_data.pop("scaleDownUnneededSeconds", 600.0)),
             startup_seconds=float(settings_data.pop("startupSeconds", 0.0)),
             shutdown_seconds=float(settings_data.pop("shutdownSeconds", 1.0)),
+            node_problem_detector_seconds=float(
+                settings_data.pop("nodeProblemDetectorSeconds", 0.0)
+            ),
+            node_problem_detector_conditions=settings_data.pop(
+                "nodeProblemDetectorConditions", None
+            ),
         ),
         pools=[_pool(p, i) for i, p in enumerate(data.pop("pools", None) or [])],
         workloads=[_workload(w, i) for i, w in enumerate(data.pop("workloads", None) or [])],

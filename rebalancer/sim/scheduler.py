@@ -45,6 +45,8 @@ class Scheduler:
         self._pending: dict[PodKey, None] = {}
         self._used: dict[str, dict[str, float]] = {}  # node -> summed requests of its pods
         self._cluster_changed = True
+        self._allocatable: dict[str, tuple[str, dict[str, float]]] = {}
+        self._static: dict[str, dict[str, tuple[str, str, int, int]]] = {}
         self.bound = 0
         store.listeners.append(self._on_change)
         for pod in store.items(R.PODS):
@@ -70,6 +72,8 @@ class Scheduler:
         key = (change.new["metadata"].get("namespace", ""), change.new["metadata"]["name"])
         if new is not None and self._wants(new):
             self._pending[key] = None
+            if old is not None and old.get("spec") != new.get("spec"):
+                self._cluster_changed = True  # e.g. a toleration added: try it again
         else:
             self._pending.pop(key, None)
 
@@ -134,23 +138,25 @@ class Scheduler:
         owner_counts = self._owner_counts(owner_uid)
         heap: list[tuple[int, int, int, float, str]] = []
         free_of: dict[str, dict[str, float]] = {}
+        pinned = _pinned_node_names(spec)
+        if pinned is not None:  # DaemonSet pods: one node by name, skip the other 4 999
+            reasons["node(s) didn't match Pod's node affinity/selector"] += sum(
+                1 for node in nodes if node["metadata"]["name"] not in pinned
+            )
+            nodes = [node for node in nodes if node["metadata"]["name"] in pinned]
+        static = self._static_cache(spec)
         for node in nodes:
             name = node["metadata"]["name"]
-            node_spec = node.get("spec", {})
-            if is_terminating(node):
-                reasons["node(s) were being deleted"] += 1
+            version = node["metadata"]["resourceVersion"]
+            cached = static.get(name)
+            if cached is None or cached[0] != version:
+                cached = (version, *self._static_filter(spec, tolerations, tolerates_cordon, node))
+                static[name] = cached
+            _, reason, preferred, penalty = cached
+            if reason:
+                reasons[reason] += 1
                 continue
-            if node_spec.get("unschedulable") and not tolerates_cordon:
-                reasons["node(s) were unschedulable"] += 1
-                continue
-            taint = untolerated_taint(tolerations, node_spec.get("taints") or [])
-            if taint is not None:
-                reasons[f"node(s) had untolerated taint {taint_text(taint)}"] += 1
-                continue
-            if not matches_node_selector_and_affinity(spec, node):
-                reasons["node(s) didn't match Pod's node affinity/selector"] += 1
-                continue
-            capacity = allocatable(node)
+            capacity = self._capacity(node)
             used = self._used.get(name, {})
             free = {k: v - used.get(k, 0.0) for k, v in capacity.items()}
             failures = insufficient(requests, free)
@@ -162,15 +168,17 @@ class Scheduler:
             heapq.heappush(
                 heap,
                 (
-                    -preferred_affinity_score(spec, node),
-                    prefer_no_schedule_penalty(tolerations, node_spec.get("taints") or []),
+                    -preferred,
+                    penalty,
                     owner_counts.get(name, 0),
                     _allocated_fraction(free, capacity),
                     name,
                 ),
             )
         capacities = {
-            n["metadata"]["name"]: allocatable(n) for n in nodes if n["metadata"]["name"] in free_of
+            n["metadata"]["name"]: self._capacity(n)
+            for n in nodes
+            if n["metadata"]["name"] in free_of
         }
         bound = 0
         now = format_time(self.store.clock.now())
@@ -203,6 +211,51 @@ class Scheduler:
             if not placed:
                 self._mark_unschedulable(pod, len(nodes), reasons, now)
         return bound
+
+    def _static_cache(self, spec: Obj) -> dict[str, tuple[str, str, int, int]]:
+        """Per scheduling constraints (tolerations, selector, affinity): node name ->
+        (node resourceVersion, failure reason or "", preferred-affinity score, penalty). Pods
+        of a hundred Deployments share a few constraint sets, so filtering is mostly lookups."""
+        key = json.dumps(
+            [spec.get("tolerations"), spec.get("nodeSelector"), spec.get("affinity")],
+            sort_keys=True,
+        )
+        cache = self._static.get(key)
+        if cache is None:
+            if len(self._static) >= 64:
+                self._static.clear()  # bounded: constraint sets come and go
+            cache = self._static[key] = {}
+        return cache
+
+    @staticmethod
+    def _static_filter(
+        spec: Obj, tolerations: list[Obj], tolerates_cordon: bool, node: Obj
+    ) -> tuple[str, int, int]:
+        node_spec = node.get("spec", {})
+        taints = node_spec.get("taints") or []
+        if is_terminating(node):
+            return "node(s) were being deleted", 0, 0
+        if node_spec.get("unschedulable") and not tolerates_cordon:
+            return "node(s) were unschedulable", 0, 0
+        taint = untolerated_taint(tolerations, taints)
+        if taint is not None:
+            return f"node(s) had untolerated taint {taint_text(taint)}", 0, 0
+        if not matches_node_selector_and_affinity(spec, node):
+            return "node(s) didn't match Pod's node affinity/selector", 0, 0
+        return (
+            "",
+            preferred_affinity_score(spec, node),
+            prefer_no_schedule_penalty(tolerations, taints),
+        )
+
+    def _capacity(self, node: Obj) -> dict[str, float]:
+        """Parsed allocatable, cached per node resourceVersion (parsing dominated scheduling)."""
+        name, version = node["metadata"]["name"], node["metadata"]["resourceVersion"]
+        cached = self._allocatable.get(name)
+        if cached is None or cached[0] != version:
+            cached = (version, allocatable(node))
+            self._allocatable[name] = cached
+        return cached[1]
 
     def _owner_counts(self, owner_uid: str | None) -> Counter[str]:
         counts: Counter[str] = Counter()
@@ -256,6 +309,25 @@ class Scheduler:
         updated = dict(pod)
         updated["status"] = status
         self.store.update(R.PODS, updated)
+
+
+def _pinned_node_names(spec: Obj) -> frozenset[str] | None:
+    """Node names a pod is pinned to by a `metadata.name` matchFields term (DaemonSet pods)."""
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    names: set[str] = set()
+    for term in terms:
+        fields = term.get("matchFields") or []
+        pinned = [
+            f for f in fields if f.get("key") == "metadata.name" and f.get("operator") == "In"
+        ]
+        if not pinned:
+            return None  # some term does not pin: any node may match it
+        for field in pinned:
+            names.update(field.get("values") or [])
+    return frozenset(names) if terms else None
 
 
 def _counted_node(pod: Obj | None) -> str | None:

@@ -8,7 +8,9 @@ import sys
 from aiohttp import web
 
 from rebalancer.process import run_until_signalled
+from rebalancer.sim.cluster import ClusterEmulator
 from rebalancer.sim.imds import ImdsEmulator
+from rebalancer.sim.scenario import ScenarioError, load_scenario
 
 
 def serve_imds(*, host: str, port: int) -> int:
@@ -33,9 +35,6 @@ def serve_cluster(
     scenario: str, *, host: str, port: int, imds_port: int, kubeconfig_dir: str | None
 ) -> int:
     """Run a scenario's emulated cluster until interrupted; print where to point kubectl."""
-    from rebalancer.sim.cluster import ClusterEmulator
-    from rebalancer.sim.scenario import ScenarioError, load_scenario
-
     try:
         loaded = load_scenario(scenario)
     except ScenarioError as error:

@@ -62,8 +62,12 @@ _POD_UPDATE_RULE = (
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # upstream's generateName alphabet
 
 
+# No circular check: store objects are JSON trees; skipping it makes encoding faster.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+
+
 def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return _ENCODER.encode(obj).encode()
 
 
 def format_time(moment: datetime) -> str:
@@ -98,8 +102,10 @@ class Watcher:
         namespace: str | None,
         labels: LabelPredicate | None,
         fields: ObjectPredicate | None,
+        encode: Callable[[str, bytes], bytes] | None = None,
     ) -> None:
         self.resource = resource
+        self.encode = encode  # e.g. a Table rendering for `kubectl get -w`
         self.namespace = namespace
         self.labels = labels
         self.fields = fields
@@ -116,7 +122,10 @@ class Watcher:
         return self.fields is None or self.fields(obj)
 
     def push(self, event_type: str, raw: bytes, rv: int) -> None:
-        self.pending.append(b'{"type":"' + event_type.encode() + b'","object":' + raw + b"}\n")
+        if self.encode is not None:
+            self.pending.append(self.encode(event_type, raw))
+        else:
+            self.pending.append(b'{"type":"' + event_type.encode() + b'","object":' + raw + b"}\n")
         self.last_rv = rv
         self.wakeup.set()
 
@@ -138,6 +147,8 @@ class Store:
         self.clock = clock
         self.resource_version = 1
         self._objects: dict[str, dict[str, dict[str, Obj]]] = {r.key: {} for r in R.ALL}
+        # Each object's JSON without kind/apiVersion (the form list items take upstream): a list
+        # is a join; a GET or watch event puts `_type_prefix` back in front.
         self._raw: dict[str, dict[str, dict[str, bytes]]] = {r.key: {} for r in R.ALL}
         self._history: dict[str, deque[Change]] = {r.key: deque() for r in R.ALL}
         self._history_start: dict[str, int] = {r.key: 0 for r in R.ALL}
@@ -160,7 +171,9 @@ class Store:
         return obj
 
     def raw(self, resource: ResourceType, namespace: str, name: str) -> bytes | None:
-        return self._raw[resource.key].get(namespace, {}).get(name)
+        """The object's JSON as a GET returns it (kind and apiVersion first)."""
+        stored = self._raw[resource.key].get(namespace, {}).get(name)
+        return None if stored is None else _type_prefix(resource) + stored[1:]
 
     def copy_of(self, resource: ResourceType, namespace: str, name: str) -> Obj | None:
         """A private deep copy to modify and write back (JSON round trip: faster than deepcopy)."""
@@ -233,7 +246,7 @@ class Store:
                 continue
             if fields is not None and not fields(obj):
                 continue
-            out.append(raws[ns][name])
+            out.append(raws[ns][name])  # upstream list items carry no kind/apiVersion
             if limit and len(out) >= limit and index + 1 < len(keys):
                 return out, (ns, name), len(keys) - index - 1
         return out, None, 0
@@ -245,7 +258,13 @@ class Store:
         meta = obj.setdefault("metadata", {})
         if not meta.get("name"):
             if meta.get("generateName"):
-                meta["name"] = meta["generateName"] + random_suffix()
+                # Upstream returns 409 on a generated-name collision and clients retry; with
+                # 50 000 pods collisions happen, so the store picks another suffix itself.
+                namespace_for_name = meta.get("namespace", "") if resource.namespaced else ""
+                for _ in range(10):
+                    meta["name"] = meta["generateName"] + random_suffix()
+                    if self.get(resource, namespace_for_name, meta["name"]) is None:
+                        break
             else:
                 raise invalid(
                     resource,
@@ -306,8 +325,7 @@ class Store:
             obj["spec"] = {"finalizers": ["kubernetes"]}
             obj["status"] = {"phase": "Active"}
             meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
-        self._commit(resource, "ADDED", None, obj)
-        return obj
+        return self._commit(resource, "ADDED", None, obj)
 
     def replace(
         self,
@@ -365,7 +383,7 @@ class Store:
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
         if new == existing:
             return existing  # a no-op write: upstream keeps the resourceVersion, no event
-        self._commit(resource, "MODIFIED", existing, new)
+        new = self._commit(resource, "MODIFIED", existing, new)
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             grace = new["metadata"].get("deletionGracePeriodSeconds", 0)
             if resource is not R.PODS or grace == 0 or not new["spec"].get("nodeName"):
@@ -429,8 +447,7 @@ class Store:
         new["metadata"]["deletionGracePeriodSeconds"] = grace
         if resource.has_generation:
             new["metadata"]["generation"] = meta.get("generation", 1) + 1
-        self._commit(resource, "MODIFIED", existing, new)
-        return new, False
+        return self._commit(resource, "MODIFIED", existing, new), False
 
     def finish_pod_termination(self, namespace: str, name: str) -> None:
         """The kubelet is done with a terminating pod: remove it, or wait for its finalizers."""
@@ -468,8 +485,7 @@ class Store:
     def _remove(self, resource: ResourceType, obj: Obj) -> Obj:
         last = dict(obj)
         last["metadata"] = dict(obj["metadata"])
-        self._commit(resource, "DELETED", obj, last)
-        return last
+        return self._commit(resource, "DELETED", obj, last)
 
     # ---- watching --------------------------------------------------------------------------
 
@@ -481,9 +497,13 @@ class Store:
         labels: LabelPredicate | None = None,
         fields: ObjectPredicate | None = None,
         since: int | None = None,
+        encode: Callable[[str, bytes], bytes] | None = None,
     ) -> Watcher:
-        """Open a watch. `since=None`: synthetic ADDED events for what exists, then changes."""
-        watcher = Watcher(resource, namespace=namespace, labels=labels, fields=fields)
+        """Open a watch. `since=None`: synthetic ADDED events for what exists, then changes.
+        `encode(type, object JSON)` replaces the standard event line when given."""
+        watcher = Watcher(
+            resource, namespace=namespace, labels=labels, fields=fields, encode=encode
+        )
         if since is None:
             for raw, obj in self._snapshot(resource, namespace):
                 if watcher.matches(obj):
@@ -509,18 +529,30 @@ class Store:
     def _snapshot(self, resource: ResourceType, namespace: str | None) -> list[tuple[bytes, Obj]]:
         objects, raws = self._objects[resource.key], self._raw[resource.key]
         namespaces = [namespace] if namespace is not None else list(objects)
+        prefix = _type_prefix(resource)
         return [
-            (raws[ns][name], obj) for ns in namespaces for name, obj in objects.get(ns, {}).items()
+            (prefix + raws[ns][name][1:], obj)
+            for ns in namespaces
+            for name, obj in objects.get(ns, {}).items()
         ]
 
     # ---- the one write path ----------------------------------------------------------------
 
-    def _commit(self, resource: ResourceType, event_type: str, old: Obj | None, new: Obj) -> None:
+    def _commit(self, resource: ResourceType, event_type: str, old: Obj | None, new: Obj) -> Obj:
+        """The one write path; returns the stored dict (kind and apiVersion first, as upstream
+        writes them, so a list can drop them from its items by slicing bytes)."""
+        if list(new)[:2] != ["kind", "apiVersion"] or (new["kind"], new["apiVersion"]) != (
+            resource.kind,
+            resource.api_version,
+        ):
+            rest = {k: v for k, v in new.items() if k not in ("kind", "apiVersion")}
+            new = {"kind": resource.kind, "apiVersion": resource.api_version, **rest}
         self.resource_version += 1
         self.writes += 1
         rv = self.resource_version
         new["metadata"]["resourceVersion"] = str(rv)
         raw = dumps(new)
+        prefix_length = len(_type_prefix(resource))
         meta = new["metadata"]
         namespace = meta.get("namespace", "") if resource.namespaced else ""
         name = meta["name"]
@@ -532,7 +564,7 @@ class Store:
                 del self._raw[resource.key][namespace]
         else:
             self._objects[resource.key].setdefault(namespace, {})[name] = new
-            self._raw[resource.key].setdefault(namespace, {})[name] = raw
+            self._raw[resource.key].setdefault(namespace, {})[name] = b"{" + raw[prefix_length:]
         self._reindex(resource, old, None if event_type == "DELETED" else new)
         change = Change(resource, event_type, old, new, raw, rv)
         history = self._history[resource.key]
@@ -543,6 +575,7 @@ class Store:
             watcher.offer(change)
         for listener in self.listeners:
             listener(change)
+        return new
 
     def _reindex(self, resource: ResourceType, old: Obj | None, new: Obj | None) -> None:
         if resource is R.PODS:
@@ -570,6 +603,18 @@ class Store:
                         del self._dependents[uid]
             for uid in new_owners - old_owners:
                 self._dependents.setdefault(uid, {})[ref] = None
+
+
+_TYPE_PREFIXES: dict[str, bytes] = {}
+
+
+def _type_prefix(resource: ResourceType) -> bytes:
+    """`{"kind":"Pod","apiVersion":"v1",`: how every stored object's JSON begins."""
+    prefix = _TYPE_PREFIXES.get(resource.key)
+    if prefix is None:
+        prefix = dumps({"kind": resource.kind, "apiVersion": resource.api_version})[:-1] + b","
+        _TYPE_PREFIXES[resource.key] = prefix
+    return prefix
 
 
 def _key(obj: Obj) -> Key:

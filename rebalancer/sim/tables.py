@@ -112,7 +112,7 @@ _ROWS = {"Node": _node_row, "Pod": _pod_row, "Deployment": _deployment_row}
 
 
 def table(resource: ResourceType, items: list[Obj], meta: dict[str, Any], store: Store) -> Obj:
-    columns = [("Name", "string", 0)] + _COLUMNS.get(resource.kind, [("Age", "string", 0)])
+    columns = [("Name", "string", 0), *_COLUMNS.get(resource.kind, [("Age", "string", 0)])]
     definitions = [
         {
             "name": name,

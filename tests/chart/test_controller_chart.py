@@ -153,6 +153,7 @@ NOT_IN_SETTINGS = {
     "kubeconfig": "in-cluster credentials of the ServiceAccount",
     "http_host": "must listen on the pod IP for probes and scraping",
     "http_port": "controller.port, shared with the probes, the Service and the container port",
+    "prices_file": "a path inside the pod: needs a volume the chart does not mount yet (extraEnv)",
 }
 DIFFERENT_DEFAULTS = {
     "log_format": ("json", "a pod has no terminal, so auto means json anyway; say it plainly"),
@@ -216,6 +217,12 @@ SETTING_CASES = [
     ("watchTimeoutSeconds", 5),
     ("dryRun", "maybe"),
     ("logLevel", "trace"),
+    ("clientBurst", 0),
+    ("returnWindow", "22:00-06:00"),
+    ("returnWindow", "late"),
+    ("returnMaxConcurrent", -1),
+    ("pricesRefreshSeconds", 30),
+    ("costIntervalSeconds", 0),
 ]
 
 

@@ -10,14 +10,16 @@ The controller likewise: the real `Controller` (informers, leader election, plan
 runs in-process against the cluster emulator, whose request handler is wrapped to record every
 request, through a cancelled drain request and then a Preempt of every spot node (surge, scale
 back, blocked fail-over, PDB-blocked eviction, deletion at the deadline, drained marks, cool-down
-start and end, Lease create, renewals and release). Lease calls must equal the Role in the release
-namespace; every other call the ClusterRole.
+start and end, a Node patch that conflicts and is read afresh, Lease create, renewals and
+release). Lease calls must equal the Role in the release namespace; every other call the
+ClusterRole.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 import re
 import uuid
 from collections.abc import Callable
@@ -201,9 +203,10 @@ def test_request_to_permission_mapping(
 RELEASE_NAMESPACE = "spot-rebalancer"
 SPOT = ["kubernetes.azure.com/scalesetpriority=spot:NoSchedule", "sku=gpu:NoSchedule"]
 ON_SPOT = {"kubernetes.azure.com/scalesetpriority": "spot"}
-# Every controller action has something to act on: `llm` is surged (and, loading slowly, scaled
-# back at the deadline), `pinned` cannot fail over (nodeSelector spot: a Warning Event), `cache`
-# is a StatefulSet whose PDB blocks its eviction (429) until it is deleted at the deadline.
+# Every controller action has something to act on: `llm` is surged, its doomed pods get the
+# lowest deletion cost once the replacements are Ready, then it is scaled back; `pinned` cannot
+# fail over (nodeSelector spot: a Warning Event) and is deleted at the deadline; `cache` is a
+# StatefulSet whose PDB refuses its eviction (429) until it is deleted at the deadline.
 CONTROLLER_SCENARIO: dict[str, Any] = {
     "name": "rbac",
     "cluster": {"name": "rbac", "region": "eastus"},
@@ -219,7 +222,7 @@ CONTROLLER_SCENARIO: dict[str, Any] = {
     "workloads": [
         {"name": "llm", "namespace": "inference", "replicas": 2,
          "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": 1},
-         "tolerations": SPOT, "preferSpot": 100, "startupSeconds": 4,
+         "tolerations": SPOT, "preferSpot": 100, "startupSeconds": 1,
          "pdb": {"maxUnavailable": 1}},
         {"name": "pinned", "namespace": "inference", "replicas": 1,
          "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": 1},
@@ -273,8 +276,21 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
     recorded: list[tuple[str, str, dict[str, str]]] = []
     handle = cluster.api._handle  # wrapped before start(), which routes every request to it
 
+    node_patches = itertools.count()
+
     async def recording(request: web.Request) -> web.StreamResponse:
         recorded.append((request.method, request.path, dict(request.query)))
+        if (
+            request.method == "PATCH"
+            and request.path.startswith("/api/v1/nodes/")
+            and next(node_patches) == 0
+        ):
+            # The controller patches Nodes from its cache and reads one only after a conflict
+            # (another writer got there first): make the first patch conflict, so that path and
+            # the permission it needs are in the recording too.
+            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409,
+                    "reason": "Conflict", "message": "the object has been modified"}  # fmt: skip
+            return web.json_response(body, status=409)
         return await handle(request)
 
     cluster.api._handle = recording  # type: ignore[method-assign]
@@ -324,32 +340,34 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
             lambda: sum(1 for p in cluster.pods("inference") if ready(p)) == 3, "replicas Ready"
         )
         spot = sorted(n["metadata"]["name"] for n in cluster.nodes("gpuspot"))
-        llm_node = next(
+        # 1. An operator's drain request on the node of `pinned`, cancelled after the surge:
+        #    surge scaled back, node uncordoned. The rest of the pool cools down, then not.
+        #    (On `pinned`, not `llm`: a cancelled surge's record keeps its pods as doomed while
+        #    they live, which would change what phase 2 does with llm.)
+        pinned_node = next(
             p["spec"]["nodeName"]
             for p in cluster.pods("inference")
-            if p["metadata"]["name"].startswith("llm")
+            if p["metadata"]["name"].startswith("pinned")
         )
-        # 1. An operator's drain request, cancelled after the surge: deletion costs restored,
-        #    surge scaled back, node uncordoned. The rest of the pool cools down, then not.
         deadline = _rfc3339(datetime.now(UTC) + timedelta(seconds=120))
         _set_node(
             cluster,
-            llm_node,
+            pinned_node,
             lambda n: (
                 n["metadata"]
                 .setdefault("annotations", {})
                 .update({names.DRAIN_REQUEST_ANNOTATION: deadline})
             ),
         )
-        await until(lambda: deployment("llm")["spec"]["replicas"] == 3, "the surge")
+        await until(lambda: deployment("pinned")["spec"]["replicas"] == 2, "the surge")
         await until(lambda: "SpotRebalancerCordoned" in reasons(), "the cordon")
         _set_node(
             cluster,
-            llm_node,
+            pinned_node,
             lambda n: n["metadata"]["annotations"].pop(names.DRAIN_REQUEST_ANNOTATION),
         )
         await until(lambda: "SpotRebalancerRestored" in reasons(), "the node restored")
-        await until(lambda: deployment("llm")["spec"]["replicas"] == 2, "the scale-back")
+        await until(lambda: deployment("pinned")["spec"]["replicas"] == 1, "the scale-back")
         await until(
             lambda: (
                 not any(
@@ -399,13 +417,14 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
         if name == "rebalancer_controller_drain_missed_deadline_total"  # not _created
     ]
     assert missed and sum(missed) == 0
+
     for action in ("SetDeletionCost", "StartCooldown", "EndCooldown", "Restore", "Delete"):
         assert (
             samples[
                 ("rebalancer_controller_actions_total", (("action", action), ("outcome", "ok")))
             ]
             >= 1
-        )
+        ), action
     lease = cluster.store.get(R.LEASES, RELEASE_NAMESPACE, settings.lease_name)
     assert lease is not None and lease["spec"]["holderIdentity"] == ""  # released
     return ControllerRun(requests=recorded, lease_namespace=RELEASE_NAMESPACE)

@@ -483,3 +483,47 @@ async def test_api_errors_and_watch_drops_during_a_notice(tmp_path: Path) -> Non
             + await rig.metric("controller-0", "rebalancer_controller_reconcile_errors_total")
             >= 1
         ), "no error was injected into the controller's writes"
+
+
+async def test_a_statefulset_replica_is_evicted_at_once_and_comes_back_elsewhere(
+    tmp_path: Path,
+) -> None:
+    data = scenario()
+    data["workloads"] = [
+        {"name": "db", "namespace": "inference", "kind": "StatefulSet", "replicas": 1,
+         "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": 1},
+         "tolerations": SPOT_TOLERATIONS, "preferSpot": 100, "startupSeconds": 1,
+         "terminationGracePeriodSeconds": 5}
+    ]  # fmt: skip
+    async with running(tmp_path, data) as rig:
+        rig.start_agents()
+        rig.start_controller()
+        await rig.wait_for(lambda: rig.ready_count(prefix="db") == 1, timeout=20, what="db-0 Ready")
+        await rig.until_ready(replicas=0)
+        db = next(p for p in rig.pods() if p["metadata"]["name"] == "db-0")
+        doomed = db["spec"]["nodeName"]
+        event = rig.cluster.preempt(doomed, notice_seconds=30)
+        deadline = _deadline_of(rig, event.event_id)
+        await rig.wait_for(lambda: _drained_for(rig, doomed), timeout=20, what="the node drained")
+        assert time.time() < deadline
+        moved = await rig.wait_for(
+            lambda: next(
+                (
+                    p
+                    for p in rig.pods()
+                    if p["metadata"]["name"] == "db-0"
+                    and ready(p)
+                    and p["spec"]["nodeName"] != doomed
+                ),
+                None,
+            ),
+            timeout=20,
+            what="db-0 Ready on another node",
+        )
+        # Steering away is soft (PreferNoSchedule): a replica that prefers spot may still land on
+        # another spot node; what matters is that it left the doomed one early.
+        assert moved["spec"]["nodeName"] != doomed
+        assert not rig.events("SpotRebalancerSurge")  # a StatefulSet is never surged
+        assert [e["involvedObject"]["name"] for e in rig.events("SpotRebalancerEvicted")] == [
+            "db-0"
+        ]

@@ -18,7 +18,7 @@ SPOT_TOLERATION = "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"
 GPU_TOLERATION = "sku=gpu:NoSchedule"
 
 
-def small_scenario(**changes: Any) -> Scenario:
+def small_scenario(*, startup_seconds: float = 2, **changes: Any) -> Scenario:
     """Three spot GPU nodes, an on-demand GPU pool that may grow to 2, one system node, and an
     inference Deployment of 3 one-GPU replicas with a PDB maxUnavailable 1."""
     data: dict[str, Any] = {
@@ -57,7 +57,7 @@ def small_scenario(**changes: Any) -> Scenario:
                 "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1},
                 "tolerations": [SPOT_TOLERATION, GPU_TOLERATION],
                 "preferSpot": 100,
-                "startupSeconds": 2,
+                "startupSeconds": startup_seconds,
                 "pdb": {"maxUnavailable": 1},
             }
         ],
@@ -98,8 +98,21 @@ def make_cluster(manual_clock: ManualClock) -> Callable[..., ClusterEmulator]:
 
 @pytest.fixture
 async def served() -> AsyncIterator[ClusterEmulator]:
-    """The small scenario served over HTTP on ephemeral ports, loops ticking in real time."""
-    cluster = ClusterEmulator(small_scenario(), tick_seconds=0.02, bookmark_interval_seconds=0.2)
+    """The small scenario (plus a node-agent DaemonSet in kube-system) served over HTTP on
+    ephemeral ports, loops ticking in real time."""
+    scenario = small_scenario(startup_seconds=0.2)
+    scenario.workloads += small_scenario(
+        workloads=[
+            {
+                "name": "node-agent",
+                "namespace": "kube-system",
+                "kind": "DaemonSet",
+                "tolerations": [SPOT_TOLERATION, GPU_TOLERATION],
+                "requests": {"cpu": "10m"},
+            }
+        ]
+    ).workloads
+    cluster = ClusterEmulator(scenario, tick_seconds=0.02, bookmark_interval_seconds=0.2)
     await cluster.start()
     try:
         yield cluster
@@ -122,11 +135,11 @@ async def api(served: ClusterEmulator) -> AsyncIterator[k8s.ApiClient]:
 
 
 async def eventually(
-    predicate: Callable[[], Any], *, timeout: float = 5.0, message: str = "condition"
+    predicate: Callable[[], Any], *, within: float = 5.0, message: str = "condition"
 ) -> Any:
     """Poll a condition in real time with a bounded timeout (never a sleep-as-assertion)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + within
     while True:
         result = predicate()
         if asyncio.iscoroutine(result):
@@ -134,5 +147,5 @@ async def eventually(
         if result:
             return result
         if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+            raise AssertionError(f"timed out after {within}s waiting for {message}")
         await asyncio.sleep(0.02)

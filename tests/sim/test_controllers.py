@@ -7,11 +7,16 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from rebalancer.clock import ManualClock
 from rebalancer.sim import resources as R
 from rebalancer.sim.cluster import ClusterEmulator
+from rebalancer.sim.disruption import evict
 from rebalancer.sim.objects import condition_true, get_condition
-from rebalancer.sim.scenario import parse_scenario
+from rebalancer.sim.pools import PoolSpec, node_name
+from rebalancer.sim.scenario import ScenarioError, parse_scenario
+from rebalancer.sim.status import ApiError
 from rebalancer.sim.workloads import DELETION_COST
 
 from .conftest import GPU_TOLERATION, SPOT_TOLERATION, small_scenario
@@ -381,17 +386,153 @@ async def test_names_follow_aks(make_cluster: Make) -> None:
 
 
 def test_base36_instance_ids() -> None:
-    from rebalancer.sim.pools import PoolSpec, node_name
-
     pool = PoolSpec(name="p")
     assert node_name(pool, 10).endswith("vmss00000a")
     assert node_name(pool, 36 * 36).endswith("vmss000100")
 
 
 def test_scenario_rejects_unknown_keys() -> None:
-    import pytest
-
-    from rebalancer.sim.scenario import ScenarioError
-
     with pytest.raises(ScenarioError, match=r"pools\[0\]: unknown keys \['colour'\]"):
         parse_scenario({"name": "x", "pools": [{"name": "a", "colour": "red"}]})
+
+
+async def test_taint_manager_evicts_after_toleration_seconds(make_cluster: Make) -> None:
+    """Deallocated spot node: NotReady forever; the default 300 s unreachable toleration
+    runs out, the pod is deleted and the Deployment replaces it elsewhere."""
+    scenario = small_scenario()
+    scenario.pools[1].eviction_policy = "Deallocate"
+    cluster = make_cluster(scenario)
+    await cluster.advance(3)
+    victim = cluster.nodes("gpuspot")[0]["metadata"]["name"]
+    (pod,) = cluster.pods(node=victim)
+    cluster.preempt(victim, notice_seconds=0)
+    await cluster.advance(299)
+    assert not cluster.store.must_get(R.PODS, "default", pod["metadata"]["name"])["metadata"].get(
+        "deletionTimestamp"
+    )
+    await cluster.advance(2)
+    evicted = cluster.store.must_get(R.PODS, "default", pod["metadata"]["name"])
+    assert evicted["metadata"]["deletionTimestamp"]  # Terminating: nobody runs it any more
+    await cluster.wait_for(lambda: len(_ready(cluster, "inference")) == 3, timeout=60)
+
+
+async def test_autoscaler_removes_idle_nodes_down_to_min(make_cluster: Make) -> None:
+    scenario = small_scenario()
+    scenario.settings.scale_down_unneeded_seconds = 60
+    scenario.pools[2].count = 2  # two on-demand GPU nodes, idle (the replicas prefer spot)
+    scenario.pools[2].min_count = 1
+    cluster = make_cluster(scenario)
+    assert len(cluster.nodes("gpu")) == 2
+    await cluster.advance(55, step_seconds=1)
+    assert len(cluster.nodes("gpu")) == 2
+    await cluster.advance(20, step_seconds=1)
+    assert len(cluster.nodes("gpu")) == 1  # not below minCount
+    await cluster.advance(120, step_seconds=1)
+    assert len(cluster.nodes("gpu")) == 1
+    assert len(cluster.nodes("gpuspot")) == 3  # busy nodes stay
+
+
+async def test_a_settled_cluster_writes_nothing(make_cluster: Make) -> None:
+    """Control loops must converge: an idle cluster costs no writes (and no watch events)."""
+    cluster = make_cluster()
+    await cluster.advance(5)
+    writes = cluster.store.writes
+    await cluster.advance(30, step_seconds=1)
+    assert cluster.store.writes == writes
+
+
+async def test_second_delete_with_shorter_grace_stops_the_pod_sooner(make_cluster: Make) -> None:
+    scenario = small_scenario(
+        workloads=[
+            {
+                "name": "web",
+                "replicas": 1,
+                "requests": {"cpu": "100m"},
+                "shutdownSeconds": 60,
+                "terminationGracePeriodSeconds": 60,
+            }
+        ],
+        pools=[{"name": "a", "count": 1, "cpu": 8}],
+    )
+    cluster = make_cluster(scenario)
+    await cluster.advance(1)
+    (pod,) = _pods(cluster, "web")
+    name = pod["metadata"]["name"]
+    cluster.store.delete(R.PODS, "default", name)
+    await cluster.advance(5)
+    assert cluster.store.get(R.PODS, "default", name) is not None
+    cluster.store.delete(R.PODS, "default", name, grace_seconds=2)
+    await cluster.advance(2.5)
+    assert cluster.store.get(R.PODS, "default", name) is None
+
+
+async def test_eviction_before_the_budget_is_processed_is_429_retry_after_10(
+    make_cluster: Make,
+) -> None:
+    cluster = make_cluster()
+    await cluster.advance(3)
+    cluster.store.create(
+        R.PDBS,
+        {
+            "metadata": {"name": "fresh", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "inference"}}},
+        },
+    )
+    cluster.store.delete(R.PDBS, "default", "inference")  # leave only the unprocessed one
+    name = _ready(cluster, "inference")[0]["metadata"]["name"]
+    with pytest.raises(ApiError) as caught:
+        evict(cluster.store, "default", name, {"metadata": {"name": name}})
+    error = caught.value
+    assert (error.code, error.retry_after_seconds) == (429, 10)
+    assert error.body()["details"]["causes"][0]["message"] == (
+        "The disruption budget fresh is still being processed by the server."
+    )
+    cluster.step()  # the disruption controller catches up
+    assert evict(cluster.store, "default", name, {"metadata": {"name": name}})["code"] == 201
+
+
+async def test_node_problem_detector_conditions_follow_the_event(make_cluster: Make) -> None:
+    scenario = small_scenario()
+    scenario.settings.node_problem_detector_seconds = 10
+    cluster = make_cluster(scenario)
+    node = cluster.nodes("gpuspot")[0]["metadata"]["name"]
+    other = cluster.nodes("gpuspot")[1]["metadata"]["name"]
+    event = cluster.preempt(node, notice_seconds=60)
+    await cluster.advance(10.5)  # NPD polls every 10 s
+
+    def condition(name: str, kind: str) -> dict[str, Any] | None:
+        return get_condition(cluster.store.must_get(R.NODES, "", name), kind)
+
+    preemption = condition(node, "PreemptionScheduled")
+    assert preemption is not None and preemption["status"] == "True"
+    assert preemption["reason"] == "SpotEvictionIncoming"
+    not_before = event.not_before.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    assert preemption["message"] == (
+        f"Preempt Scheduled: {not_before}. For more information, see "
+        f"https://aka.ms/aks/scheduledevents. EventId: {event.event_id}"
+    )
+    for kind in ("VMEventScheduled", "PreemptScheduled"):
+        found = condition(node, kind)
+        assert found is not None and found["status"] == "True"
+    reboot = condition(node, "RebootScheduled")
+    assert reboot is not None and reboot["status"] == "False"
+    assert condition(other, "VMEventScheduled") is None  # untouched nodes carry nothing
+    freeze = cluster.schedule_event("Freeze", [other], notice_seconds=15)
+    await cluster.advance(10)
+    frozen = condition(other, "FreezeScheduled")
+    assert frozen is not None and frozen["message"].startswith("Freeze Scheduled: ")
+    await cluster.advance(10)  # started at NotBefore: the message loses its time
+    frozen = condition(other, "FreezeScheduled")
+    assert frozen is not None and frozen["status"] == "True"
+    assert frozen["message"] == (
+        "Freeze Started. For more information, see https://aka.ms/aks/scheduledevents. "
+        f"EventId: {freeze.event_id}"
+    )
+    third = cluster.nodes("gpuspot")[2]["metadata"]["name"]
+    cancelled = cluster.preempt(third, notice_seconds=60)
+    await cluster.advance(10)
+    assert cluster.imds.cancel(cancelled.event_id)
+    await cluster.advance(10)
+    cleared = condition(third, "PreemptionScheduled")
+    assert cleared is not None and cleared["status"] == "False"
+    assert cleared["reason"] == "NoPreemptionScheduled"

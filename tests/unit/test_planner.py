@@ -190,7 +190,7 @@ KEY = ("Deployment", "ml", "infer")
 SURGE = Surge(3, 1, (EVENT,), ("ml/p0",), "2026-11-29T12:00:30Z")
 
 
-def test_a_notice_cordons_surges_and_lowers_the_doomed_pods_cost() -> None:
+def test_a_notice_cordons_and_surges() -> None:
     pods = [
         pod("p0", "spot-0"),
         pod("p1", "spot-1"),
@@ -202,9 +202,7 @@ def test_a_notice_cordons_surges_and_lowers_the_doomed_pods_cost() -> None:
     (scale,) = of_type(result.actions, ScaleUp)
     assert scale.workload == KEY and scale.replicas == 4
     assert scale.record == Surge(3, 1, (EVENT,), ("ml/p0",), "2026-11-29T12:00:30Z")
-    assert of_type(result.actions, SetDeletionCost) == [
-        SetDeletionCost(("ml", "p0"), LOWEST_DELETION_COST, save_original="")
-    ]
+    assert of_type(result.actions, SetDeletionCost) == []  # later, before the scale-back
     # Make before break: the GPU replica is not evicted; the other pod is.
     assert [a.pod for a in of_type(result.actions, Evict)] == [("ml", "web")]
     assert of_type(result.actions, MarkDrained) == []
@@ -231,12 +229,25 @@ def test_surge_in_progress_waits_for_replacements() -> None:
     assert waiting == []  # nothing to do but wait: no scale-back, no eviction, no second surge
 
 
-def test_replacements_ready_scale_back() -> None:
+LOWERED = {
+    "controller.kubernetes.io/pod-deletion-cost": LOWEST_DELETION_COST,
+    ORIGINAL_COST_ANNOTATION: "",
+}
+
+
+def test_replacements_ready_lower_the_doomed_cost_then_scale_back() -> None:
     nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
     pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("p2", "od-0"), pod("p3", "od-0")]
-    result = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
-    assert of_type(result.actions, ScaleBack) == [ScaleBack(KEY, 3, Reason.REPLACEMENTS_READY)]
-    assert of_type(result.actions, Delete) == []
+    first = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
+    assert of_type(first.actions, SetDeletionCost) == [
+        SetDeletionCost(("ml", "p0"), LOWEST_DELETION_COST, save_original="")
+    ]
+    assert of_type(first.actions, ScaleBack) == []  # not before the doomed pod goes first
+
+    pods[0] = pod("p0", "spot-0", annotations=LOWERED)
+    second = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
+    assert of_type(second.actions, ScaleBack) == [ScaleBack(KEY, 3, Reason.REPLACEMENTS_READY)]
+    assert of_type(second.actions, Delete) == []
 
 
 def test_deadline_near_deletes_doomed_pods_then_scales_back() -> None:
@@ -292,7 +303,12 @@ def test_cancellation_restores_costs_then_scales_back_then_uncordons() -> None:
 
 def test_replicas_changed_by_someone_else_are_left_alone() -> None:
     nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
-    pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("p2", "od-0"), pod("p3", "od-0")]
+    pods = [
+        pod("p0", "spot-0", annotations=LOWERED),
+        pod("p1", "spot-1"),
+        pod("p2", "od-0"),
+        pod("p3", "od-0"),
+    ]
     result = plan(snapshot(nodes, pods, [deployment(7, surge=SURGE)]), Settings())
     assert of_type(result.actions, ScaleBack) == [ScaleBack(KEY, None, Reason.REPLICAS_CHANGED)]
 
@@ -501,3 +517,14 @@ def test_workload_selector(selector: dict[str, str | None], surged: bool) -> Non
     pods = [pod("p0", "spot-0"), pod("p1", "spot-1"), pod("p2", "od-0")]
     result = plan(snapshot(cluster_nodes(), pods, [workload]), Settings(workload_selector=selector))
     assert bool(of_type(result.actions, ScaleUp)) == surged
+
+
+@pytest.mark.parametrize(("recent", "factor"), [(0, 1), (1, 1), (2, 2), (3, 3), (9, 4)])
+def test_a_pool_that_keeps_being_evicted_is_avoided_longer(recent: int, factor: int) -> None:
+    state = replace(
+        snapshot(cluster_nodes(), [pod("p0", "spot-0")]),
+        recent_evictions={("spotgpu", "eastus-1"): recent},
+    )
+    result = plan(state, Settings(cooldown_seconds=600))
+    (cooldown,) = of_type(result.actions, StartCooldown)
+    assert cooldown.until == NOW + timedelta(seconds=600 * factor)

@@ -1,0 +1,74 @@
+"""Kubernetes Events, recorded in the background with a budget of their own.
+
+Acting on a notice must never wait behind the Events that describe it: `emit` only queues; a
+worker writes them at most `qps` per second (bursts of `burst`), outside the write budget of the
+actions. When the queue is full, Events are dropped and counted, as client-go's recorder does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from rebalancer.kube.errors import KubeError
+from rebalancer.kube.limiter import TokenBucket
+from rebalancer.kube.writes import Writer
+
+
+class EventRecorder:
+    def __init__(
+        self, writer: Writer, *, qps: float = 10.0, burst: int = 25, capacity: int = 1000
+    ) -> None:
+        self._writer = writer
+        self._bucket = TokenBucket(qps, burst)
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=capacity)
+        self.dropped = 0
+        self.failed = 0
+        self.written = 0
+
+    def emit(
+        self,
+        *,
+        regarding: Mapping[str, str],
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        now: datetime | None = None,
+    ) -> None:
+        try:
+            self._queue.put_nowait(
+                {
+                    "regarding": dict(regarding),
+                    "reason": reason,
+                    "message": message,
+                    "event_type": event_type,
+                    "now": now,
+                }
+            )
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def run(self, stop: asyncio.Event) -> None:
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                getting = asyncio.ensure_future(self._queue.get())
+                done, _ = await asyncio.wait(
+                    {getting, stopping}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if getting not in done:
+                    getting.cancel()
+                    break
+                await self._bucket.take()
+                try:
+                    await self._writer.record_event(**getting.result(), limited=False)
+                    self.written += 1
+                except KubeError:
+                    self.failed += 1  # an Event is worth less than a retry loop
+        finally:
+            stopping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stopping

@@ -1,0 +1,145 @@
+"""Informers and leader election against the cluster emulator's API over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rebalancer.kube.client import KubeClient
+from rebalancer.kube.informer import Informer
+from rebalancer.kube.leader import LeaderElector
+from rebalancer.sim import resources as R
+from rebalancer.sim.cluster import ClusterEmulator
+from tests.helpers import wait_for
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[ClusterEmulator]:
+    emulator = ClusterEmulator(tick_seconds=0.05)
+    await emulator.start(kubeconfig_dir=tmp_path)
+    try:
+        yield emulator
+    finally:
+        await emulator.stop()
+
+
+@pytest.fixture
+async def client(cluster: ClusterEmulator) -> AsyncIterator[KubeClient]:
+    kube = await KubeClient.connect(str(cluster.kubeconfig_path))
+    try:
+        yield kube
+    finally:
+        await kube.close()
+
+
+def configmap(name: str, value: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "default"}, "data": {"v": value}}
+
+
+@contextlib.asynccontextmanager
+async def running(*coroutines: Any) -> AsyncIterator[asyncio.Event]:
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(c(stop)) for c in coroutines]
+    try:
+        yield stop
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+
+
+async def test_informer_lists_in_pages_then_follows_changes(
+    cluster: ClusterEmulator, client: KubeClient
+) -> None:
+    for index in range(7):
+        cluster.store.create(R.CONFIGMAPS, configmap(f"c{index}", "a"))
+    changes = 0
+
+    def changed() -> None:
+        nonlocal changes
+        changes += 1
+
+    informer: Informer[str] = Informer(
+        client,
+        "/api/v1/configmaps",
+        lambda obj: str((obj.get("data") or {}).get("v")),
+        page_size=3,
+        on_change=changed,
+    )
+    async with running(informer.run):
+        await wait_for(informer.synced.is_set, what="synced")
+        assert len(informer.items) == 7
+        cluster.store.create(R.CONFIGMAPS, configmap("new", "b"))
+        await wait_for(lambda: informer.items.get(("default", "new")) == "b", what="an add")
+        cluster.store.delete(R.CONFIGMAPS, "default", "c0")
+        await wait_for(lambda: ("default", "c0") not in informer.items, what="a delete")
+        assert changes >= 3
+
+
+async def test_informer_lists_again_after_410(cluster: ClusterEmulator, client: KubeClient) -> None:
+    cluster.store.create(R.CONFIGMAPS, configmap("one", "a"))
+    informer: Informer[str] = Informer(
+        client, "/api/v1/configmaps", lambda obj: str(obj["data"]["v"]), watch_timeout_seconds=1
+    )
+    async with running(informer.run):
+        await wait_for(informer.synced.is_set, what="synced")
+        # Drop the open watch, change something it will not see, and forget the history (no
+        # await in between): the watch resumed from our resourceVersion gets 410 Gone.
+        for api_task in list(cluster.api._watch_tasks):
+            api_task.cancel()
+        cluster.store.create(R.CONFIGMAPS, configmap("two", "b"))
+        cluster.store.compact()
+        await wait_for(lambda: ("default", "two") in informer.items, timeout=10, what="relist")
+        assert informer.relists >= 1
+
+
+def elector(client: KubeClient, identity: str, duration: float = 2.0) -> LeaderElector:
+    return LeaderElector(
+        client,
+        namespace="default",
+        name="test-lease",
+        identity=identity,
+        lease_duration=duration,
+        renew_deadline=duration * 0.7,
+        retry_period=duration * 0.2,
+    )
+
+
+async def test_one_leader_and_release_hands_over_at_once(client: KubeClient) -> None:
+    first, second = elector(client, "a"), elector(client, "b")
+    async with running(first.run) as stop_first:
+        await asyncio.wait_for(first.leading.wait(), 5)
+        async with running(second.run):
+            await asyncio.sleep(1.0)
+            assert first.is_leader and not second.is_leader
+            stop_first.set()  # releases the lease
+            await asyncio.wait_for(second.leading.wait(), 1.5)
+    lease = await client.request(
+        "GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/test-lease"
+    )
+    assert lease["spec"]["leaseTransitions"] >= 1
+
+
+async def test_a_silent_holder_loses_the_lease_after_its_duration(client: KubeClient) -> None:
+    holder = elector(client, "a")
+    assert await holder.try_acquire_or_renew()  # takes the lease, then goes silent (no release)
+    waiting = elector(client, "b")
+    assert not await waiting.try_acquire_or_renew()  # held and fresh: no
+    await asyncio.sleep(1.0)
+    assert not await waiting.try_acquire_or_renew()  # still within the 2 s it observed
+    await asyncio.sleep(1.2)
+    assert await waiting.try_acquire_or_renew()  # expired by its own observation: taken
+    lease = await client.request(
+        "GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/test-lease"
+    )
+    assert lease["spec"]["holderIdentity"] == "b"
+
+
+async def test_a_race_for_the_lease_has_one_winner(client: KubeClient) -> None:
+    contenders = [elector(client, name) for name in "abcd"]
+    results = await asyncio.gather(*(c.try_acquire_or_renew() for c in contenders))
+    assert sum(results) == 1

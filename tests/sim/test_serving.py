@@ -1,0 +1,120 @@
+"""The served emulator end to end: a node's IMDS endpoint through the project's own IMDS
+client, `rebalancer sim serve` as a process, and a few less common API verbs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from rebalancer.azure.imds import ImdsClient
+from rebalancer.sim import resources as R
+from rebalancer.sim.cluster import ClusterEmulator
+from rebalancer.sim.objects import condition_true
+
+from .conftest import eventually
+
+
+async def test_node_imds_endpoint_with_the_project_client(served: ClusterEmulator) -> None:
+    node = served.nodes("gpuspot")[0]["metadata"]["name"]
+    vm = served.vm_name_for(node)
+    assert served.imds_url_for(node).endswith(f"/vms/{vm}")
+    event = served.preempt(node, notice_seconds=60)
+    async with ImdsClient(base_url=served.imds_url_for(node)) as imds:
+        fetched = await imds.get_scheduled_events()
+        (seen,) = fetched.document.events
+        assert (seen.event_id, seen.event_type, seen.resources) == (
+            event.event_id,
+            "Preempt",
+            (vm,),
+        )
+        await imds.acknowledge([seen.event_id])
+    # Approval starts the event now: the VM goes long before NotBefore.
+    await eventually(
+        lambda: not condition_true(served.store.must_get(R.NODES, "", node), "Ready"),
+        message="node NotReady after approval",
+    )
+    await eventually(
+        lambda: served.store.get(R.NODES, "", node) is None, within=10, message="node deleted"
+    )
+
+
+async def test_deletecollection_and_apply_patch(served: ClusterEmulator) -> None:
+    assert served.urls is not None
+    base = f"{served.urls.api}/api/v1/namespaces/default/configmaps"
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer x"}) as session:
+        for name, team in (("a", "x"), ("b", "x"), ("c", "y")):
+            body = {"metadata": {"name": name, "labels": {"team": team}}, "data": {"k": "v"}}
+            async with session.post(base, json=body) as response:
+                assert response.status == 201
+        async with session.delete(base, params={"labelSelector": "team=x"}) as response:
+            assert response.status == 200
+            deleted = await response.json()
+        assert sorted(i["metadata"]["name"] for i in deleted["items"]) == ["a", "b"]
+        assert [c["metadata"]["name"] for c in served.store.items(R.CONFIGMAPS, "default")] == ["c"]
+        manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  k: v1\n"
+        headers = {"Content-Type": "application/apply-patch+yaml"}
+        async with session.patch(
+            f"{base}/applied", data=manifest, headers=headers, params={"fieldManager": "t"}
+        ) as response:
+            assert response.status == 201
+        async with session.patch(
+            f"{base}/applied",
+            data=manifest.replace("v1\n", "v2\n"),
+            headers=headers,
+            params={"fieldManager": "t"},
+        ) as response:
+            assert response.status == 200
+    assert served.store.must_get(R.CONFIGMAPS, "default", "applied")["data"] == {"k": "v2"}
+
+
+@pytest.mark.skipif(
+    not shutil.which("kubectl") and not os.path.exists("/usr/bin/kubectl"),
+    reason="kubectl not installed",
+)
+async def test_sim_serve_command(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rebalancer.cli",
+        "sim",
+        "serve",
+        "aks-gpu-small",
+        "--kubeconfig-dir",
+        str(tmp_path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    try:
+        lines = []
+        while not any(line.startswith("  nodes:") for line in lines):
+            line = await asyncio.wait_for(process.stdout.readline(), 30)
+            assert line, f"serve exited early: {lines}"
+            lines.append(line.decode().rstrip("\n"))
+        assert lines[0].startswith("cluster emulator 'aks-gpu-small' on http://127.0.0.1:")
+        assert f"kubeconfig:  {tmp_path / 'kubeconfig'}" in lines[1]
+        assert any("IMDS:" in line and "/vms/<vm-name>" in line for line in lines)
+        kubectl = await asyncio.create_subprocess_exec(
+            shutil.which("kubectl") or "/usr/bin/kubectl",
+            "get",
+            "nodes",
+            "-o",
+            "json",
+            env=dict(os.environ, KUBECONFIG=str(tmp_path / "kubeconfig"), HOME=str(tmp_path)),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await asyncio.wait_for(kubectl.communicate(), 30)
+        assert kubectl.returncode == 0
+        assert len(json.loads(out)["items"]) == 5  # 2 system + 3 spot GPU
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(process.wait(), 15)
+    assert code == 0

@@ -1,0 +1,197 @@
+"""Return to spot, step by step: when to start, when to finish, when to give up (pure tables)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from rebalancer.controller.planner import (
+    COOLDOWN_UNTIL,
+    LOWEST_DELETION_COST,
+    SetDeletionCost,
+    Settings,
+    plan,
+)
+from rebalancer.controller.returns import (
+    RETURN_ANNOTATION,
+    RETURN_BACKOFF_ANNOTATION,
+    FinishReturn,
+    ForgetReturn,
+    ReturnRecord,
+    ReturnSettings,
+    StartReturn,
+)
+from tests.unit.test_planner import NOW, deployment, node_json, of_type, pod, snapshot
+
+KEY = ("Deployment", "ml", "infer")
+QUIET = {"spotgpu": 3600.0, "odgpu": 3600.0}
+
+
+def nodes(**spot1: Any) -> list[dict[str, Any]]:
+    return [
+        node_json("spot-0"),
+        node_json("spot-1", **spot1),
+        node_json("od-0", pool="odgpu", spot=False),
+    ]
+
+
+def state(
+    pods: list[Any],
+    workload: Any = None,
+    quiet: dict[str, float] | None = None,
+    cluster: list[dict[str, Any]] | None = None,
+) -> Any:
+    return replace(
+        snapshot(cluster or nodes(), pods, [workload or deployment(2)]),
+        pool_quiet_seconds=QUIET if quiet is None else quiet,
+    )
+
+
+AFTER_FAILOVER = [pod("p0", "spot-0"), pod("p1", "od-0")]  # spot-1 has room
+
+
+def record(**changes: Any) -> ReturnRecord:
+    base = ReturnRecord(2, "ml/p1", "spotgpu", "2026-11-29T12:00:00Z", ("p0", "p1"))
+    return replace(base, **changes)
+
+
+def returning(**changes: Any) -> Any:
+    return replace(deployment(3), annotations={RETURN_ANNOTATION: record(**changes).to_json()})
+
+
+def test_starts_one_return_when_a_quiet_spot_pool_has_room() -> None:
+    (start,) = of_type(plan(state(AFTER_FAILOVER), Settings()).actions, StartReturn)
+    assert start.workload == KEY and start.replicas == 3
+    assert start.record == ReturnRecord(2, "ml/p1", "spotgpu", "2026-11-29T12:00:00Z", ("p0", "p1"))
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "not quiet",
+        "cooldown",
+        "notice in pool",
+        "no room",
+        "degraded",
+        "outside window",
+        "backoff",
+        "disabled",
+    ],
+)
+def test_does_not_start(case: str) -> None:
+    pods = list(AFTER_FAILOVER)
+    cluster = nodes()
+    workload = deployment(2)
+    settings = Settings()
+    quiet = dict(QUIET)
+    if case == "not quiet":
+        quiet["spotgpu"] = 60
+    elif case == "cooldown":
+        until = (NOW + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cluster = nodes(annotations={COOLDOWN_UNTIL: until})
+    elif case == "notice in pool":
+        cluster = nodes(notice_seconds=30)
+    elif case == "no room":
+        pods.append(pod("other", "spot-1", owner=None))
+    elif case == "degraded":
+        pods[0] = pod("p0", "spot-0", ready=False)
+    elif case == "outside window":
+        now = NOW.hour * 60 + NOW.minute
+        settings = Settings(returns=ReturnSettings(window=((now + 60) % 1440, (now + 120) % 1440)))
+    elif case == "backoff":
+        until = (NOW + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        workload = replace(workload, annotations={RETURN_BACKOFF_ANNOTATION: until})
+    elif case == "disabled":
+        settings = Settings(returns=ReturnSettings(enabled=False))
+    result = plan(state(pods, workload, quiet, cluster), settings)
+    assert of_type(result.actions, StartReturn) == [], case
+
+
+def test_nothing_to_return_when_everything_runs_on_spot() -> None:
+    pods = [pod("p0", "spot-0"), pod("p1", "spot-1")]
+    assert of_type(plan(state(pods), Settings()).actions, StartReturn) == []
+
+
+def test_waits_while_the_spot_replica_loads() -> None:
+    pods = [*AFTER_FAILOVER, pod("p2", "spot-1", ready=False)]
+    result = plan(state(pods, returning()), Settings())
+    assert [
+        a for a in result.actions if isinstance(a, StartReturn | FinishReturn | SetDeletionCost)
+    ] == []
+
+
+def test_spot_replica_ready_retires_the_on_demand_one_first() -> None:
+    pods = [*AFTER_FAILOVER, pod("p2", "spot-1")]
+    first = plan(state(pods, returning()), Settings())
+    assert of_type(first.actions, SetDeletionCost) == [
+        SetDeletionCost(("ml", "p1"), LOWEST_DELETION_COST, save_original="")
+    ]
+    assert of_type(first.actions, FinishReturn) == []
+    lowered = {
+        "controller.kubernetes.io/pod-deletion-cost": LOWEST_DELETION_COST,
+        "spot-rebalancer.io/original-deletion-cost": "",
+    }
+    pods[1] = pod("p1", "od-0", annotations=lowered)
+    second = plan(state(pods, returning()), Settings())
+    assert of_type(second.actions, FinishReturn) == [FinishReturn(KEY, 2, "ReturnedToSpot")]
+    assert of_type(second.actions, SetDeletionCost) == []  # no restoring while in play
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("landed on demand", "LandedOnDemand"),
+        ("timeout", "SpotReplicaNotReady"),
+        ("notice", "NoticeDuringReturn"),
+    ],
+)
+def test_gives_up_cleanly(case: str, reason: str) -> None:
+    cluster = nodes()
+    workload = returning()
+    new = pod("p2", "spot-1", ready=False)
+    if case == "landed on demand":
+        new = pod("p2", "od-0", ready=True)
+    elif case == "timeout":
+        workload = returning(started_at="2026-11-29T11:00:00Z")
+    elif case == "notice":
+        cluster = nodes(notice_seconds=30)
+    first = plan(state([*AFTER_FAILOVER, new], workload, cluster=cluster), Settings())
+    assert of_type(first.actions, SetDeletionCost) == [
+        SetDeletionCost(("ml", "p2"), LOWEST_DELETION_COST, save_original="")
+    ]
+    lowered = {"controller.kubernetes.io/pod-deletion-cost": LOWEST_DELETION_COST}
+    marked = pod("p2", new.node_name, ready=new.ready, annotations=lowered)
+    second = plan(state([*AFTER_FAILOVER, marked], workload, cluster=cluster), Settings())
+    (finish,) = of_type(second.actions, FinishReturn)
+    assert (finish.replicas, finish.reason) == (2, reason)
+    assert finish.backoff_until == NOW + timedelta(seconds=600)
+
+
+def test_replicas_changed_by_others_are_left_alone() -> None:
+    workload = replace(returning(), replicas=5)
+    result = plan(state([*AFTER_FAILOVER, pod("p2", "spot-1", ready=False)], workload), Settings())
+    assert of_type(result.actions, FinishReturn) == [
+        FinishReturn(KEY, None, "ReplicasChangedByOthers")
+    ]
+
+
+def test_a_finished_record_is_forgotten_once_the_retired_pod_is_gone() -> None:
+    done = replace(deployment(2), annotations={RETURN_ANNOTATION: record(completed=True).to_json()})
+    kept = plan(state([*AFTER_FAILOVER], done), Settings())
+    assert of_type(kept.actions, ForgetReturn) == []
+    gone = plan(state([pod("p0", "spot-0"), pod("p2", "spot-1")], done), Settings())
+    assert of_type(gone.actions, ForgetReturn) == [ForgetReturn(KEY)]
+
+
+def test_one_return_at_a_time_cluster_wide() -> None:
+    other = replace(returning(), name="other")
+    result = plan(
+        replace(
+            snapshot(nodes(), AFTER_FAILOVER, [deployment(2), other]), pool_quiet_seconds=QUIET
+        ),
+        Settings(),
+    )
+    assert of_type(result.actions, StartReturn) == []
