@@ -18,6 +18,7 @@ from rebalancer.controller.model import (
     DELETION_COST,
     ORIGINAL_COST_ANNOTATION,
     SURGE_ANNOTATION,
+    NodeInfo,
     WorkloadInfo,
 )
 from rebalancer.controller.planner import (
@@ -28,6 +29,7 @@ from rebalancer.controller.planner import (
     Evict,
     ForgetSurge,
     MarkDrained,
+    Reason,
     ReportBlocked,
     Restore,
     ScaleBack,
@@ -35,7 +37,17 @@ from rebalancer.controller.planner import (
     SetDeletionCost,
     StartCooldown,
 )
+from rebalancer.controller.returns import (
+    RETURN_ANNOTATION,
+    RETURN_BACKOFF_ANNOTATION,
+    FinishReturn,
+    ForgetReturn,
+    ReturnRecord,
+    StartReturn,
+    complete,
+)
 from rebalancer.kube.errors import TooManyRequests
+from rebalancer.kube.events import EventRecorder
 from rebalancer.kube.writes import Writer
 
 # Reasons of the Kubernetes Events we record (documented in the README).
@@ -50,6 +62,8 @@ EVENT_REASONS = {
     StartCooldown: "SpotRebalancerCooldown",
     EndCooldown: "SpotRebalancerCooldownOver",
     ReportBlocked: "SpotRebalancerFailoverBlocked",
+    StartReturn: "SpotRebalancerReturnStarted",
+    FinishReturn: "SpotRebalancerReturnFinished",
 }
 
 
@@ -65,13 +79,20 @@ class Outcome:
 @dataclass
 class Executor:
     writer: Writer
+    events: EventRecorder
     workloads: Mapping[tuple[str, str, str], WorkloadInfo] = field(default_factory=dict)
+    nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
     reported: set[tuple[Any, ...]] = field(default_factory=set)
+
+    async def _update_node(self, name: str, build: Any) -> bool:
+        cached = self.nodes.get(name)
+        current = cached.as_json() if cached is not None and cached.resource_version else None
+        return await self.writer.update_node(name, build, current=current)
 
     async def apply(self, action: Action, now: datetime) -> Outcome:
         match action:
             case Cordon():
-                done = await self.writer.update_node(
+                done = await self._update_node(
                     action.node, node_patches.cordon(action.event_id, action.event_type)
                 )
                 if done:
@@ -80,28 +101,37 @@ class Executor:
                     )
                 return Outcome(done)
             case Restore():
-                done = await self.writer.update_node(action.node, node_patches.restore)
+                done = await self._update_node(action.node, node_patches.restore)
                 if done:
                     await self._event_on_node(
                         action, f"Notice {action.event_id} gone: cordon and taint undone", now
                     )
                 return Outcome(done)
             case MarkDrained():
-                done = await self.writer.update_node(
+                done = await self._update_node(
                     action.node, node_patches.mark_drained(action.event_id)
                 )
                 if done:
                     await self._event_on_node(action, f"Drained for {action.event_id}", now)
                 return Outcome(done)
             case StartCooldown():
-                done = await self.writer.update_node(
+                done = await self._update_node(
                     action.node, node_patches.start_cooldown(action.until)
                 )
+                if done:
+                    await self._event_on_node(
+                        action,
+                        f"Its pool is being evicted: PreferNoSchedule until {action.until}",
+                        now,
+                    )
                 return Outcome(done)
             case EndCooldown():
-                return Outcome(
-                    await self.writer.update_node(action.node, node_patches.end_cooldown)
-                )
+                done = await self._update_node(action.node, node_patches.end_cooldown)
+                if done:
+                    await self._event_on_node(
+                        action, "Cool-down over: PreferNoSchedule removed", now
+                    )
+                return Outcome(done)
             case ScaleUp():
                 return await self._scale_up(action, now)
             case ScaleBack():
@@ -121,16 +151,36 @@ class Executor:
             case Evict():
                 namespace, name = action.pod
                 try:
-                    return Outcome(await self.writer.evict(namespace, name, action.uid))
+                    done = await self.writer.evict(namespace, name, action.uid)
                 except TooManyRequests as error:
                     if error.is_disruption_budget:
                         return Outcome(False, blocked=True, detail=str(error))
                     raise
+                if done:
+                    self._event_on_pod(action, f"Evicted: node {action.node} is going away", now)
+                return Outcome(done)
             case Delete():
                 namespace, name = action.pod
-                return Outcome(
-                    await self.writer.delete_pod(namespace, name, action.uid, action.grace_seconds)
+                done = await self.writer.delete_pod(
+                    namespace, name, action.uid, action.grace_seconds
                 )
+                if done:
+                    self._event_on_pod(
+                        action,
+                        f"Deleted with {action.grace_seconds}s grace: node {action.node} reaches "
+                        f"its deadline ({action.event_id})",
+                        now,
+                        warning=True,
+                    )
+                return Outcome(done)
+            case StartReturn():
+                return await self._start_return(action, now)
+            case FinishReturn():
+                return await self._finish_return(action, now)
+            case ForgetReturn():
+                kind, namespace, name = action.workload
+                patch = {"metadata": {"annotations": {RETURN_ANNOTATION: None}}}
+                return Outcome(await self.writer.patch_workload(kind, namespace, name, patch))
             case ReportBlocked():
                 key = (action.workload, action.detail)
                 if key in self.reported:
@@ -167,11 +217,65 @@ class Executor:
             )
         return Outcome(done)
 
+    async def _start_return(self, action: StartReturn, now: datetime) -> Outcome:
+        kind, namespace, name = action.workload
+        patch: dict[str, Any] = {
+            "metadata": {"annotations": {RETURN_ANNOTATION: action.record.to_json()}},
+            "spec": {"replicas": action.replicas},
+        }
+        if action.resource_version:
+            patch["metadata"]["resourceVersion"] = action.resource_version
+        done = await self.writer.patch_workload(kind, namespace, name, patch)
+        if done:
+            await self._event_on_workload(
+                action.workload,
+                action,
+                f"Returning a replica to spot pool {action.record.pool}: scaled to "
+                f"{action.replicas}; {action.record.retire} goes once the new one is Ready",
+                now,
+            )
+        return Outcome(done)
+
+    async def _finish_return(self, action: FinishReturn, now: datetime) -> Outcome:
+        kind, namespace, name = action.workload
+        current = self.workloads.get(action.workload)
+        annotations: dict[str, str | None] = {}
+        raw = None if current is None else current.annotations.get(RETURN_ANNOTATION)
+        try:
+            annotations[RETURN_ANNOTATION] = (
+                complete(ReturnRecord.from_json(raw)).to_json() if raw else None
+            )
+        except (ValueError, KeyError, TypeError):
+            annotations[RETURN_ANNOTATION] = None
+        if action.backoff_until is not None:
+            annotations[RETURN_BACKOFF_ANNOTATION] = action.backoff_until.strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
+        patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
+        if action.replicas is not None:
+            patch["spec"] = {"replicas": action.replicas}
+        if current is not None and current.resource_version:
+            patch["metadata"]["resourceVersion"] = current.resource_version
+        done = await self.writer.patch_workload(kind, namespace, name, patch)
+        if done:
+            await self._event_on_workload(
+                action.workload,
+                action,
+                f"Return to spot finished: {action.reason}",
+                now,
+                warning=action.backoff_until is not None,
+            )
+        return Outcome(done)
+
     async def _scale_back(self, action: ScaleBack, now: datetime) -> Outcome:
         kind, namespace, name = action.workload
         current = self.workloads.get(action.workload)
         record = None
-        if current is not None and current.surge is not None:
+        # A completed record keeps its doomed pods out of later surges and drains until they are
+        # gone, which after a scale-back they soon are. After a cancellation they stay, serving,
+        # and nothing of the surge is doomed any more: drop the record, or those pods would be
+        # neither surged for, nor evicted, nor deleted when a later notice dooms their node.
+        if current is not None and current.surge is not None and action.reason != Reason.CANCELLED:
             record = replace(current.surge, completed=True).to_json()
         patch: dict[str, Any] = {"metadata": {"annotations": {SURGE_ANNOTATION: record}}}
         if action.replicas is not None:
@@ -186,8 +290,20 @@ class Executor:
             )
         return Outcome(done)
 
+    def _event_on_pod(
+        self, action: Evict | Delete, message: str, now: datetime, *, warning: bool = False
+    ) -> None:
+        namespace, name = action.pod
+        self.events.emit(
+            regarding={"kind": "Pod", "namespace": namespace, "name": name, "apiVersion": "v1"},
+            reason=EVENT_REASONS[type(action)],
+            message=message,
+            event_type="Warning" if warning else "Normal",
+            now=now,
+        )
+
     async def _event_on_node(self, action: Any, message: str, now: datetime) -> None:
-        await self.writer.record_event(
+        self.events.emit(
             regarding={"kind": "Node", "name": action.node, "apiVersion": "v1", "namespace": ""},
             reason=EVENT_REASONS[type(action)],
             message=message,
@@ -204,7 +320,7 @@ class Executor:
         warning: bool = False,
     ) -> None:
         kind, namespace, name = workload
-        await self.writer.record_event(
+        self.events.emit(
             regarding={"kind": kind, "namespace": namespace, "name": name, "apiVersion": "apps/v1"},
             reason=EVENT_REASONS[type(action)],
             message=message,
