@@ -90,6 +90,7 @@ CONTROLLER_ALERTS = {
     "SpotRebalancerFailoverBlocked",
     "SpotRebalancerDrainMissedDeadline",
     "SpotRebalancerReplicaDeficit",
+    "SpotRebalancerFallbackCostHigh",
 }
 
 

@@ -194,5 +194,27 @@ groups:
             pods and the on-demand pool.
       {{- end }}
       {{- end }}
+      {{- with $rules.fallbackCostHigh }}
+      {{- if .enabled }}
+      - alert: SpotRebalancerFallbackCostHigh
+        # Both replicas account the same cost: max, not sum.
+        expr: |-
+          max(rate(rebalancer_fallback_cost_dollars_total[{{ .window }}])) * 3600 > {{ .dollarsPerHour }}
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $extra }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: On-demand fallback costs more than the budget.
+          description: >-
+            Replicas that could run on spot ran on on-demand nodes at
+            {{`{{ $value | printf "%.2f" }}`}} USD per hour on average over {{ .window }}, above
+            the budget of {{ .dollarsPerHour }} USD per hour. Spot capacity is short (see the
+            eviction rate) or returns to spot are held back (returnEnabled, returnWindow,
+            returnQuietSeconds).
+      {{- end }}
+      {{- end }}
 {{- end }}
 {{- end }}
