@@ -294,11 +294,15 @@ def active_record(workload: WorkloadInfo) -> ReturnRecord | None:
 
 
 def pods_in_play(workload: WorkloadInfo, pods: list[PodInfo]) -> set[tuple[str, str]]:
-    """The pods an active return is working on (their deletion costs are its business)."""
-    record = active_record(workload)
+    """The pods a return is working on: their deletion costs are its business. A finished
+    return keeps its retired pod until the ReplicaSet has removed it (restoring that pod's cost
+    first would let the ReplicaSet remove another one)."""
+    record = _record(workload)
     if record is None:
         return set()
     retire = record.retire.split("/", 1)[1]
+    if record.completed:
+        return {p.key for p in pods if p.name == retire}
     return {p.key for p in pods if p.name == retire or p.name not in record.known_pods}
 
 
