@@ -47,29 +47,53 @@ async def fail_one_over(rig: Rig) -> str:
     return doomed
 
 
-async def test_replicas_move_back_when_spot_capacity_returns(tmp_path: Path) -> None:
+async def test_replicas_move_back_one_at_a_time_when_spot_capacity_returns(tmp_path: Path) -> None:
     async with running(tmp_path, with_npd()) as rig:
         rig.start_agents()
         rig.start_controller(**FAST)
         await rig.until_ready()
         async with sampling(rig):
-            await fail_one_over(rig)
-            rig.cluster.cloud.create_vm("gpuspot", delay_seconds=1)  # spot capacity is back
+            for doomed in rig.spot_nodes()[:2]:  # two replicas fail over to on-demand
+                rig.cluster.preempt(doomed, notice_seconds=15)
             await rig.wait_for(
-                lambda: on_demand_replicas(rig) == 0 and rig.ready_count() == 3,
-                timeout=30,
-                what="the return",
+                lambda: (
+                    on_demand_replicas(rig) == 2
+                    and rig.ready_count() == 3
+                    and len(rig.spot_nodes()) == 1
+                ),
+                timeout=40,
+                what="the failover of two replicas",
             )
-            await asyncio.sleep(3)  # and it stays there
+            most = 0
+
+            async def watch_replicas() -> None:
+                nonlocal most
+                while True:
+                    most = max(most, int(rig.deployment()["spec"]["replicas"]))
+                    await asyncio.sleep(0.02)
+
+            watcher = asyncio.create_task(watch_replicas())
+            try:
+                for _ in range(2):  # spot capacity is back
+                    rig.cluster.cloud.create_vm("gpuspot", delay_seconds=1)
+                await rig.wait_for(
+                    lambda: on_demand_replicas(rig) == 0 and rig.ready_count() == 3,
+                    timeout=40,
+                    what="the returns",
+                )
+                await asyncio.sleep(3)  # and they stay there
+            finally:
+                watcher.cancel()
             assert on_demand_replicas(rig) == 0
+        assert most == 4, f"replicas reached {most}: more than one move at a time"
         assert rig.min_ready[("inference", "llm")] == 3, "a Ready replica was lost on the way"
         assert rig.deployment()["spec"]["replicas"] == 3
-        assert len(rig.events("SpotRebalancerReturnStarted")) == 1
+        assert len(rig.events("SpotRebalancerReturnStarted")) == 2
         assert (
             await rig.metric(
                 "controller-0", 'rebalancer_controller_returns_total{outcome="ReturnedToSpot"}'
             )
-            == 1
+            == 2
         )
 
 
