@@ -10,8 +10,11 @@ and has been quiet (no Preempt) for `return_quiet_seconds`:
 3. give up cleanly, scaling back so that the new pod goes, when a notice touches the pool, the
    new pod lands on demand, or it is not Ready within `return_pending_timeout_seconds`; a give-up
    backs the workload off for `return_quiet_seconds`.
-Budgets (at once per workload and cluster-wide), the quiet time (hysteresis), an optional UTC
-window and the back-off keep replicas from flapping between pools.
+One return per workload at a time (its record names one pod) and at most `max_concurrent`
+cluster-wide; the quiet time (hysteresis), an optional UTC window and the back-off keep replicas
+from flapping between pools. PodDisruptionBudgets are never at stake: the new replica is Ready
+before the old one goes, and a degraded workload (fewer Ready replicas than desired) is never
+moved.
 """
 
 from __future__ import annotations
@@ -72,7 +75,6 @@ class ReturnSettings:
     quiet_seconds: float = 600.0
     pending_timeout_seconds: float = 600.0
     max_concurrent: int = 1
-    max_per_workload: int = 1
     window: tuple[int, int] | None = None  # (start minute, end minute) of the UTC day
 
 
@@ -294,11 +296,15 @@ def active_record(workload: WorkloadInfo) -> ReturnRecord | None:
 
 
 def pods_in_play(workload: WorkloadInfo, pods: list[PodInfo]) -> set[tuple[str, str]]:
-    """The pods an active return is working on (their deletion costs are its business)."""
-    record = active_record(workload)
+    """The pods a return is working on: their deletion costs are its business. A finished
+    return keeps its retired pod until the ReplicaSet has removed it (restoring that pod's cost
+    first would let the ReplicaSet remove another one)."""
+    record = _record(workload)
     if record is None:
         return set()
     retire = record.retire.split("/", 1)[1]
+    if record.completed:
+        return {p.key for p in pods if p.name == retire}
     return {p.key for p in pods if p.name == retire or p.name not in record.known_pods}
 
 

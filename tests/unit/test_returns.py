@@ -195,3 +195,13 @@ def test_one_return_at_a_time_cluster_wide() -> None:
         Settings(),
     )
     assert of_type(result.actions, StartReturn) == []
+
+
+def test_the_retired_pod_keeps_its_low_cost_until_it_is_gone() -> None:
+    lowered = {
+        "controller.kubernetes.io/pod-deletion-cost": LOWEST_DELETION_COST,
+        "spot-rebalancer.io/original-deletion-cost": "",
+    }
+    done = replace(deployment(2), annotations={RETURN_ANNOTATION: record(completed=True).to_json()})
+    pods = [pod("p0", "spot-0"), pod("p1", "od-0", annotations=lowered), pod("p2", "spot-1")]
+    assert of_type(plan(state(pods, done), Settings()).actions, SetDeletionCost) == []

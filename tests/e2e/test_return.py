@@ -1,0 +1,178 @@
+"""Return to spot end to end: real agents and controller on the emulator, compressed timings."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.rig import Rig, running, sampling, scenario
+
+pytestmark = pytest.mark.e2e
+
+FAST = {
+    "REBALANCER_RETURN_QUIET_SECONDS": "4",
+    "REBALANCER_COOLDOWN_SECONDS": "2",
+    "REBALANCER_RETURN_PENDING_TIMEOUT_SECONDS": "20",
+}
+
+
+def with_npd(data: dict[str, object] | None = None) -> dict[str, object]:
+    """AKS's node-problem-detector on: new spot VMs have no agent of ours, NPD still reports."""
+    data = data or scenario()
+    data["settings"] = {**data["settings"], "nodeProblemDetectorSeconds": 1}  # type: ignore[dict-item]
+    return data
+
+
+def on_demand_replicas(rig: Rig) -> int:
+    return sum(
+        1
+        for p in rig.pods()
+        if p["metadata"]["name"].startswith("llm")
+        and rig.pool_of(p["spec"].get("nodeName", "")) == "gpuondemand"
+    )
+
+
+async def fail_one_over(rig: Rig) -> str:
+    doomed = rig.spot_nodes()[0]
+    rig.cluster.preempt(doomed, notice_seconds=15)
+    await rig.wait_for(lambda: rig.node(doomed) is None, timeout=30, what="the VM gone")
+    await rig.wait_for(
+        lambda: on_demand_replicas(rig) == 1 and rig.ready_count() == 3,
+        timeout=15,
+        what="the failover",
+    )
+    return doomed
+
+
+async def test_replicas_move_back_one_at_a_time_when_spot_capacity_returns(tmp_path: Path) -> None:
+    async with running(tmp_path, with_npd()) as rig:
+        rig.start_agents()
+        rig.start_controller(**FAST)
+        await rig.until_ready()
+        async with sampling(rig):
+            for doomed in rig.spot_nodes()[:2]:  # two replicas fail over to on-demand
+                rig.cluster.preempt(doomed, notice_seconds=15)
+            await rig.wait_for(
+                lambda: (
+                    on_demand_replicas(rig) == 2
+                    and rig.ready_count() == 3
+                    and len(rig.spot_nodes()) == 1
+                ),
+                timeout=40,
+                what="the failover of two replicas",
+            )
+            most = 0
+
+            async def watch_replicas() -> None:
+                nonlocal most
+                while True:
+                    most = max(most, int(rig.deployment()["spec"]["replicas"]))
+                    await asyncio.sleep(0.02)
+
+            watcher = asyncio.create_task(watch_replicas())
+            try:
+                for _ in range(2):  # spot capacity is back
+                    rig.cluster.cloud.create_vm("gpuspot", delay_seconds=1)
+                await rig.wait_for(
+                    lambda: on_demand_replicas(rig) == 0 and rig.ready_count() == 3,
+                    timeout=40,
+                    what="the returns",
+                )
+                await asyncio.sleep(3)  # and they stay there
+            finally:
+                watcher.cancel()
+            assert on_demand_replicas(rig) == 0
+        assert most == 4, f"replicas reached {most}: more than one move at a time"
+        assert rig.min_ready[("inference", "llm")] == 3, "a Ready replica was lost on the way"
+        assert rig.deployment()["spec"]["replicas"] == 3
+        assert len(rig.events("SpotRebalancerReturnStarted")) == 2
+        assert (
+            await rig.metric(
+                "controller-0", 'rebalancer_controller_returns_total{outcome="ReturnedToSpot"}'
+            )
+            == 2
+        )
+
+
+async def test_an_eviction_during_the_return_stops_it(tmp_path: Path) -> None:
+    data = scenario()
+    data["workloads"][0]["startupSeconds"] = 6  # the spot replica is still loading
+    async with running(tmp_path, with_npd(data)) as rig:
+        rig.start_agents()
+        rig.start_controller(**FAST)
+        await rig.until_ready()
+        async with sampling(rig):
+            await fail_one_over(rig)
+            vm = rig.cluster.cloud.create_vm("gpuspot", delay_seconds=1)
+            await rig.wait_for(
+                lambda: rig.events("SpotRebalancerReturnStarted"), timeout=20, what="the return"
+            )
+            rig.cluster.preempt(vm.node_name, notice_seconds=20)  # the pool is evicted again
+            await rig.wait_for_metric(
+                "controller-0",
+                'rebalancer_controller_returns_total{outcome="NoticeDuringReturn"}',
+                1,
+                timeout=15,
+            )
+            await rig.wait_for(
+                lambda: rig.deployment()["spec"]["replicas"] == 3, timeout=10, what="scaled back"
+            )
+            await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready")
+        assert on_demand_replicas(rig) >= 1  # the on-demand replica stayed
+        assert rig.min_ready[("inference", "llm")] == 3
+
+
+async def test_a_spot_replica_that_never_gets_ready_is_given_up(tmp_path: Path) -> None:
+    data = scenario()
+    del data["workloads"][0]["startupSeconds"]  # the kubelets' default applies, set below
+    async with running(tmp_path, with_npd(data)) as rig:
+        rig.start_agents()
+        rig.start_controller(**{**FAST, "REBALANCER_RETURN_PENDING_TIMEOUT_SECONDS": "3"})
+        await rig.until_ready()
+        await fail_one_over(rig)
+        # From now on a new replica takes a minute to load: longer than the return waits.
+        rig.cluster.kubelets.startup_seconds = 60.0
+        rig.cluster.cloud.create_vm("gpuspot", delay_seconds=1)
+        await rig.wait_for_metric(
+            "controller-0",
+            'rebalancer_controller_returns_total{outcome="SpotReplicaNotReady"}',
+            1,
+            timeout=30,
+        )
+        await rig.wait_for(
+            lambda: rig.deployment()["spec"]["replicas"] == 3, timeout=10, what="scaled back"
+        )
+        assert on_demand_replicas(rig) == 1
+
+
+async def test_no_flapping_while_spot_capacity_comes_and_goes(tmp_path: Path) -> None:
+    """An hour compressed about 60x: the pool loses and regains a VM every few seconds (minutes)."""
+    data = scenario()
+    data["pools"][1]["count"] = 4
+    async with running(tmp_path, with_npd(data)) as rig:
+        rig.start_agents()
+        rig.start_controller(**{**FAST, "REBALANCER_RETURN_QUIET_SECONDS": "10"})
+        await rig.until_ready()
+        moves_back = 0
+        async with sampling(rig):
+            started = time.monotonic()
+            while time.monotonic() - started < 40:
+                spot = rig.spot_nodes()
+                busy = {p["spec"].get("nodeName") for p in rig.pods()}
+                victim = next((n for n in spot if n in busy), spot[0])
+                rig.cluster.preempt(victim, notice_seconds=5)
+                await asyncio.sleep(3)
+                rig.cluster.cloud.create_vm("gpuspot", delay_seconds=1)
+                await asyncio.sleep(4)
+            moves_back = len(rig.events("SpotRebalancerReturnStarted"))
+            assert moves_back == 0, "a replica moved back while the pool was still being evicted"
+            # Quiet at last: what failed over comes back, once, and stays.
+            await rig.wait_for(lambda: on_demand_replicas(rig) == 0, timeout=60, what="the returns")
+            settled = len(rig.events("SpotRebalancerReturnStarted"))
+            await asyncio.sleep(12)
+        assert len(rig.events("SpotRebalancerReturnStarted")) == settled
+        assert rig.min_ready[("inference", "llm")] >= 2
+        assert rig.deployment()["spec"]["replicas"] == 3
