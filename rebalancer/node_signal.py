@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Any
 
 from rebalancer import names
+from rebalancer.timefmt import iso, parse_iso
 
 CONDITION_TYPE = names.CONDITION_TYPE
 EVENTS_ANNOTATION = names.EVENTS_ANNOTATION
@@ -92,7 +93,7 @@ class PublishedEvent:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PublishedEvent:
-        first_seen = _parse_iso(data.get("firstSeen"))
+        first_seen = parse_iso(data.get("firstSeen"))
         if first_seen is None:
             raise ValueError("event without firstSeen")
         duration = data.get("durationInSeconds")
@@ -100,14 +101,14 @@ class PublishedEvent:
             event_id=_str(data, "eventId", required=True),
             event_type=_str(data, "eventType", required=True),
             status=_str(data, "eventStatus", required=True),
-            not_before=_parse_iso(data.get("notBefore")),
+            not_before=parse_iso(data.get("notBefore")),
             first_seen=first_seen,
             resources=tuple(str(r) for r in data.get("resources") or []),
             not_before_raw=_str(data, "notBeforeRaw"),
             description=_str(data, "description"),
             event_source=_str(data, "eventSource"),
             duration_seconds=duration if isinstance(duration, int) else None,
-            acknowledged_at=_parse_iso(data.get("acknowledgedAt")),
+            acknowledged_at=parse_iso(data.get("acknowledgedAt")),
         )
 
 
@@ -128,7 +129,7 @@ class EndedEvent:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EndedEvent:
-        at = _parse_iso(data.get("at"))
+        at = parse_iso(data.get("at"))
         if at is None:
             raise ValueError("ended event without time")
         return cls(
@@ -241,19 +242,7 @@ def _token(value: str) -> str:
 
 
 def _iso(moment: datetime | None, timespec: str = "seconds") -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
-
-
-def _parse_iso(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed.astimezone(UTC) if parsed.tzinfo else None
+    return None if moment is None else iso(moment, timespec)
 
 
 def _str(data: dict[str, Any], key: str, *, required: bool = False) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 from rebalancer import names
 from rebalancer.node_signal import NOW, NodeEvents, parse_message
+from rebalancer.timefmt import parse_iso
 
 KNOWN_EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 MANUAL = "Manual"
@@ -129,7 +130,7 @@ def _from_agent(node: str, annotations: Mapping[str, str], conditions: Mapping[s
     if not event_id:
         return [], [*skipped, f"{node}: agent condition True without an EventId"]
     deadline_text = fields.get("NotBefore", NOW)
-    deadline = None if deadline_text == NOW else _parse_rfc3339(deadline_text)
+    deadline = None if deadline_text == NOW else parse_iso(deadline_text)
     notice = Notice(
         node=node,
         event_type=fields.get("EventType", "Unknown"),
@@ -137,7 +138,7 @@ def _from_agent(node: str, annotations: Mapping[str, str], conditions: Mapping[s
         event_id=event_id.upper(),
         source=Source.AGENT,
         started=fields.get("EventStatus") == "Started",
-        seen_at=_parse_rfc3339(str(condition.get("lastTransitionTime", ""))),
+        seen_at=parse_iso(str(condition.get("lastTransitionTime", ""))),
     )
     return [notice], skipped
 
@@ -233,7 +234,7 @@ def _from_npd(node: str, annotations: Mapping[str, str], conditions: Mapping[str
                 event_id=event_id or f"NPD-{condition_type}-{transition}".upper(),
                 source=Source.AKS_NPD,
                 started=status == "Started",
-                seen_at=_parse_rfc3339(transition),
+                seen_at=parse_iso(transition),
             )
         )
     return notices, skipped
@@ -246,7 +247,7 @@ def _from_manual(
     value = annotations.get(names.DRAIN_REQUEST_ANNOTATION)
     if value is None:
         return [], []
-    deadline = None if value.strip().lower() in ("", "now", "true") else _parse_rfc3339(value)
+    deadline = None if value.strip().lower() in ("", "now", "true") else parse_iso(value)
     notice = Notice(
         node=node,
         event_type=MANUAL,
@@ -255,13 +256,3 @@ def _from_manual(
         source=Source.MANUAL,
     )
     return [notice], []
-
-
-def _parse_rfc3339(text: str) -> datetime | None:
-    if not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed.astimezone(UTC) if parsed.tzinfo else None

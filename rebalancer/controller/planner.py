@@ -45,6 +45,7 @@ from rebalancer.controller.returns import (
     pods_in_play,
 )
 from rebalancer.notices import Notice
+from rebalancer.timefmt import iso, parse_iso
 
 LOWEST_DELETION_COST = LOWEST
 
@@ -392,7 +393,7 @@ def _surges(
         handled.update(pod.key for pod, _ in doomed)
         names_now = tuple(sorted(f"{p.namespace}/{p.name}" for p, _ in doomed))
         earliest = min((n for _, n in doomed), key=_deadline_key)
-        deadline = None if earliest.act_now else _iso(earliest.deadline)
+        deadline = None if earliest.act_now or earliest.deadline is None else iso(earliest.deadline)
         events = tuple(sorted({n.event_id for _, n in doomed}))
         if workload.surge is not None and workload.surge.completed:
             # Pods of a finished surge are on their way out; only new doomed pods need a surge.
@@ -569,7 +570,7 @@ def _cooldowns(
     for name, node in sorted(snapshot.nodes.items()):
         if name in active or not node.spot:
             continue
-        current = _parse_iso(node.annotations.get(COOLDOWN_UNTIL))
+        current = parse_iso(node.annotations.get(COOLDOWN_UNTIL))
         wanted = evicted_groups.get((node.pool, node.zone))
         if wanted is not None and (current is None or current < wanted):
             actions.append(StartCooldown(name, wanted))
@@ -611,20 +612,4 @@ def min_deadline(first: str | None, second: str | None) -> str | None:
     """The earlier of two recorded deadlines; None (act now) is the earliest of all."""
     if first is None or second is None:
         return None
-    return min(first, second, key=lambda text: _parse_iso(text) or datetime.min.replace(tzinfo=UTC))
-
-
-def _iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _parse_iso(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed.astimezone(UTC) if parsed.tzinfo else None
+    return min(first, second, key=lambda text: parse_iso(text) or datetime.min.replace(tzinfo=UTC))

@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from rebalancer import names
 from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
 from rebalancer.controller.pools import Pool, pools_of
+from rebalancer.timefmt import iso, parse_iso
 
 RETURN_ANNOTATION = f"{names.PREFIX}/return"
 RETURN_BACKOFF_ANNOTATION = f"{names.PREFIX}/return-backoff-until"
@@ -161,7 +162,7 @@ def plan_returns(
             continue
         if _record(workload) is not None or workload.surge is not None:
             continue
-        backoff = _parse(workload.annotations.get(RETURN_BACKOFF_ANNOTATION))
+        backoff = parse_iso(workload.annotations.get(RETURN_BACKOFF_ANNOTATION))
         if backoff is not None and now < backoff:
             continue
         start = _start(
@@ -216,7 +217,7 @@ def _start(
         members = [nodes[n] for n in pool.nodes if n in nodes]
         if any(n.name in active_nodes for n in members):
             continue
-        if any((_parse(n.annotations.get(COOLDOWN_UNTIL)) or now) > now for n in members):
+        if any((parse_iso(n.annotations.get(COOLDOWN_UNTIL)) or now) > now for n in members):
             continue
         room = [
             n
@@ -232,7 +233,7 @@ def _start(
             base_replicas=workload.replicas,
             retire=f"{retire.namespace}/{retire.name}",
             pool=pool.name,
-            started_at=_iso(now),
+            started_at=iso(now),
             known_pods=tuple(sorted(p.name for p in pods)),
         )
         return StartReturn(key, workload.replicas + 1, record, workload.resource_version)
@@ -280,7 +281,7 @@ def _progress(
         if retire.deletion_cost != LOWEST:
             return [LowerCost(retire.key, retire.deletion_cost or "")]
         return [FinishReturn(key, record.base_replicas, "ReturnedToSpot")]
-    started = _parse(record.started_at) or now
+    started = parse_iso(record.started_at) or now
     if (now - started).total_seconds() > settings.pending_timeout_seconds:
         return give_up("SpotReplicaNotReady")
     return []
@@ -306,17 +307,3 @@ def pods_in_play(workload: WorkloadInfo, pods: list[PodInfo]) -> set[tuple[str, 
     if record.completed:
         return {p.key for p in pods if p.name == retire}
     return {p.key for p in pods if p.name == retire or p.name not in record.known_pods}
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _parse(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed.astimezone(UTC) if parsed.tzinfo else None
