@@ -36,6 +36,7 @@ from rebalancer.controller.planner import (
     ScaleUp,
     SetDeletionCost,
     StartCooldown,
+    min_deadline,
 )
 from rebalancer.controller.returns import (
     RETURN_ANNOTATION,
@@ -197,22 +198,54 @@ class Executor:
         raise TypeError(f"unknown action {action!r}")
 
     async def _scale_up(self, action: ScaleUp, now: datetime) -> Outcome:
+        """Surge, re-validated against the Deployment as it is now, not as the cache had it:
+        a stale cache must never add replicas for pods a surge already covers."""
         kind, namespace, name = action.workload
-        current = self.workloads.get(action.workload)
+        fresh = await self.writer.get_workload(kind, namespace, name)
+        if fresh is None:
+            return Outcome(False)
+        info = WorkloadInfo.from_json(kind, fresh)
+        if info.surge_unreadable:
+            return Outcome(False, detail="surge record unreadable")
+        covered = set()
+        if info.surge is not None:
+            covered = set(info.surge.doomed_pods)
+        new = [pod for pod in action.record.doomed_pods if pod not in covered]
+        if not new:
+            return Outcome(False, detail="already surged")
+        if info.surge is not None and not info.surge.completed:
+            record = replace(
+                info.surge,
+                added=info.surge.added + len(new),
+                event_ids=tuple(sorted(set(info.surge.event_ids) | set(action.record.event_ids))),
+                doomed_pods=tuple(sorted(covered | set(new))),
+                deadline=min_deadline(info.surge.deadline, action.record.deadline),
+            )
+        else:
+            # A completed record's pods are on their way out; keep naming them so that they
+            # are never taken for new doomed pods, and surge for the new ones only.
+            record = replace(
+                action.record,
+                base_replicas=info.replicas,
+                added=len(new),
+                doomed_pods=tuple(sorted(covered | set(new))),
+                completed=False,
+            )
+        replicas = info.replicas + len(new)
         patch: dict[str, Any] = {
-            "metadata": {"annotations": {SURGE_ANNOTATION: action.record.to_json()}},
-            "spec": {"replicas": action.replicas},
+            "metadata": {
+                "annotations": {SURGE_ANNOTATION: record.to_json()},
+                "resourceVersion": info.resource_version,
+            },
+            "spec": {"replicas": replicas},
         }
-        if current is not None and current.resource_version:
-            # The plan was made from this version; if the workload changed since, 409 and replan.
-            patch["metadata"]["resourceVersion"] = current.resource_version
         done = await self.writer.patch_workload(kind, namespace, name, patch)
         if done:
             await self._event_on_workload(
                 action.workload,
                 action,
-                f"Scaled to {action.replicas} to replace {action.record.added} replica(s) on "
-                f"evicted nodes before they go ({', '.join(action.record.event_ids)})",
+                f"Scaled to {replicas} to replace {len(new)} replica(s) on evicted nodes "
+                f"before they go ({', '.join(record.event_ids)})",
                 now,
             )
         return Outcome(done)
@@ -268,23 +301,34 @@ class Executor:
         return Outcome(done)
 
     async def _scale_back(self, action: ScaleBack, now: datetime) -> Outcome:
+        """Scale back, re-validated against the Deployment as it is now (see `_scale_up`)."""
         kind, namespace, name = action.workload
-        current = self.workloads.get(action.workload)
-        record = None
+        fresh = await self.writer.get_workload(kind, namespace, name)
+        if fresh is None:
+            return Outcome(False)
+        info = WorkloadInfo.from_json(kind, fresh)
+        surge = info.surge
+        if surge is None or surge.completed:
+            return Outcome(False, detail="no surge to scale back")
+        replicas = action.replicas
+        if replicas is not None and info.replicas != surge.base_replicas + surge.added:
+            replicas = None  # changed by an HPA or a person since the plan: do not fight them
         # A completed record keeps its doomed pods out of later surges and drains until they are
         # gone, which after a scale-back they soon are. After a cancellation they stay, serving,
         # and nothing of the surge is doomed any more: drop the record, or those pods would be
         # neither surged for, nor evicted, nor deleted when a later notice dooms their node.
-        if current is not None and current.surge is not None and action.reason != Reason.CANCELLED:
-            record = replace(current.surge, completed=True).to_json()
-        patch: dict[str, Any] = {"metadata": {"annotations": {SURGE_ANNOTATION: record}}}
-        if action.replicas is not None:
-            patch["spec"] = {"replicas": action.replicas}
-        if current is not None and current.resource_version:
-            patch["metadata"]["resourceVersion"] = current.resource_version
+        record = None if action.reason == Reason.CANCELLED else replace(surge, completed=True)
+        patch: dict[str, Any] = {
+            "metadata": {
+                "annotations": {SURGE_ANNOTATION: None if record is None else record.to_json()},
+                "resourceVersion": info.resource_version,
+            }
+        }
+        if replicas is not None:
+            patch["spec"] = {"replicas": replicas}
         done = await self.writer.patch_workload(kind, namespace, name, patch)
         if done:
-            target = "left as is" if action.replicas is None else f"to {action.replicas}"
+            target = "left as is" if replicas is None else f"to {replicas}"
             await self._event_on_workload(
                 action.workload, action, f"Scaled back {target}: {action.reason}", now
             )

@@ -242,7 +242,7 @@ class Controller:
 
     async def run(self, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(i.run(stop)) for i in self.informers]
-        tasks.append(asyncio.create_task(self.elector.run(stop)))
+        electing = asyncio.create_task(self.elector.run(stop))
         tasks.append(asyncio.create_task(self.events.run(stop)))
         try:
             for informer in self.informers:
@@ -269,6 +269,11 @@ class Controller:
                 if not task.done():
                     task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            # Not cancelled: on `stop` the elector releases the Lease by itself, and a cancel
+            # landing in that PUT would leave the other replica waiting a full lease duration.
+            stop.set()
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(electing, timeout=4.0)
 
     async def _wait_for_change(self, stop: asyncio.Event) -> None:
         wake = asyncio.ensure_future(self._wake.wait())

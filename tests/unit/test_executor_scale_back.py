@@ -8,15 +8,30 @@ from typing import Any
 
 from rebalancer.controller.executor import Executor
 from rebalancer.controller.model import SURGE_ANNOTATION, Surge, WorkloadInfo
-from rebalancer.controller.planner import Reason, ScaleBack
+from rebalancer.controller.planner import Reason, ScaleBack, ScaleUp
 
 KEY = ("Deployment", "inference", "llm")
 SURGE = Surge(3, 1, ("EVENT-1",), ("inference/llm-a",), "2026-01-01T00:00:30Z")
 
 
 class RecordingWriter:
-    def __init__(self) -> None:
+    """Serves the Deployment as the API has it now, and records the patches sent."""
+
+    def __init__(self, replicas: int = 4) -> None:
         self.patches: list[dict[str, Any]] = []
+        self.current = {
+            "metadata": {
+                "namespace": "inference",
+                "name": "llm",
+                "resourceVersion": "8",
+                "annotations": {SURGE_ANNOTATION: SURGE.to_json()},
+            },
+            "spec": {"replicas": replicas, "template": {"spec": {"containers": []}}},
+            "status": {"readyReplicas": replicas},
+        }
+
+    async def get_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        return self.current
 
     async def patch_workload(
         self, kind: str, namespace: str, name: str, patch: dict[str, Any]
@@ -41,6 +56,7 @@ async def scale_back(reason: Reason) -> dict[str, Any]:
     assert outcome.done
     (patch,) = writer.patches
     assert patch["spec"] == {"replicas": 3}
+    assert patch["metadata"]["resourceVersion"] == "8"  # the version read now, not the cache's
     return patch
 
 
@@ -54,3 +70,29 @@ async def test_a_cancelled_surge_leaves_no_record() -> None:
     """Its pods stay and serve; a completed record would hide them from the next notice."""
     patch = await scale_back(Reason.CANCELLED)
     assert patch["metadata"]["annotations"] == {SURGE_ANNOTATION: None}
+
+
+async def test_replicas_changed_since_the_plan_are_not_fought() -> None:
+    writer = RecordingWriter(replicas=6)  # an HPA scaled it meanwhile
+    executor = Executor(writer=writer, events=QuietEvents(), workloads={})  # type: ignore[arg-type]
+    await executor.apply(
+        ScaleBack(KEY, 3, Reason.REPLACEMENTS_READY), datetime(2026, 1, 1, tzinfo=UTC)
+    )
+    (patch,) = writer.patches
+    assert "spec" not in patch
+    assert json.loads(patch["metadata"]["annotations"][SURGE_ANNOTATION])["completed"] is True
+
+
+async def test_a_stale_plan_never_surges_twice() -> None:
+    writer = RecordingWriter(replicas=4)  # the surge for llm-a is already there
+    executor = Executor(writer=writer, events=QuietEvents(), workloads={})  # type: ignore[arg-type]
+    stale = ScaleUp(KEY, 4, Surge(3, 1, ("EVENT-1",), ("inference/llm-a",), None))
+    outcome = await executor.apply(stale, datetime(2026, 1, 1, tzinfo=UTC))
+    assert not outcome.done and writer.patches == []
+    wave = ScaleUp(KEY, 5, Surge(3, 2, ("EVENT-2",), ("inference/llm-a", "inference/llm-b"), None))
+    await executor.apply(wave, datetime(2026, 1, 1, tzinfo=UTC))
+    (patch,) = writer.patches
+    assert patch["spec"] == {"replicas": 5}
+    record = json.loads(patch["metadata"]["annotations"][SURGE_ANNOTATION])
+    assert (record["baseReplicas"], record["added"]) == (3, 2)
+    assert record["doomedPods"] == ["inference/llm-a", "inference/llm-b"]
