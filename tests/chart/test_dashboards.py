@@ -249,7 +249,7 @@ async def run_evictions(rig: Rig) -> None:
         what="the spot VMs gone",
     )
     # At least: what this test needs is data in every panel, not the exact replica count (the
-    # controller's e2e tests assert that); a double surge after a stale plan is a known issue.
+    # controller's e2e tests assert that).
     await rig.wait_for(lambda: rig.ready_count() >= 3, timeout=15, what="llm Ready again")
     for sample in (
         'rebalancer_controller_pods_total{action="eviction_blocked"}',
