@@ -117,6 +117,7 @@ start_bg kube-apiserver "$BIN/kube-apiserver" \
   --service-cluster-ip-range 10.0.0.0/24 \
   --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds,Priority,PodSecurity,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
   --allow-privileged=true --profiling=false --enable-priority-and-fairness=false \
+  --endpoint-reconciler-type none \
   --cert-dir "$STATE/apiserver-certs"
 ready=0
 for _ in $(seq 1 $((READY_TIMEOUT * 2))); do
