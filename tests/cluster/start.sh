@@ -19,6 +19,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 CACHE="${K8S_CACHE:-$ROOT/.cache/k8s}"
 BIN="$CACHE/bin"
+ETCD_BIN="${ETCD_BIN:-$BIN/etcd}"   # e.g. ETCD_BIN=/usr/bin/etcd (Debian etcd-server 3.4.23)
 STATE="${1:-$(mktemp -d /tmp/spot-k8s.XXXXXX)}"
 mkdir -p "$STATE/pki" "$STATE/logs"
 STATE="$(cd "$STATE" && pwd)"
@@ -27,7 +28,8 @@ READY_TIMEOUT="${READY_TIMEOUT:-120}"
 SYSTEM_NODES="${SYSTEM_NODES:-1}" SPOT_NODES="${SPOT_NODES:-3}" ONDEMAND_NODES="${ONDEMAND_NODES:-2}"
 REGION="${REGION:-eastus}"
 
-for b in etcd kube-apiserver; do
+[[ -x "$ETCD_BIN" ]] || { echo "start.sh: $ETCD_BIN missing; run tests/cluster/build.sh" >&2; exit 1; }
+for b in kube-apiserver; do
   [[ -x "$BIN/$b" ]] || { echo "start.sh: $BIN/$b missing; run tests/cluster/build.sh" >&2; exit 1; }
 done
 command -v openssl >/dev/null || { echo "start.sh: openssl missing" >&2; exit 1; }
@@ -95,7 +97,7 @@ KC
 for k in admin controller-manager scheduler kwok; do kubeconfig "$k"; done
 
 # ------------------------------------------------------------------ etcd
-start_bg etcd "$BIN/etcd" --name default --data-dir "$STATE/etcd" \
+start_bg etcd "$ETCD_BIN" --name default --data-dir "$STATE/etcd" \
   --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-cluster "default=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
