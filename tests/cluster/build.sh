@@ -40,6 +40,7 @@ export GOFLAGS="-modcacherw -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOL
 export GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
 
 command -v go >/dev/null || { echo "build.sh: go is not installed" >&2; exit 1; }
+GO_VERSION="$(go env GOVERSION)"
 
 NICE=(nice -n 19)
 
@@ -59,8 +60,9 @@ up_to_date() { # NAME STAMP
 
 # ---------------------------------------------------------------- Kubernetes control plane
 build_kubernetes() {
-  local stamp="k8s.io/kubernetes@$K8S_VERSION go=$(go env GOVERSION)"
+  local stamp="k8s.io/kubernetes@$K8S_VERSION go=$GO_VERSION"
   local cmds=(kube-apiserver kube-controller-manager kube-scheduler) todo=() c
+  local pkgs=("${cmds[@]/#/k8s.io/kubernetes/cmd/}")
   for c in "${cmds[@]}"; do up_to_date "$c" "$stamp" || todo+=("$c"); done
   ((${#todo[@]})) || { log "kubernetes $K8S_VERSION: up to date"; return; }
 
@@ -86,7 +88,7 @@ build_kubernetes() {
       echo ")"
     } > "$dir/go.mod"
     (cd "$dir" && timed "resolve kubernetes deps (go get)" \
-      go get $(printf 'k8s.io/kubernetes/cmd/%s@'"$K8S_VERSION"' ' "${cmds[@]}"))
+      go get "${pkgs[@]/%/@$K8S_VERSION}")
   fi
   local ld="-s -w"
   ld+=" -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
@@ -103,7 +105,7 @@ build_kubernetes() {
 
 # ---------------------------------------------------------------- etcd
 build_etcd() {
-  local stamp="go.etcd.io/etcd/server/v3@$ETCD_VERSION go=$(go env GOVERSION)"
+  local stamp="go.etcd.io/etcd/server/v3@$ETCD_VERSION go=$GO_VERSION"
   up_to_date etcd "$stamp" && { log "etcd $ETCD_VERSION: up to date"; return; }
   local dir="$MODS/etcd-$ETCD_VERSION"
   mkdir -p "$dir"
@@ -119,7 +121,7 @@ build_etcd() {
 
 # ---------------------------------------------------------------- kwok
 build_kwok() {
-  local stamp="sigs.k8s.io/kwok@$KWOK_VERSION go=$(go env GOVERSION)"
+  local stamp="sigs.k8s.io/kwok@$KWOK_VERSION go=$GO_VERSION"
   up_to_date kwok "$stamp" && [[ -f "$CACHE/kwok-stages.yaml" ]] && { log "kwok $KWOK_VERSION: up to date"; return; }
   local dir="$MODS/kwok-$KWOK_VERSION"
   mkdir -p "$dir"

@@ -29,9 +29,7 @@ SYSTEM_NODES="${SYSTEM_NODES:-1}" SPOT_NODES="${SPOT_NODES:-3}" ONDEMAND_NODES="
 REGION="${REGION:-eastus}"
 
 [[ -x "$ETCD_BIN" ]] || { echo "start.sh: $ETCD_BIN missing; run tests/cluster/build.sh" >&2; exit 1; }
-for b in kube-apiserver; do
-  [[ -x "$BIN/$b" ]] || { echo "start.sh: $BIN/$b missing; run tests/cluster/build.sh" >&2; exit 1; }
-done
+[[ -x "$BIN/kube-apiserver" ]] || { echo "start.sh: $BIN/kube-apiserver missing; run tests/cluster/build.sh" >&2; exit 1; }
 command -v openssl >/dev/null || { echo "start.sh: openssl missing" >&2; exit 1; }
 
 log() { echo "[start $(date -u +%H:%M:%S)] $*" >&2; }
@@ -172,7 +170,8 @@ fi
 # node POOL INDEX PRIORITY(spot|regular) INSTANCE_TYPE CPU MEMORY GPUS TAINTS_YAML MODE
 node() {
   local pool="$1" i="$2" prio="$3" sku="$4" cpu="$5" mem="$6" gpus="$7" taints="$8" mode="$9"
-  local name="aks-$pool-12345678-vmss$(printf '%06d' "$i")" zone="$REGION-$(( i % 3 + 1 ))"
+  local name zone="$REGION-$(( i % 3 + 1 ))"
+  name="aks-$pool-12345678-vmss$(printf '%06d' "$i")"
   local spot_label="" gpu_labels="" gpu_cap=""
   [[ "$prio" == spot ]] && spot_label="    kubernetes.azure.com/scalesetpriority: spot"
   if (( gpus > 0 )); then
