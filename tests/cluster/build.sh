@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Build a real Kubernetes control plane for tests, once, from Go modules at pinned versions.
+#
+#   tests/cluster/build.sh            # build what is missing into .cache/k8s/bin
+#   tests/cluster/build.sh --force    # rebuild everything
+#   tests/cluster/build.sh --prune    # build, then drop the Go module and build caches (4+ GB),
+#                                     # keeping only the binaries (~350 MB) for a CI cache
+#   tests/cluster/build.sh etcd       # one target: etcd, kubernetes, kwok
+#
+# Everything (binaries, Go module cache, Go build cache, build modules, timing log) lives under
+# .cache/k8s/ (ignored by git), so CI can cache that one folder. A binary is rebuilt only when its
+# pinned version changes (a stamp file beside it records what it was built from).
+# Heavy steps run under `nice -n 19`; go builds use at most BUILD_JOBS parallel jobs (default 2).
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-v1.34.4}"      # kube-apiserver, kube-controller-manager, kube-scheduler
+ETCD_VERSION="${ETCD_VERSION:-v3.6.4}"     # the etcd that k8s.io/kubernetes v1.34.4's go.mod uses
+KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"     # sigs.k8s.io/kwok
+BUILD_JOBS="${BUILD_JOBS:-2}"
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+CACHE="${K8S_CACHE:-$ROOT/.cache/k8s}"
+BIN="$CACHE/bin"
+MODS="$CACHE/modules"
+LOG="$CACHE/build-times.log"
+FORCE=0 PRUNE=0 what=()
+for a in "$@"; do
+  case "$a" in
+    --force) FORCE=1 ;;
+    --prune) PRUNE=1 ;;
+    etcd|kubernetes|kwok) what+=("$a") ;;
+    *) echo "build.sh: unknown argument $a (--force, --prune, etcd, kubernetes, kwok)" >&2; exit 2 ;;
+  esac
+done
+((${#what[@]})) || what=(etcd kubernetes kwok)
+
+mkdir -p "$BIN" "$MODS"
+export GOMODCACHE="$CACHE/gomod" GOCACHE="$CACHE/gocache" GOPATH="$CACHE/gopath"
+export GOFLAGS="-modcacherw -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+export GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
+
+command -v go >/dev/null || { echo "build.sh: go is not installed" >&2; exit 1; }
+GO_VERSION="$(go env GOVERSION)"
+
+NICE=(nice -n 19)
+
+log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG" >&2; }
+
+# timed LABEL CMD... : run CMD niced, log its wall time.
+timed() {
+  local label="$1"; shift
+  local t0=$SECONDS
+  "${NICE[@]}" "$@"
+  log "$label: $((SECONDS - t0)) s"
+}
+
+up_to_date() { # NAME STAMP
+  [[ $FORCE == 0 && -x "$BIN/$1" && "$(cat "$BIN/$1.stamp" 2>/dev/null)" == "$2" ]]
+}
+
+# ---------------------------------------------------------------- Kubernetes control plane
+build_kubernetes() {
+  local stamp="k8s.io/kubernetes@$K8S_VERSION go=$GO_VERSION"
+  local cmds=(kube-apiserver kube-controller-manager kube-scheduler) todo=() c
+  local pkgs=("${cmds[@]/#/k8s.io/kubernetes/cmd/}")
+  for c in "${cmds[@]}"; do up_to_date "$c" "$stamp" || todo+=("$c"); done
+  ((${#todo[@]})) || { log "kubernetes $K8S_VERSION: up to date"; return; }
+
+  local dir="$MODS/kubernetes-$K8S_VERSION"
+  mkdir -p "$dir"
+  if [[ ! -f "$dir/go.sum" || $FORCE == 1 ]]; then
+    # k8s.io/kubernetes's go.mod points every staging module at ./staging/src/...; a module that
+    # depends on it must replace each of them with the published v0.<minor>.<patch> instead.
+    local staging="v0.${K8S_VERSION#v1.}"
+    local gomod
+    (cd "$dir" && timed "download k8s.io/kubernetes@$K8S_VERSION" \
+      go mod download -json k8s.io/kubernetes@"$K8S_VERSION" > "$dir/download.json")
+    gomod="$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' "$dir/download.json")"
+    {
+      echo "module spot-rebalancer/k8s-build"
+      echo
+      echo "go $(sed -n 's/^go //p' "$gomod")"
+      echo
+      echo "require k8s.io/kubernetes $K8S_VERSION"
+      echo
+      echo "replace ("
+      sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' "$gomod"
+      echo ")"
+    } > "$dir/go.mod"
+    (cd "$dir" && timed "resolve kubernetes deps (go get)" \
+      go get "${pkgs[@]/%/@$K8S_VERSION}")
+  fi
+  local ld="-s -w"
+  ld+=" -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
+  ld+=" -X k8s.io/component-base/version.gitMajor=1"
+  ld+=" -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
+  ld+=" -X k8s.io/component-base/version.gitTreeState=clean"
+  ld+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+  for c in "${todo[@]}"; do
+    (cd "$dir" && timed "build $c $K8S_VERSION" \
+      go build -p "$BUILD_JOBS" -trimpath -ldflags "$ld" -o "$BIN/$c" k8s.io/kubernetes/cmd/"$c")
+    echo "$stamp" > "$BIN/$c.stamp"
+  done
+}
+
+# ---------------------------------------------------------------- etcd
+build_etcd() {
+  local stamp="go.etcd.io/etcd/server/v3@$ETCD_VERSION go=$GO_VERSION"
+  up_to_date etcd "$stamp" && { log "etcd $ETCD_VERSION: up to date"; return; }
+  local dir="$MODS/etcd-$ETCD_VERSION"
+  mkdir -p "$dir"
+  if [[ ! -f "$dir/go.sum" || $FORCE == 1 ]]; then
+    printf 'module spot-rebalancer/etcd-build\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
+      "$ETCD_VERSION" > "$dir/go.mod"
+    (cd "$dir" && timed "resolve etcd deps (go get)" go get go.etcd.io/etcd/server/v3@"$ETCD_VERSION")
+  fi
+  (cd "$dir" && timed "build etcd $ETCD_VERSION" \
+    go build -p "$BUILD_JOBS" -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
+  echo "$stamp" > "$BIN/etcd.stamp"
+}
+
+# ---------------------------------------------------------------- kwok
+build_kwok() {
+  local stamp="sigs.k8s.io/kwok@$KWOK_VERSION go=$GO_VERSION"
+  up_to_date kwok "$stamp" && [[ -f "$CACHE/kwok-stages.yaml" ]] && { log "kwok $KWOK_VERSION: up to date"; return; }
+  local dir="$MODS/kwok-$KWOK_VERSION"
+  mkdir -p "$dir"
+  if [[ ! -f "$dir/go.sum" || $FORCE == 1 ]]; then
+    printf 'module spot-rebalancer/kwok-build\n\ngo 1.24\n\nrequire sigs.k8s.io/kwok %s\n' \
+      "$KWOK_VERSION" > "$dir/go.mod"
+    (cd "$dir" && timed "resolve kwok deps (go get)" go get sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION")
+  fi
+  (cd "$dir" && timed "build kwok $KWOK_VERSION" \
+    go build -p "$BUILD_JOBS" -trimpath \
+      -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
+      -o "$BIN/kwok" sigs.k8s.io/kwok/cmd/kwok)
+  echo "$stamp" > "$BIN/kwok.stamp"
+  write_kwok_stages
+}
+
+# kwok itself embeds no stages (kwokctl passes them): take the "fast" node and pod stages and the
+# lease heartbeat from the kwok module at the pinned version, as one --config file for start.sh.
+write_kwok_stages() {
+  local src="$GOMODCACHE/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage" f
+  [[ -d "$src" ]] || (cd "$MODS/kwok-$KWOK_VERSION" && go mod download sigs.k8s.io/kwok@"$KWOK_VERSION")
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+           pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    echo "---"; cat "$src/$f"
+  done > "$CACHE/kwok-stages.yaml"
+}
+
+t0=$SECONDS
+for w in "${what[@]}"; do "build_$w"; done
+if ((PRUNE)); then
+  go clean -modcache 2>/dev/null || rm -rf "$GOMODCACHE"
+  rm -rf "$GOCACHE" "$GOPATH"
+  log "pruned the Go module and build caches"
+fi
+log "build.sh total: $((SECONDS - t0)) s; cache: $(du -sh "$CACHE" | cut -f1) (bin $(du -sh "$BIN" | cut -f1))"
