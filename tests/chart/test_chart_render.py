@@ -317,16 +317,27 @@ def snake(camel: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
 
 
-def test_every_agent_setting_is_a_chart_value() -> None:
+def assert_settings_are_values(
+    component: str,
+    settings_cls: type[Any],
+    not_in_settings: dict[str, str],
+    different_defaults: dict[str, tuple[Any, str]],
+) -> None:
+    """Every setting of a process is a chart value (or listed as left out, with why), and each
+    value's default is the process's own (or listed as deliberately different)."""
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    exposed = {snake(key) for key in values["agent"]["settings"]}
-    assert exposed.isdisjoint(NOT_IN_SETTINGS)
-    assert exposed | set(NOT_IN_SETTINGS) == set(AgentSettings.model_fields)
-    for key, default in values["agent"]["settings"].items():
-        if snake(key) in DIFFERENT_DEFAULTS:
-            assert default == DIFFERENT_DEFAULTS[snake(key)][0], key
+    exposed = {snake(key) for key in values[component]["settings"]}
+    assert exposed.isdisjoint(not_in_settings)
+    assert exposed | set(not_in_settings) == set(settings_cls.model_fields)
+    for key, default in values[component]["settings"].items():
+        if snake(key) in different_defaults:
+            assert default == different_defaults[snake(key)][0], key
         else:
-            assert AgentSettings.model_fields[snake(key)].default == default, key
+            assert settings_cls.model_fields[snake(key)].default == default, key
+
+
+def test_every_agent_setting_is_a_chart_value() -> None:
+    assert_settings_are_values("agent", AgentSettings, NOT_IN_SETTINGS, DIFFERENT_DEFAULTS)
 
 
 def agent_settings_from(

@@ -7,7 +7,6 @@ so a value the chart passes in a shape the process cannot read fails here, not i
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import pydantic
@@ -18,7 +17,12 @@ from rebalancer.config import ControllerSettings
 from rebalancer.kube.leader import LeaderElector
 from tests.chart.conftest import Tools, of_component, one
 from tests.chart.generated import CHART
-from tests.chart.test_chart_render import SCENARIOS, values_of
+from tests.chart.test_chart_render import (
+    SCENARIOS,
+    assert_settings_are_values,
+    snake,
+    values_of,
+)
 
 pytestmark = pytest.mark.chart
 
@@ -52,10 +56,6 @@ def rendered(tools: Tools) -> dict[str, list[dict[str, Any]]]:
 def pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any]:
     spec: dict[str, Any] = one(objects, "Deployment")["spec"]["template"]["spec"]
     return spec
-
-
-def snake(camel: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
 
 
 @pytest.mark.parametrize("scenario", ["defaults", "aks-spot"])
@@ -161,15 +161,9 @@ DIFFERENT_DEFAULTS = {
 
 
 def test_every_controller_setting_is_a_chart_value() -> None:
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    exposed = {snake(key) for key in values["controller"]["settings"]}
-    assert exposed.isdisjoint(NOT_IN_SETTINGS)
-    assert exposed | set(NOT_IN_SETTINGS) == set(ControllerSettings.model_fields)
-    for key, default in values["controller"]["settings"].items():
-        if snake(key) in DIFFERENT_DEFAULTS:
-            assert default == DIFFERENT_DEFAULTS[snake(key)][0], key
-        else:
-            assert ControllerSettings.model_fields[snake(key)].default == default, key
+    assert_settings_are_values(
+        "controller", ControllerSettings, NOT_IN_SETTINGS, DIFFERENT_DEFAULTS
+    )
 
 
 def controller_settings_from(
