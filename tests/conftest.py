@@ -1,11 +1,15 @@
-"""Shared fixtures. A test that leaves asyncio tasks running fails (a leak hides real bugs)."""
+"""Shared fixtures. A test that leaves asyncio tasks running fails (a leak hides real bugs).
+The real control plane for `k8s` tests is started once, on first use."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+
+from tests import controlplane
+from tests.controlplane import ControlPlane
 
 
 @pytest.fixture(autouse=True)
@@ -22,3 +26,16 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
     for task in leaked:
         task.cancel()
     assert not leaked, f"test left tasks running: {leaked}"
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The real control plane of tests/cluster/, started once for the session's `k8s` tests."""
+    try:
+        plane = controlplane.start(tmp_path_factory.mktemp("k8s"))
+    except RuntimeError as error:
+        pytest.fail(str(error), pytrace=False)
+    try:
+        yield plane
+    finally:
+        controlplane.stop(plane)

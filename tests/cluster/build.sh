@@ -37,7 +37,6 @@ done
 mkdir -p "$BIN" "$MODS"
 export GOMODCACHE="$CACHE/gomod" GOCACHE="$CACHE/gocache" GOPATH="$CACHE/gopath"
 export GOFLAGS="-modcacherw -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
-export GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
 
 command -v go >/dev/null || { echo "build.sh: go is not installed" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"

@@ -240,6 +240,13 @@ GPU_TAINTS='[{key: sku, value: gpu, effect: NoSchedule}]'
 if [[ -x "$BIN/kwok" && -f "$CACHE/kwok-stages.yaml" ]]; then
   "$KUBECTL" --kubeconfig "$STATE/admin.kubeconfig" wait --for=condition=Ready node -l type=kwok --timeout=60s >&2 \
     || fail "kwok nodes did not become Ready"
+  # The node lifecycle controller tainted them not-ready at creation; it lifts the taint a few
+  # seconds after Ready. Pods would not schedule until then.
+  for _ in $(seq 1 120); do
+    "$KUBECTL" --kubeconfig "$STATE/admin.kubeconfig" get nodes -o jsonpath='{.items[*].spec.taints[*].key}' \
+      | grep -q 'node.kubernetes.io/not-ready' || break
+    sleep 0.5
+  done
 fi
 cat > "$STATE/env" <<ENV
 export KUBECONFIG=$STATE/admin.kubeconfig
