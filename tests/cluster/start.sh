@@ -157,7 +157,21 @@ fi
 
 # ------------------------------------------------------------------ kwok
 if [[ -x "$BIN/kwok" && -f "$CACHE/kwok-stages.yaml" ]]; then
-  start_bg kwok "$BIN/kwok" --kubeconfig "$STATE/kwok.kubeconfig" --config "$CACHE/kwok-stages.yaml" \
+  # kwok's "fast" pod-ready stage, plus a start-up delay that a pod may ask for with an annotation
+  # (a duration, e.g. "8s"), as a model server loads its weights: make-before-break needs it.
+  awk '
+    /^---/ { ready = 0 }
+    /^  name: pod-ready$/ { ready = 1 }
+    ready && /^  next:$/ {
+      print "  delay:"
+      print "    durationMilliseconds: 0"
+      print "    durationFrom:"
+      print "      expressionFrom: '\''.metadata.annotations[\"pod-ready.stage.kwok.x-k8s.io/delay\"]'\''"
+    }
+    { print }
+  ' "$CACHE/kwok-stages.yaml" > "$STATE/kwok-stages.yaml"
+  grep -q 'pod-ready.stage.kwok.x-k8s.io/delay' "$STATE/kwok-stages.yaml" || fail "kwok pod-ready stage not found"
+  start_bg kwok "$BIN/kwok" --kubeconfig "$STATE/kwok.kubeconfig" --config "$STATE/kwok-stages.yaml" \
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --disregard-status-with-annotation-selector kwok.x-k8s.io/status=custom \

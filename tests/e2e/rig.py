@@ -65,24 +65,36 @@ def ready(pod: dict[str, Any]) -> bool:
 
 
 @dataclass
-class Rig:
-    cluster: ClusterEmulator
+class ProcessRig:
+    """The real agent and controller processes, and what a test observes of them; the cluster
+    they run against (the emulator here, a real control plane in tests/k8s) is a subclass's."""
+
     workdir: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     min_ready: dict[tuple[str, str], int] = field(default_factory=dict)
     watched: list[tuple[str, str]] = field(default_factory=list)
 
-    # ---- processes ---------------------------------------------------------------------------
+    # ---- what a subclass provides ------------------------------------------------------------
 
-    def _env(self, **extra: str) -> dict[str, str]:
-        return {
-            **os.environ,
-            "REBALANCER_KUBECONFIG": str(self.cluster.kubeconfig_path),
-            "REBALANCER_LOG_FORMAT": "json",
-            "REBALANCER_HTTP_HOST": "127.0.0.1",
-            **extra,
-        }
+    def process_env(self, component: str) -> dict[str, str]:
+        """REBALANCER_KUBECONFIG and the like for `agent` or `controller`."""
+        raise NotImplementedError
+
+    def imds_url_for(self, node_name: str) -> str:
+        raise NotImplementedError
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def spot_nodes(self) -> list[str]:
+        raise NotImplementedError
+
+    def pods(self, namespace: str = "inference") -> list[dict[str, Any]]:
+        """The pods of a namespace that are not being deleted."""
+        raise NotImplementedError
+
+    # ---- processes ---------------------------------------------------------------------------
 
     def spawn(self, name: str, args: list[str], **env: str) -> subprocess.Popen[bytes]:
         port = free_port()
@@ -90,31 +102,34 @@ class Rig:
         log = (self.workdir / f"{name}.log").open("ab")
         process = subprocess.Popen(
             [sys.executable, "-m", "rebalancer.cli", *args],
-            env=self._env(REBALANCER_HTTP_PORT=str(port), **env),
+            env={
+                **os.environ,
+                "REBALANCER_LOG_FORMAT": "json",
+                **self.process_env(args[0]),
+                "REBALANCER_HTTP_HOST": "127.0.0.1",
+                "REBALANCER_HTTP_PORT": str(port),
+                **env,
+            },
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         self.processes[name] = process
         return process
 
-    def start_agents(self, pool: str = "gpuspot") -> None:
-        for node in self.cluster.nodes(pool):
-            node_name = node["metadata"]["name"]
-            self.spawn(
-                f"agent-{node_name}",
-                ["agent"],
-                NODE_NAME=node_name,
-                REBALANCER_IMDS_URL=self.cluster.imds_url_for(node_name),
-            )
+    def start_agent(self, node_name: str) -> None:
+        self.spawn(
+            f"agent-{node_name}",
+            ["agent"],
+            NODE_NAME=node_name,
+            REBALANCER_IMDS_URL=self.imds_url_for(node_name),
+        )
+
+    def start_agents(self) -> None:
+        for node_name in self.spot_nodes():
+            self.start_agent(node_name)
 
     def start_controller(self, name: str = "controller-0", **env: str) -> None:
-        self.spawn(
-            name,
-            ["controller"],
-            REBALANCER_NAMESPACE="default",
-            REBALANCER_IDENTITY=name,
-            **env,
-        )
+        self.spawn(name, ["controller"], REBALANCER_IDENTITY=name, **env)
 
     def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
         process = self.processes.pop(name)
@@ -124,6 +139,10 @@ class Rig:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.stop(name)
 
     def log(self, name: str) -> str:
         return (self.workdir / f"{name}.log").read_text(errors="replace")
@@ -145,57 +164,14 @@ class Rig:
 
     # ---- cluster state -----------------------------------------------------------------------
 
-    def node(self, name: str) -> dict[str, Any] | None:
-        return self.cluster.store.get(R.NODES, "", name)
-
-    def spot_nodes(self) -> list[str]:
-        return sorted(n["metadata"]["name"] for n in self.cluster.nodes("gpuspot"))
-
-    def pods(self, namespace: str = "inference") -> list[dict[str, Any]]:
-        return [
-            p
-            for p in self.cluster.pods(namespace)
-            if p["metadata"].get("deletionTimestamp") is None
-        ]
-
     def ready_count(self, namespace: str = "inference", prefix: str = "llm") -> int:
         return sum(
             1 for p in self.pods(namespace) if p["metadata"]["name"].startswith(prefix) and ready(p)
         )
 
-    def deployment(self, name: str = "llm", namespace: str = "inference") -> dict[str, Any]:
-        deployment = self.cluster.store.get(R.DEPLOYMENTS, namespace, name)
-        assert deployment is not None
-        return deployment
-
     def pool_of(self, node_name: str) -> str:
         node = self.node(node_name)
         return "" if node is None else node["metadata"]["labels"][names.AKS_AGENTPOOL_LABEL]
-
-    def events(self, reason: str) -> list[dict[str, Any]]:
-        return [e for e in self.cluster.store.items(R.EVENTS) if e.get("reason") == reason]
-
-    def npd_preemption(self, node_name: str, event_id: str, not_before: str) -> None:
-        """Write the condition AKS's node-problem-detector would write for a Preempt."""
-        node = copy.deepcopy(self.node(node_name))
-        assert node is not None
-        message = (
-            f"Preempt Scheduled: {not_before}. For more information, see "
-            f"https://aka.ms/aks/scheduledevents. EventId: {event_id}"
-        )
-        node["status"]["conditions"] = [
-            c for c in node["status"]["conditions"] if c["type"] != "PreemptionScheduled"
-        ] + [
-            {
-                "type": "PreemptionScheduled",
-                "status": "True",
-                "reason": "SpotEvictionIncoming",
-                "message": message,
-                "lastHeartbeatTime": "2026-01-01T00:00:00Z",
-                "lastTransitionTime": "2026-01-01T00:00:00Z",
-            }
-        ]
-        self.cluster.store.update(R.NODES, node)
 
     async def wait_for(self, predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
         deadline = time.monotonic() + timeout
@@ -212,22 +188,25 @@ class Rig:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}")
             await asyncio.sleep(0.05)
 
-    async def until_ready(self, replicas: int = 3) -> None:
+    async def until_ready(self, replicas: int = 3, namespace: str = "inference") -> None:
         """The llm replicas Ready, every agent reporting, every controller synced."""
         await self.wait_for(
-            lambda: self.ready_count() >= replicas, timeout=30, what=f"{replicas} Ready replicas"
+            lambda: self.ready_count(namespace) >= replicas,
+            timeout=30,
+            what=f"{replicas} Ready replicas",
         )
 
         def agents_report() -> bool:
             for node_name in self.spot_nodes():
+                if f"agent-{node_name}" not in self.processes:
+                    continue
                 node = self.node(node_name) or {"status": {}}
                 types = {c["type"] for c in node["status"].get("conditions") or []}
                 if names.CONDITION_TYPE not in types:
                     return False
             return True
 
-        if any(name.startswith("agent") for name in self.processes):
-            await self.wait_for(agents_report, timeout=30, what="the agents to report")
+        await self.wait_for(agents_report, timeout=30, what="the agents to report")
         for name in [n for n in self.processes if n.startswith("controller")]:
             await self.wait_for_metric(name, "rebalancer_controller_cache_synced", 1, timeout=30)
 
@@ -243,6 +222,20 @@ class Rig:
                 raise AssertionError(f"{process}: {sample} never reached {at_least}")
             await asyncio.sleep(0.1)
 
+    async def wait_for_leader(self, candidates: list[str], *, timeout: float = 15) -> str:
+        """The one controller process that reports itself the leader."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name in candidates:
+                with contextlib.suppress(aiohttp.ClientError):
+                    if (
+                        name in self.processes
+                        and await self.metric(name, "rebalancer_controller_leader") == 1
+                    ):
+                        return name
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"none of {candidates} became the leader within {timeout}s")
+
     async def sample(self) -> None:
         """Track the lowest Ready count of each watched workload, every 20 ms."""
         while True:
@@ -251,6 +244,72 @@ class Rig:
                 key = (namespace, prefix)
                 self.min_ready[key] = min(self.min_ready.get(key, count), count)
             await asyncio.sleep(0.02)
+
+
+@dataclass
+class Rig(ProcessRig):
+    """The cluster emulator, in the test's event loop."""
+
+    cluster: ClusterEmulator = field(kw_only=True)
+
+    def process_env(self, component: str) -> dict[str, str]:
+        env = {"REBALANCER_KUBECONFIG": str(self.cluster.kubeconfig_path)}
+        if component == "controller":
+            env["REBALANCER_NAMESPACE"] = "default"
+        return env
+
+    def imds_url_for(self, node_name: str) -> str:
+        return self.cluster.imds_url_for(node_name)
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return self.cluster.store.get(R.NODES, "", name)
+
+    def spot_nodes(self) -> list[str]:
+        return sorted(n["metadata"]["name"] for n in self.cluster.nodes("gpuspot"))
+
+    def pods(self, namespace: str = "inference") -> list[dict[str, Any]]:
+        return [
+            p
+            for p in self.cluster.pods(namespace)
+            if p["metadata"].get("deletionTimestamp") is None
+        ]
+
+    def deployment(self, name: str = "llm", namespace: str = "inference") -> dict[str, Any]:
+        deployment = self.cluster.store.get(R.DEPLOYMENTS, namespace, name)
+        assert deployment is not None
+        return deployment
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return [e for e in self.cluster.store.items(R.EVENTS) if e.get("reason") == reason]
+
+    def npd_preemption(self, node_name: str, event_id: str, not_before: str) -> None:
+        """Write the condition AKS's node-problem-detector would write for a Preempt."""
+        node = copy.deepcopy(self.node(node_name))
+        assert node is not None
+        node["status"]["conditions"] = npd_conditions(
+            node["status"]["conditions"], event_id, not_before
+        )
+        self.cluster.store.update(R.NODES, node)
+
+
+def npd_conditions(
+    conditions: list[dict[str, Any]], event_id: str, not_before: str
+) -> list[dict[str, Any]]:
+    """A node's conditions plus the one AKS's node-problem-detector writes for a Preempt."""
+    message = (
+        f"Preempt Scheduled: {not_before}. For more information, see "
+        f"https://aka.ms/aks/scheduledevents. EventId: {event_id}"
+    )
+    return [c for c in conditions if c["type"] != "PreemptionScheduled"] + [
+        {
+            "type": "PreemptionScheduled",
+            "status": "True",
+            "reason": "SpotEvictionIncoming",
+            "message": message,
+            "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ]
 
 
 @contextlib.asynccontextmanager
@@ -264,20 +323,16 @@ async def running(
     if prepare is not None:
         prepare(cluster)
     await cluster.start(kubeconfig_dir=tmp_path)
-    rig = Rig(cluster=cluster, workdir=tmp_path)
-    sampler: asyncio.Task[None] | None = None
+    rig = Rig(workdir=tmp_path, cluster=cluster)
     try:
         yield rig
     finally:
-        for name in list(rig.processes):
-            rig.stop(name)
-        if sampler is not None:
-            sampler.cancel()
+        rig.stop_all()
         await cluster.stop()
 
 
 @contextlib.asynccontextmanager
-async def sampling(rig: Rig, *workloads: tuple[str, str]) -> AsyncIterator[None]:
+async def sampling(rig: ProcessRig, *workloads: tuple[str, str]) -> AsyncIterator[None]:
     rig.watched = list(workloads) or [("inference", "llm")]
     rig.min_ready.clear()
     task = asyncio.create_task(rig.sample())
