@@ -8,10 +8,10 @@ same interface and writes nothing: it logs what it would do. Neither decides any
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from rebalancer.controller import node_patches
 from rebalancer.controller.model import (
@@ -47,11 +47,15 @@ from rebalancer.controller.returns import (
     StartReturn,
     complete,
 )
-from rebalancer.kube.errors import TooManyRequests
+from rebalancer.kube.errors import Conflict, TooManyRequests
 from rebalancer.kube.events import EventRecorder
 from rebalancer.kube.writes import Writer
 
 # Reasons of the Kubernetes Events we record (documented in the README).
+# Read-validate-write attempts when the object changed in between (a 409), before the next pass.
+CONFLICT_ATTEMPTS = 3
+_A = TypeVar("_A", ScaleUp, ScaleBack)
+
 EVENT_REASONS = {
     Cordon: "SpotRebalancerCordoned",
     Restore: "SpotRebalancerRestored",
@@ -134,9 +138,9 @@ class Executor:
                     )
                 return Outcome(done)
             case ScaleUp():
-                return await self._scale_up(action, now)
+                return await self._on_conflict_read_again(self._scale_up, action, now)
             case ScaleBack():
-                return await self._scale_back(action, now)
+                return await self._on_conflict_read_again(self._scale_back, action, now)
             case ForgetSurge():
                 kind, namespace, name = action.workload
                 patch = {"metadata": {"annotations": {SURGE_ANNOTATION: None}}}
@@ -196,6 +200,24 @@ class Executor:
                 )
                 return Outcome(True)
         raise TypeError(f"unknown action {action!r}")
+
+    async def _on_conflict_read_again(
+        self,
+        write: Callable[[_A, datetime], Awaitable[Outcome]],
+        action: _A,
+        now: datetime,
+        attempts: int = CONFLICT_ATTEMPTS,
+    ) -> Outcome:
+        """client-go's RetryOnConflict for the writes that re-read and re-validate first: on a
+        real API server the Deployment controller updates the status (and so the
+        resourceVersion) just as replacements become Ready, which is when a scale-back comes.
+        Waiting for the next pass would cost seconds of the deadline."""
+        for _ in range(attempts - 1):
+            try:
+                return await write(action, now)
+            except Conflict:
+                continue
+        return await write(action, now)
 
     async def _scale_up(self, action: ScaleUp, now: datetime) -> Outcome:
         """Surge, re-validated against the Deployment as it is now, not as the cache had it:

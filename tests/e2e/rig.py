@@ -104,6 +104,7 @@ class ProcessRig:
             [sys.executable, "-m", "rebalancer.cli", *args],
             env={
                 **os.environ,
+                "PYTHONUNBUFFERED": "1",  # the log is read while the process runs
                 "REBALANCER_LOG_FORMAT": "json",
                 **self.process_env(args[0]),
                 "REBALANCER_HTTP_HOST": "127.0.0.1",

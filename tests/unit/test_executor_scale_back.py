@@ -6,9 +6,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from rebalancer.controller.executor import Executor
+import pytest
+
+from rebalancer.controller.executor import CONFLICT_ATTEMPTS, Executor
 from rebalancer.controller.model import SURGE_ANNOTATION, Surge, WorkloadInfo
 from rebalancer.controller.planner import Reason, ScaleBack, ScaleUp
+from rebalancer.kube.errors import Conflict
 
 KEY = ("Deployment", "inference", "llm")
 SURGE = Surge(3, 1, ("EVENT-1",), ("inference/llm-a",), "2026-01-01T00:00:30Z")
@@ -96,3 +99,46 @@ async def test_a_stale_plan_never_surges_twice() -> None:
     record = json.loads(patch["metadata"]["annotations"][SURGE_ANNOTATION])
     assert (record["baseReplicas"], record["added"]) == (3, 2)
     assert record["doomedPods"] == ["inference/llm-a", "inference/llm-b"]
+
+
+class ConflictingWriter(RecordingWriter):
+    """The Deployment controller bumps the resourceVersion between our read and our write."""
+
+    def __init__(self, conflicts: int) -> None:
+        super().__init__()
+        self.conflicts = conflicts
+        self.reads = 0
+
+    async def get_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        self.reads += 1
+        self.current["metadata"]["resourceVersion"] = str(8 + self.reads)
+        return self.current
+
+    async def patch_workload(
+        self, kind: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> bool:
+        self.patches.append(patch)
+        if self.conflicts:
+            self.conflicts -= 1
+            raise Conflict("the object has been modified", status=409)
+        return True
+
+
+async def test_a_conflict_reads_again_and_writes_with_the_new_version() -> None:
+    writer = ConflictingWriter(conflicts=2)
+    executor = Executor(writer=writer, events=QuietEvents(), workloads={})  # type: ignore[arg-type]
+    outcome = await executor.apply(
+        ScaleBack(KEY, 3, Reason.REPLACEMENTS_READY), datetime(2026, 1, 1, tzinfo=UTC)
+    )
+    assert outcome.done
+    assert [p["metadata"]["resourceVersion"] for p in writer.patches] == ["9", "10", "11"]
+
+
+async def test_conflicts_that_persist_are_left_to_the_next_pass() -> None:
+    writer = ConflictingWriter(conflicts=10)
+    executor = Executor(writer=writer, events=QuietEvents(), workloads={})  # type: ignore[arg-type]
+    with pytest.raises(Conflict):
+        await executor.apply(
+            ScaleBack(KEY, 3, Reason.REPLACEMENTS_READY), datetime(2026, 1, 1, tzinfo=UTC)
+        )
+    assert len(writer.patches) == CONFLICT_ATTEMPTS
