@@ -87,8 +87,12 @@ class ProcessRig:
     def node(self, name: str) -> dict[str, Any] | None:
         raise NotImplementedError
 
-    def spot_nodes(self) -> list[str]:
+    def pool_nodes(self, pool: str) -> list[str]:
+        """The names of a node pool's nodes, sorted."""
         raise NotImplementedError
+
+    def spot_nodes(self) -> list[str]:
+        return self.pool_nodes("gpuspot")
 
     def pods(self, namespace: str = "inference") -> list[dict[str, Any]]:
         """The pods of a namespace that are not being deleted."""
@@ -125,8 +129,8 @@ class ProcessRig:
             REBALANCER_IMDS_URL=self.imds_url_for(node_name),
         )
 
-    def start_agents(self) -> None:
-        for node_name in self.spot_nodes():
+    def start_agents(self, pool: str = "gpuspot") -> None:
+        for node_name in self.pool_nodes(pool):
             self.start_agent(node_name)
 
     def start_controller(self, name: str = "controller-0", **env: str) -> None:
@@ -265,8 +269,8 @@ class Rig(ProcessRig):
     def node(self, name: str) -> dict[str, Any] | None:
         return self.cluster.store.get(R.NODES, "", name)
 
-    def spot_nodes(self) -> list[str]:
-        return sorted(n["metadata"]["name"] for n in self.cluster.nodes("gpuspot"))
+    def pool_nodes(self, pool: str) -> list[str]:
+        return sorted(n["metadata"]["name"] for n in self.cluster.nodes(pool))
 
     def pods(self, namespace: str = "inference") -> list[dict[str, Any]]:
         return [

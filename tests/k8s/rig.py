@@ -213,11 +213,11 @@ class KubeRig(ProcessRig):
     def node(self, name: str) -> dict[str, Any] | None:
         return self.nodes.items.get(f"/{name}")
 
-    def spot_nodes(self) -> list[str]:
+    def pool_nodes(self, pool: str) -> list[str]:
         return sorted(
             n["metadata"]["name"]
             for n in self.nodes.items.values()
-            if n["metadata"]["labels"].get(names.AKS_AGENTPOOL_LABEL) == SPOT_POOL
+            if n["metadata"]["labels"].get(names.AKS_AGENTPOOL_LABEL) == pool
         )
 
     def pods(self, namespace: str = "inference") -> list[dict[str, Any]]:
