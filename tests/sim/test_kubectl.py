@@ -56,7 +56,7 @@ async def test_cordon_uncordon(backend: Backend) -> None:
     assert not (await _node(backend, name))["spec"].get("unschedulable")
 
 
-def _agent(node_name: str, spec: dict[str, Any]) -> dict[str, Any]:
+def _agent(spec: dict[str, Any]) -> dict[str, Any]:
     labels = {"app": "node-agent"}
     return {
         "apiVersion": "apps/v1",
@@ -78,7 +78,7 @@ async def test_drain_blocked_by_pdb_then_allowed(backend: Backend) -> None:
     deployment = _deployment(replicas=2)
     deployment["spec"]["template"]["spec"].update(own)
     await backend.create("deployments", deployment, group="apps/v1")
-    await backend.create("daemonsets", _agent(name, own), group="apps/v1")
+    await backend.create("daemonsets", _agent(own), group="apps/v1")
     await backend.create("poddisruptionbudgets", _pdb(maxUnavailable=0), group=POLICY)
     await backend.wait_ready("app=inference", 2)
     await backend.wait_ready("app=node-agent", 1)
