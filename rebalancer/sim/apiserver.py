@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from rebalancer.sim import discovery, patch, tables
+from rebalancer.sim import defaults, discovery, patch, tables
 from rebalancer.sim import resources as R
 from rebalancer.sim.disruption import evict
 from rebalancer.sim.resources import ResourceType
@@ -45,7 +45,8 @@ from rebalancer.sim.status import (
 )
 from rebalancer.sim.store import Obj, Store, dumps
 
-WATCH_TRUE = frozenset({"true", "True", "1"})
+# What Go's strconv.ParseBool reads as true: upstream parses boolean query parameters with it.
+WATCH_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 DEFAULT_WATCH_TIMEOUT_SECONDS = 1800.0
 JSON = "application/json"
 
@@ -96,7 +97,7 @@ class ApiServer:
         self,
         store: Store,
         *,
-        bookmark_interval_seconds: float = 10.0,
+        bookmark_interval_seconds: float = 60.0,
         on_request: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
@@ -312,8 +313,6 @@ class ApiServer:
                     await asyncio.wait_for(watcher.wakeup.wait(), timeout=max(0.0, min(wait, 1.0)))
                 if request.transport is None or request.transport.is_closing():
                     break
-            if bookmarks and not self.closing.is_set():
-                await response.write(self._bookmark(route.resource))
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -367,6 +366,8 @@ class ApiServer:
             if route.namespace is None:
                 raise path_not_found()
             meta["namespace"] = route.namespace
+        if route.resource is R.NODES:
+            defaults.admit_node(body)
         if _dry_run(request):
             return _json(body, status=201)
         created = self.store.create(route.resource, body)

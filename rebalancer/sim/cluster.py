@@ -68,7 +68,7 @@ class ClusterEmulator:
         clock: Clock | None = None,
         tick_seconds: float = 0.1,
         history_size: int = DEFAULT_HISTORY,
-        bookmark_interval_seconds: float = 10.0,
+        bookmark_interval_seconds: float = 60.0,  # upstream's watch cache: about once a minute
     ) -> None:
         if scenario is None:
             scenario = Scenario(name="empty")

@@ -20,6 +20,16 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 
 
+def admit_node(node: Obj) -> None:
+    """The TaintNodesByCondition admission plugin: a Node created through the API starts
+    tainted not-ready (NoSchedule) until the node lifecycle controller sees it Ready. (Nodes the
+    emulated cloud registers are Ready at once and skip it.)"""
+    spec = node.setdefault("spec", {})
+    taints = spec.get("taints") or []
+    if not any(t.get("key") == NOT_READY_TAINT and t.get("effect") == "NoSchedule" for t in taints):
+        spec["taints"] = [*taints, {"key": NOT_READY_TAINT, "effect": "NoSchedule"}]
+
+
 def on_create(resource: ResourceType, obj: Obj) -> None:
     if resource is R.PODS:
         _pod(obj)

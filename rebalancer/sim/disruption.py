@@ -25,7 +25,7 @@ from rebalancer.sim.objects import (
     with_condition,
 )
 from rebalancer.sim.selectors import LabelPredicate, label_selector_object
-from rebalancer.sim.status import ApiError, bad_request, conflict
+from rebalancer.sim.status import ApiError, bad_request, precondition_failed
 from rebalancer.sim.store import Change, Store, format_time
 
 PdbKey = tuple[str, str]
@@ -235,12 +235,7 @@ def evict(store: Store, namespace: str, name: str, body: Any) -> Obj:
     options = body.get("deleteOptions") or {}
     preconditions = options.get("preconditions") or {}
     if preconditions.get("uid") and preconditions["uid"] != pod["metadata"]["uid"]:
-        raise conflict(
-            R.PODS,
-            name,
-            f"Precondition failed: UID in precondition: {preconditions['uid']}, "
-            f"UID in object meta: {pod['metadata']['uid']}",
-        )
+        raise precondition_failed(R.PODS, name, "UID", preconditions["uid"], pod["metadata"]["uid"])
     grace = options.get("gracePeriodSeconds")
     dry_run = bool(options.get("dryRun"))
     success = {
@@ -252,7 +247,7 @@ def evict(store: Store, namespace: str, name: str, body: Any) -> Obj:
     }
     if is_terminating(pod) or pod_phase(pod) in ("Pending", "Succeeded", "Failed"):
         if not dry_run:
-            store.delete(R.PODS, namespace, name, grace_seconds=grace, preconditions=preconditions)
+            _mark_and_delete(store, pod, grace, preconditions)
         return success
     pdbs = [
         pdb
@@ -298,5 +293,32 @@ def evict(store: Store, namespace: str, name: str, body: Any) -> Obj:
                 updated["status"] = new_status
                 store.update(R.PDBS, updated)
     if not dry_run:
-        store.delete(R.PODS, namespace, name, grace_seconds=grace, preconditions=preconditions)
+        _mark_and_delete(store, pod, grace, preconditions)
     return success
+
+
+def _mark_and_delete(
+    store: Store, pod: Obj, grace: int | None, preconditions: dict[str, Any]
+) -> None:
+    """What an allowed eviction writes: the DisruptionTarget condition (a status update of its
+    own, which watchers see first), then a graceful delete."""
+    meta = pod["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    wanted_version = preconditions.get("resourceVersion")
+    if wanted_version and wanted_version != meta["resourceVersion"]:
+        raise precondition_failed(
+            R.PODS, name, "ResourceVersion", wanted_version, meta["resourceVersion"]
+        )
+    status = dict(pod.get("status") or {})
+    status["conditions"] = with_condition(
+        status.get("conditions"),
+        "DisruptionTarget",
+        "True",
+        now=format_time(store.clock.now()),
+        reason="EvictionByEvictionAPI",
+        message="Eviction API: evicting",
+    )
+    store.update(R.PODS, dict(pod, status=status))
+    # The condition's write moved the resourceVersion: only the UID is still to check.
+    uid_only = {k: v for k, v in preconditions.items() if k == "uid"}
+    store.delete(R.PODS, namespace, name, grace_seconds=grace, preconditions=uid_only)

@@ -262,7 +262,11 @@ class NodeLifecycle:
         wanted: list[Obj] = []
         if node.get("spec", {}).get("unschedulable"):
             wanted.append({"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"})
-        if ready_status == "False":
+        if ready is None:
+            # Never reported: admission's not-ready NoSchedule stays. (Upstream marks it Unknown
+            # after a 60 s startup grace period; not modelled.)
+            wanted.append({"key": NOT_READY_TAINT, "effect": "NoSchedule"})
+        elif ready_status == "False":
             wanted += [{"key": NOT_READY_TAINT, "effect": e} for e in ("NoSchedule", "NoExecute")]
         elif ready_status == "Unknown":
             wanted += [{"key": UNREACHABLE_TAINT, "effect": e} for e in ("NoSchedule", "NoExecute")]

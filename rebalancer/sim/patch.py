@@ -43,15 +43,17 @@ MERGED_SCALAR_LISTS = frozenset({"finalizers"})
 
 
 class _Unprocessable(ApiError):
-    """A JSON patch that does not apply: 422 as upstream's NewGenericServerResponse builds it."""
+    """A JSON patch that does not apply: 422 as upstream (v1.34) answers it, without saying
+    which operation failed (`detail` is for the emulator's own debugging)."""
 
     def __init__(self, detail: str) -> None:
         super().__init__(
             422,
             "Invalid",
             "the server rejected our request due to an error in our request",
-            details={"causes": [{"reason": "UnexpectedServerResponse", "message": detail}]},
+            details={},
         )
+        self.detail = detail
 
 
 # ---- JSON patch (RFC 6902) ------------------------------------------------------------------
@@ -205,15 +207,19 @@ def _smp_map(original: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     if directive == "delete":
         return {}
     result = dict(original)
-    # `$deleteFromPrimitiveList/<field>` and `$setElementOrder/<field>` come first in effect.
+    # `$deleteFromPrimitiveList/<field>` comes first in effect.
     for key, value in patch.items():
         if key.startswith("$deleteFromPrimitiveList/"):
             field = key.split("/", 1)[1]
             if isinstance(result.get(field), list):
                 result[field] = [item for item in result[field] if item not in value]
     for key, value in patch.items():
+        if key.startswith("$setElementOrder/"):
+            field = key.split("/", 1)[1]
+            if field not in patch and isinstance(result.get(field), list):
+                result[field] = _smp_list(field, result[field], [], order=value)
         if key.startswith("$"):
-            continue  # $setElementOrder, $retainKeys: order and pruning hints only
+            continue  # $retainKeys: a pruning hint only
         if value is None:
             result.pop(key, None)
         elif isinstance(value, dict):
@@ -222,13 +228,16 @@ def _smp_map(original: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
             if value.get("$patch") == "delete":
                 result.pop(key, None)
         elif isinstance(value, list):
-            result[key] = _smp_list(key, result.get(key), value)
+            order = patch.get(f"$setElementOrder/{key}")
+            result[key] = _smp_list(key, result.get(key), value, order=order)
         else:
             result[key] = value
     return result
 
 
-def _smp_list(field: str, original: Any, patch: list[Any]) -> list[Any]:
+def _smp_list(
+    field: str, original: Any, patch: list[Any], *, order: list[Any] | None = None
+) -> list[Any]:
     current = list(original) if isinstance(original, list) else []
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
         return [copy.deepcopy(i) for i in patch if not (isinstance(i, dict) and "$patch" in i)]
@@ -237,7 +246,7 @@ def _smp_list(field: str, original: Any, patch: list[Any]) -> list[Any]:
         for item in patch:
             if item not in merged:
                 merged.append(item)
-        return merged
+        return _in_upstream_order(merged, current, patch if order is None else order, None)
     merge_key = MERGE_KEYS.get(field)
     if merge_key is None:
         return [copy.deepcopy(i) for i in patch]
@@ -246,7 +255,10 @@ def _smp_list(field: str, original: Any, patch: list[Any]) -> list[Any]:
         if not isinstance(item, dict):
             raise bad_request(f"unable to find api field in struct for the list {field}")
         if merge_key not in item:
-            raise bad_request(f"map: {item} does not contain declared merge key: {merge_key}")
+            # Upstream answers this with a bare 500 and Go's rendering of the item.
+            raise ApiError(
+                500, "", f"map: {_go_format(item)} does not contain declared merge key: {merge_key}"
+            )
         index = next(
             (
                 i
@@ -263,7 +275,53 @@ def _smp_list(field: str, original: Any, patch: list[Any]) -> list[Any]:
             result.append(_smp_map({}, item))
         else:
             result[index] = _smp_map(result[index], item)
-    return result
+    wanted = [i for i in patch if "$patch" not in i] if order is None else order
+    return _in_upstream_order(result, current, wanted, merge_key)
+
+
+def _in_upstream_order(
+    merged: list[Any], server: list[Any], wanted: list[Any], merge_key: str | None
+) -> list[Any]:
+    """Order a merged list as upstream's normalizeElementOrder does: the items the patch names
+    (in the patch's order, or its `$setElementOrder`) interleaved with the items only the server
+    had (in their order), a server-only item going first only if it came before the patch item
+    in the server's list. So an item new to the list lands before the server-only ones."""
+
+    def identity(item: Any) -> Any:
+        return item.get(merge_key) if merge_key is not None and isinstance(item, dict) else item
+
+    wanted_ids = [identity(i) for i in wanted]
+    server_ids = [identity(i) for i in server]
+
+    def position(ids: list[Any], item: Any) -> int:
+        key = identity(item)
+        return ids.index(key) if key in ids else -1
+
+    named = [i for i in merged if identity(i) in wanted_ids]
+    named.sort(key=lambda i: position(wanted_ids, i))
+    server_only = [i for i in merged if identity(i) not in wanted_ids]
+    server_only.sort(key=lambda i: position(server_ids, i))
+    result: list[Any] = []
+    while named and server_only:
+        left, right = position(server_ids, server_only[0]), position(server_ids, named[0])
+        if left >= 0 and right >= 0 and left < right:
+            result.append(server_only.pop(0))
+        else:
+            result.append(named.pop(0))
+    return result + named + server_only
+
+
+def _go_format(value: Any) -> str:
+    """A value as Go's fmt %v prints the JSON it decoded: maps with sorted keys."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{_go_format(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(_go_format(v) for v in value) + "]"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def apply(doc: dict[str, Any], content_type: str, body: Any) -> dict[str, Any]:

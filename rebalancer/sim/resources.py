@@ -63,6 +63,7 @@ ALL: tuple[ResourceType, ...] = (
     ),
     ResourceType("", "v1", "events", "Event", True, ("ev",)),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
+    ResourceType("", "v1", "podtemplates", "PodTemplate", True),
     ResourceType(
         "apps",
         "v1",
@@ -130,6 +131,7 @@ NODES = BY_KEY["nodes"]
 PODS = BY_KEY["pods"]
 EVENTS = BY_KEY["events"]
 CONFIGMAPS = BY_KEY["configmaps"]
+PODTEMPLATES = BY_KEY["podtemplates"]
 DEPLOYMENTS = BY_KEY["deployments.apps"]
 REPLICASETS = BY_KEY["replicasets.apps"]
 STATEFULSETS = BY_KEY["statefulsets.apps"]

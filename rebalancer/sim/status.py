@@ -85,6 +85,26 @@ def conflict(resource: ResourceType, name: str, why: str) -> ApiError:
     )
 
 
+def precondition_failed(
+    resource: ResourceType, name: str, field: str, wanted: str, actual: str
+) -> ApiError:
+    """A delete whose UID or ResourceVersion precondition does not hold. Upstream's registry
+    names the resource by its Kind here ("Pod", "Deployment.apps"), not by its plural."""
+    kind = f"{resource.kind}.{resource.group}" if resource.group else resource.kind
+    consequence = (
+        "The object might have been deleted and then recreated"
+        if field == "UID"
+        else "The object might have been modified"
+    )
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {kind} "{name}": the {field} in the precondition '
+        f"({wanted}) does not match the {field} in record ({actual}). {consequence}",
+        details=_details(resource, name, kind=resource.kind),
+    )
+
+
 STALE = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )

@@ -41,6 +41,7 @@ from rebalancer.sim.status import (
     gone,
     invalid,
     not_found,
+    precondition_failed,
 )
 
 Obj = dict[str, Any]
@@ -137,9 +138,12 @@ class Watcher:
                 self.push("DELETED", change.raw, change.rv)
         elif now:
             self.push("MODIFIED" if was else "ADDED", change.raw, change.rv)
-        elif was:
-            # Upstream's watch cache: an object that leaves the selector is reported deleted.
-            self.push("DELETED", change.raw, change.rv)
+        elif was and change.old is not None:
+            # Upstream's watch cache: an object that leaves the selector is reported deleted, as
+            # it was before the change (that the watcher saw) with the change's resourceVersion.
+            last_seen = dict(change.old)
+            last_seen["metadata"] = dict(change.old["metadata"], resourceVersion=str(change.rv))
+            self.push("DELETED", dumps(last_seen), change.rv)
 
 
 class Store:
@@ -410,18 +414,10 @@ class Store:
         if preconditions:
             uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
             if uid and uid != meta["uid"]:
-                raise conflict(
-                    resource,
-                    name,
-                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
-                    f"{meta['uid']}",
-                )
+                raise precondition_failed(resource, name, "UID", uid, meta["uid"])
             if rv and rv != meta["resourceVersion"]:
-                raise conflict(
-                    resource,
-                    name,
-                    f"Precondition failed: ResourceVersion in precondition: {rv}, "
-                    f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                raise precondition_failed(
+                    resource, name, "ResourceVersion", rv, meta["resourceVersion"]
                 )
         if resource is R.NAMESPACES:
             return self._delete_namespace(existing), False
@@ -550,6 +546,7 @@ class Store:
         self.resource_version += 1
         self.writes += 1
         rv = self.resource_version
+        _drop_empty(new["metadata"])
         new["metadata"]["resourceVersion"] = str(rv)
         raw = dumps(new)
         prefix_length = len(_type_prefix(resource))
@@ -606,6 +603,16 @@ class Store:
 
 
 _TYPE_PREFIXES: dict[str, bytes] = {}
+
+
+_OMIT_WHEN_EMPTY = ("labels", "annotations", "finalizers", "ownerReferences")
+
+
+def _drop_empty(meta: Obj) -> None:
+    """Upstream's metadata fields are `omitempty`: an empty map or list is not written."""
+    for key in _OMIT_WHEN_EMPTY:
+        if key in meta and not meta[key]:
+            del meta[key]
 
 
 def _type_prefix(resource: ResourceType) -> bytes:

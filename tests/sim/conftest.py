@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
@@ -13,6 +15,11 @@ from kubernetes_asyncio import config as k8s_config
 from rebalancer.clock import ManualClock
 from rebalancer.sim.cluster import ClusterEmulator
 from rebalancer.sim.scenario import Scenario, parse_scenario
+from tests.controlplane import ControlPlane
+
+from .backend import Backend, eventually, kubeconfig_in, namespace_for
+
+__all__ = ["eventually"]
 
 SPOT_TOLERATION = "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"
 GPU_TOLERATION = "sku=gpu:NoSchedule"
@@ -134,18 +141,65 @@ async def api(served: ClusterEmulator) -> AsyncIterator[k8s.ApiClient]:
         await api_client.close()
 
 
-async def eventually(
-    predicate: Callable[[], Any], *, within: float = 5.0, message: str = "condition"
-) -> Any:
-    """Poll a condition in real time with a bounded timeout (never a sleep-as-assertion)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {message}")
-        await asyncio.sleep(0.02)
+def aks_like_scenario() -> Scenario:
+    """The node pools tests/cluster/start.sh creates on the real cluster, and nothing else."""
+    gpu = {"vmSize": "Standard_NC24ads_A100_v4", "cpu": 24, "memory": "220Gi", "gpus": 1}
+    return parse_scenario(
+        {
+            "name": "conformance",
+            "pools": [
+                {"name": "system", "mode": "system", "cpu": 4, "memory": "16Gi", "count": 1},
+                {"name": "gpuspot", "priority": "spot", "count": 3, **gpu},
+                {"name": "gpuondemand", "count": 2, **gpu},
+            ],
+        }
+    )
+
+
+async def _api_client(kubeconfig: Path) -> k8s.ApiClient:
+    configuration = k8s.Configuration()
+    await k8s_config.load_kube_config(
+        config_file=str(kubeconfig), client_configuration=configuration
+    )
+    return k8s.ApiClient(configuration)
+
+
+@pytest.fixture(
+    params=["emulator", pytest.param("real", marks=pytest.mark.k8s)],
+)
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """The API server under test, as the admin, with a namespace of the test's own: a fresh
+    emulator shaped like the real cluster, or the session's real control plane."""
+    namespace = namespace_for(request.node.name)
+    cluster: ClusterEmulator | None = None
+    if request.param == "real":
+        plane: ControlPlane = request.getfixturevalue("control_plane")
+        kubeconfig = kubeconfig_in(plane.admin_kubeconfig, tmp_path / "kubeconfig", namespace)
+        session = aiohttp.ClientSession()
+        server, ssl_context = plane.server, plane.ssl_context()
+    else:
+        cluster = ClusterEmulator(aks_like_scenario(), tick_seconds=0.02)
+        urls = await cluster.start()
+        kubeconfig = kubeconfig_in(urls.kubeconfig, tmp_path / "kubeconfig", namespace)
+        session = aiohttp.ClientSession(headers={"Authorization": "Bearer x"})
+        server, ssl_context = urls.api, None
+    backend = Backend(
+        request.param,
+        server,
+        kubeconfig,
+        namespace,
+        session,
+        await _api_client(kubeconfig),
+        ssl_context,
+    )
+    try:
+        await backend.open_namespace()
+        yield backend
+    finally:
+        try:
+            await backend.close()
+        finally:
+            await backend.api.close()
+            await session.close()
+            if cluster is not None:
+                await cluster.stop()
