@@ -238,7 +238,9 @@ def test_standard_labels(rendered: dict[str, list[dict[str, Any]]], scenario: st
         assert labels["app.kubernetes.io/version"] == __version__
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["helm.sh/chart"] == f"spot-rebalancer-{chart_meta()['version']}"
-        if obj["kind"] in ("PrometheusRule", "ConfigMap"):  # shared by all components
+        if obj["kind"] == "PrometheusRule" or (  # shared by all components
+            obj["kind"] == "ConfigMap" and not obj["metadata"]["name"].endswith("-prices")
+        ):
             assert "app.kubernetes.io/component" not in labels
         else:
             assert labels["app.kubernetes.io/component"] in ("agent", "controller")

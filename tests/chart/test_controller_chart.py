@@ -7,6 +7,7 @@ so a value the chart passes in a shape the process cannot read fails here, not i
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -15,7 +16,7 @@ import yaml
 
 from rebalancer.config import ControllerSettings
 from rebalancer.kube.leader import LeaderElector
-from tests.chart.conftest import Tools, of_component, one
+from tests.chart.conftest import Tools, by_kind, of_component, one
 from tests.chart.generated import CHART
 from tests.chart.test_chart_render import (
     SCENARIOS,
@@ -153,7 +154,7 @@ NOT_IN_SETTINGS = {
     "kubeconfig": "in-cluster credentials of the ServiceAccount",
     "http_host": "must listen on the pod IP for probes and scraping",
     "http_port": "controller.port, shared with the probes, the Service and the container port",
-    "prices_file": "a path inside the pod: needs a volume the chart does not mount yet (extraEnv)",
+    "prices_file": "controller.prices: rendered into a ConfigMap, mounted, and named by it",
 }
 DIFFERENT_DEFAULTS = {
     "log_format": ("json", "a pod has no terminal, so auto means json anyway; say it plainly"),
@@ -167,13 +168,26 @@ def test_every_controller_setting_is_a_chart_value() -> None:
 
 
 def controller_settings_from(
-    deployment: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    objects: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, pod_root: Path
 ) -> ControllerSettings:
-    """The controller's settings exactly as the process builds them from the rendered env."""
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    """The controller's settings exactly as the process builds them from the rendered env, with
+    the rendered ConfigMap volumes materialised under `pod_root` as the kubelet mounts them."""
+    spec = one(objects, "Deployment")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    config_maps = {c["metadata"]["name"]: c for c in by_kind(objects, "ConfigMap")}
+    volumes = {v["name"]: v for v in spec.get("volumes") or []}
+    for mount in container.get("volumeMounts") or []:
+        config_map = config_maps[volumes[mount["name"]]["configMap"]["name"]]
+        folder = pod_root / mount["mountPath"].lstrip("/")
+        folder.mkdir(parents=True)
+        for key, text in config_map["data"].items():
+            (folder / key).write_text(text)
     for item in container["env"]:
         if "value" in item:
-            monkeypatch.setenv(item["name"], item["value"])
+            value = item["value"]
+            if value.startswith("/etc/"):  # a path inside the pod
+                value = str(pod_root / value.lstrip("/"))
+            monkeypatch.setenv(item["name"], value)
     # What the downward API fills in.
     monkeypatch.setenv("POD_NAMESPACE", "spot-rebalancer")
     monkeypatch.setenv("POD_NAME", "spot-rebalancer-controller-5d9c7-abcde")
@@ -182,9 +196,12 @@ def controller_settings_from(
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_controller_reads_back_every_rendered_setting(
-    rendered: dict[str, list[dict[str, Any]]], scenario: str, monkeypatch: pytest.MonkeyPatch
+    rendered: dict[str, list[dict[str, Any]]],
+    scenario: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
-    settings = controller_settings_from(one(rendered[scenario], "Deployment"), monkeypatch)
+    settings = controller_settings_from(rendered[scenario], monkeypatch, tmp_path)
     values = values_of(scenario)["controller"]
     for key, value in values["settings"].items():
         assert getattr(settings, snake(key)) == value, key
@@ -222,7 +239,7 @@ SETTING_CASES = [
 
 @pytest.mark.parametrize(("key", "value"), SETTING_CASES)
 def test_schema_and_controller_agree(
-    tools: Tools, key: str, value: Any, monkeypatch: pytest.MonkeyPatch
+    tools: Tools, key: str, value: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     result = tools.helm(
         "helm4",
@@ -240,7 +257,7 @@ def test_schema_and_controller_agree(
     assert (result.returncode == 0) == controller_accepts, result.stderr
     if controller_accepts:
         objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-        settings = controller_settings_from(one(objects, "Deployment"), monkeypatch)
+        settings = controller_settings_from(objects, monkeypatch, tmp_path)
         read_back = getattr(settings, snake(key))
         if key == "eventPolicy":  # helm merges the map into the defaults
             assert value.items() <= read_back.items()
@@ -310,7 +327,11 @@ def test_lease_timings_are_checked_at_install(
 
 def test_dashboards_ship_as_sidecar_config_maps(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert not [obj for obj in rendered["defaults"] if obj["kind"] == "ConfigMap"]
-    maps = [obj for obj in rendered["everything"] if obj["kind"] == "ConfigMap"]
+    maps = [
+        obj
+        for obj in rendered["everything"]
+        if obj["kind"] == "ConfigMap" and not obj["metadata"]["name"].endswith("-prices")
+    ]
     dashboards = sorted((CHART / "dashboards").glob("*.json"))
     assert dashboards and len(maps) == len(dashboards)
     for config_map, path in zip(
