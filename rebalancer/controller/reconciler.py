@@ -243,7 +243,7 @@ class Controller:
     async def run(self, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(i.run(stop)) for i in self.informers]
         electing = asyncio.create_task(self.elector.run(stop))
-        tasks.append(asyncio.create_task(self.events.run(stop)))
+        recording = asyncio.create_task(self.events.run(stop))
         try:
             for informer in self.informers:
                 while not informer.synced.is_set() and not stop.is_set():
@@ -269,11 +269,14 @@ class Controller:
                 if not task.done():
                     task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            # Not cancelled: on `stop` the elector releases the Lease by itself, and a cancel
-            # landing in that PUT would leave the other replica waiting a full lease duration.
+            # Not cancelled: on `stop` the elector releases the Lease by itself (a cancel landing
+            # in that PUT would leave the other replica waiting a full lease duration), and the
+            # recorder writes the Events still queued, within its own short budget.
             stop.set()
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(electing, timeout=4.0)
+            _, late = await asyncio.wait({electing, recording}, timeout=4.0)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
 
     async def _wait_for_change(self, stop: asyncio.Event) -> None:
         wake = asyncio.ensure_future(self._wake.wait())

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from rebalancer import names
 from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
 from rebalancer.controller.pools import Pool, pools_of
+from rebalancer.controller.scheduling import untolerated
 from rebalancer.timefmt import iso, parse_iso
 
 RETURN_ANNOTATION = f"{names.PREFIX}/return"
@@ -219,11 +220,15 @@ def _start(
             continue
         if any((parse_iso(n.annotations.get(COOLDOWN_UNTIL)) or now) > now for n in members):
             continue
+        # A node's own taints count too, not only the pool's: a new node is tainted not-ready
+        # for seconds after it joins, and a replica started then lands on on-demand again.
+        tolerations = workload.template_spec.get("tolerations") or []
         room = [
             n
             for n in members
             if n.ready
             and not n.unschedulable
+            and not untolerated(tolerations, n.taints)
             and _free_gpus(n, pods_by_node) >= max(1, workload.gpus_per_replica)
         ]
         if not room:

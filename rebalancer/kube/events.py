@@ -3,6 +3,8 @@
 Acting on a notice must never wait behind the Events that describe it: `emit` only queues; a
 worker writes them at most `qps` per second (bursts of `burst`), outside the write budget of the
 actions. When the queue is full, Events are dropped and counted, as client-go's recorder does.
+On stop, what is still queued is written within a short budget: the Events of the last actions
+before a shutdown (a leader handing over mid-surge) are the ones an operator looks for.
 """
 
 from __future__ import annotations
@@ -20,9 +22,16 @@ from rebalancer.kube.writes import Writer
 
 class EventRecorder:
     def __init__(
-        self, writer: Writer, *, qps: float = 10.0, burst: int = 25, capacity: int = 1000
+        self,
+        writer: Writer,
+        *,
+        qps: float = 10.0,
+        burst: int = 25,
+        capacity: int = 1000,
+        flush_seconds: float = 2.0,
     ) -> None:
         self._writer = writer
+        self._flush_seconds = flush_seconds
         self._bucket = TokenBucket(qps, burst)
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=capacity)
         self.dropped = 0
@@ -63,12 +72,26 @@ class EventRecorder:
                     getting.cancel()
                     break
                 await self._bucket.take()
-                try:
-                    await self._writer.record_event(**getting.result(), limited=False)
-                    self.written += 1
-                except KubeError:
-                    self.failed += 1  # an Event is worth less than a retry loop
+                await self._write(getting.result())
         finally:
             stopping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await stopping
+        await self._flush()
+
+    async def _flush(self) -> None:
+        """Write what is queued, for at most `flush_seconds` (the pod's grace period is short);
+        whatever is left then is dropped and counted."""
+        queued, done_before = self._queue.qsize(), self.written + self.failed
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._flush_seconds):
+                while not self._queue.empty():
+                    await self._write(self._queue.get_nowait())
+        self.dropped += queued - (self.written + self.failed - done_before)
+
+    async def _write(self, event: dict[str, Any]) -> None:
+        try:
+            await self._writer.record_event(**event, limited=False)
+            self.written += 1
+        except KubeError:
+            self.failed += 1  # an Event is worth less than a retry loop

@@ -440,7 +440,8 @@ async def reset_nodes(api: AdminApi, plane: ControlPlane) -> None:
 async def kube_rig(
     plane: ControlPlane, chart: ChartRbac, workdir: Path, namespace: str = "inference"
 ) -> AsyncIterator[KubeRig]:
-    """A clean cluster for one test: nodes reset, no Lease, a fresh workload namespace."""
+    """A clean cluster for one test: nodes reset, no Lease, a fresh workload namespace; the
+    nodes are reset again afterwards, for the conformance tests (tests/sim) that share them."""
     connector = aiohttp.TCPConnector(ssl=plane.ssl_context())
     async with aiohttp.ClientSession(connector=connector) as session:
         api = AdminApi(session, plane.server)
@@ -490,6 +491,7 @@ async def kube_rig(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await _delete_namespace(api, namespace)
+            await reset_nodes(api, plane)  # the session's other tests share these nodes
 
 
 async def _delete_namespace(api: AdminApi, namespace: str) -> None:

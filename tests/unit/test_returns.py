@@ -75,6 +75,7 @@ def test_starts_one_return_when_a_quiet_spot_pool_has_room() -> None:
         "cooldown",
         "notice in pool",
         "no room",
+        "node not ready to schedule yet",
         "degraded",
         "outside window",
         "backoff",
@@ -96,6 +97,9 @@ def test_does_not_start(case: str) -> None:
         cluster = nodes(notice_seconds=30)
     elif case == "no room":
         pods.append(pod("other", "spot-1", owner=None))
+    elif case == "node not ready to schedule yet":  # the node lifecycle controller's taint
+        not_ready = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+        cluster[1]["spec"]["taints"] = [*cluster[1]["spec"]["taints"], not_ready]
     elif case == "degraded":
         pods[0] = pod("p0", "spot-0", ready=False)
     elif case == "outside window":
