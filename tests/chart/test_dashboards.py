@@ -289,8 +289,9 @@ def has_value(result: dict[str, Any]) -> bool:
 async def test_every_panel_query_returns_data_from_a_real_run(tools: Tools, tmp_path: Path) -> None:
     started = time.time()
     async with running(tmp_path, DATA, prepare=_failing_first_deployment_patch) as rig:
-        rig.start_agents("gpuspot")
-        rig.start_agents("cpuspot")
+        for pool in ("gpuspot", "cpuspot"):  # the rig's start_agents() covers gpuspot only
+            for node in rig.cluster.nodes(pool):
+                rig.start_agent(node["metadata"]["name"])
         rig.start_controller(REBALANCER_COST_INTERVAL_SECONDS="1")  # cost panels: every second
         await rig.until_ready()
         async with prometheus(tools, tmp_path, rig) as url:
