@@ -13,9 +13,15 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, CliSettingsSource
+from pydantic_settings.exceptions import SettingsError
 
 from rebalancer import __version__
-from rebalancer.config import AgentSettings, ControllerSettings, describe_error
+from rebalancer.config import (
+    AgentSettings,
+    ControllerSettings,
+    describe_error,
+    describe_settings_error,
+)
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -34,6 +40,9 @@ def _load(settings_cls: type[S], source: CliSettingsSource[Any], args: argparse.
         return settings_cls(_cli_settings_source=source(parsed_args=args))
     except ValidationError as error:
         print(f"rebalancer: {describe_error(error)}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except SettingsError as error:  # a JSON value that does not decode
+        print(f"rebalancer: {describe_settings_error(error)}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

@@ -7,18 +7,37 @@ with one line naming the setting (see `describe_error`).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
+from rebalancer import names
 from rebalancer.azure.prices import parse_price_file
 
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 # IMDS rejects more than 5 requests per second per VM; the agent keeps a margin under that
 # (4 per second at most), because the server sees request arrivals, not our send times.
 IMDS_MIN_INTERVAL_SECONDS = 0.25
+# Kubernetes label values and kubectl's taint form `key[=value]:Effect` (the chart's
+# values.schema.json has the same patterns, so helm refuses what the controller would).
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+TAINT_PATTERN = (
+    r"^([A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?)"
+    r"(=([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?)?"
+    r":(NoSchedule|PreferNoSchedule|NoExecute)$"
+)
 
 
 class CommonSettings(BaseSettings):
@@ -126,15 +145,80 @@ def parse_selector(text: str) -> dict[str, str | None]:
     return selector
 
 
+def parse_taint(text: str) -> tuple[str, str, str]:
+    """'sku=gpu:NoSchedule' (kubectl's form) -> ('sku', 'gpu', 'NoSchedule')."""
+    match = re.fullmatch(TAINT_PATTERN, text)
+    if match is None:
+        raise ValueError(
+            f"taint {text!r}: use key=value:Effect or key:Effect "
+            "(Effect: NoSchedule, PreferNoSchedule or NoExecute)"
+        )
+    return match.group(1), match.group(4) or "", match.group(6)
+
+
+class PoolShape(BaseModel):
+    """A node pool as its Nodes would show it, declared for pools that may have none (the
+    cluster autoscaler at min 0): the controller cannot see the taints and labels of a pool
+    without Nodes, so it is told them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=63, pattern=LABEL_VALUE_PATTERN)
+    spot: bool = False  # a spot pool is never a fail-over target
+    gpus: int = Field(0, ge=0)  # allocatable nvidia.com/gpu per node
+    labels: dict[str, str] = {}  # besides kubernetes.azure.com/agentpool=<name>, always there
+    taints: list[str] = []  # kubectl's form, key=value:Effect
+
+    @field_validator("taints")
+    @classmethod
+    def _taints(cls, value: list[str]) -> list[str]:
+        for text in value:
+            parse_taint(text)
+        return value
+
+    @model_validator(mode="after")
+    def _pool_label_is_the_name(self) -> PoolShape:
+        label = self.labels.get(names.AKS_AGENTPOOL_LABEL, self.name)
+        if label != self.name:
+            raise ValueError(
+                f"pool {self.name}: {names.AKS_AGENTPOOL_LABEL} is the pool's name, not {label}"
+            )
+        return self
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    """('pools', 0, 'taints') -> 'pools[0].taints'."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text.lstrip(".")
+
+
+def _one_line(name: str, prefix: str, what: str) -> str:
+    flag = "--" + name.replace("_", "-")
+    env = prefix + name.upper()
+    return f"invalid setting {name} ({env} / {flag}): {what}"
+
+
 def describe_error(error: ValidationError, prefix: str = "REBALANCER_") -> str:
     """One line naming the first bad setting, its env variable and flag, and what is wrong."""
     first = error.errors()[0]
-    name = ".".join(str(part) for part in first["loc"]) or "settings"
-    flag = "--" + name.replace("_", "-")
-    env = prefix + name.upper()
+    name = str(first["loc"][0]) if first["loc"] else "settings"
+    inside = _where(first["loc"][1:])
     count = error.error_count()
     more = f" (and {count - 1} more)" if count > 1 else ""
-    return f"invalid setting {name} ({env} / {flag}): {first['msg']}{more}"
+    return _one_line(name, prefix, f"{inside + ': ' if inside else ''}{first['msg']}{more}")
+
+
+def describe_settings_error(error: SettingsError, prefix: str = "REBALANCER_") -> str:
+    """The same line for a value pydantic-settings could not even decode (bad JSON)."""
+    text = str(error)
+    found = re.search(r'field "(\w+)"|encountered for (\w+)', text)
+    if found is None:
+        return f"invalid settings: {text}"
+    # The env source's json.loads, or the CLI's own list and object parser, says what is wrong.
+    what = text if error.__cause__ is None else f"not valid JSON: {error.__cause__}"
+    return _one_line(found.group(1) or found.group(2), prefix, what)
 
 
 class ControllerSettings(CommonSettings):
@@ -219,6 +303,21 @@ class ControllerSettings(CommonSettings):
     cost_interval_seconds: float = Field(
         10.0, gt=0, description="Account cost this often (it walks every node and pod)."
     )
+    pools: list[PoolShape] = Field(
+        [],
+        description="Pools that may have no Node (autoscaled at min 0), as a JSON list of "
+        '{"name", "spot", "gpus", "labels", "taints": ["key=value:Effect"]}; '
+        "a pool seen on Nodes wins over its declaration.",
+    )
+
+    @field_validator("pools")
+    @classmethod
+    def _unique_pools(cls, value: list[PoolShape]) -> list[PoolShape]:
+        seen = [pool.name for pool in value]
+        twice = sorted({name for name in seen if seen.count(name) > 1})
+        if twice:
+            raise ValueError(f"pools declared twice: {twice}")
+        return value
 
     @field_validator("workload_selector")
     @classmethod

@@ -32,7 +32,7 @@ from enum import StrEnum
 
 from rebalancer import names
 from rebalancer.controller.model import NodeInfo, PodInfo, Surge, WorkloadInfo
-from rebalancer.controller.pools import on_demand_fallback, pools_of
+from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
 from rebalancer.controller.returns import (
     LOWEST,
     FinishReturn,
@@ -98,6 +98,8 @@ class Settings:
     # Only workloads whose labels match (key -> value, or key -> None: the key exists).
     workload_selector: Mapping[str, str | None] = field(default_factory=dict)
     returns: ReturnSettings = field(default_factory=ReturnSettings)
+    # Pools that may have no Node (REBALANCER_POOLS), for the fail-over check.
+    declared_pools: Mapping[str, Pool] = field(default_factory=dict)
 
     def policy_for(self, event_type: str) -> Policy:
         return self.event_policy.get(event_type, self.unknown_event_policy)
@@ -378,7 +380,11 @@ def _surges(
 
     actions: list[Action] = []
     handled: set[tuple[str, str]] = set()
-    pools = pools_of(snapshot.nodes.values()) if doomed_by_workload else {}
+    pools = (
+        with_declared(pools_of(snapshot.nodes.values()), settings.declared_pools)
+        if doomed_by_workload
+        else {}
+    )
     for key, doomed in sorted(doomed_by_workload.items()):
         workload = snapshot.workloads[key]
         if active_record(workload) is not None:

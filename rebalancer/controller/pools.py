@@ -3,6 +3,11 @@
 A pool is the set of Nodes with one `kubernetes.azure.com/agentpool` label. Its taints and labels
 are those all its nodes share, minus the transient ones (cordon, not-ready, ours), so a pod
 template can be checked against the pool rather than against one node's passing state.
+
+A pool the cluster autoscaler keeps at min 0 has no Node to learn that from, so it can be
+declared in the settings (`REBALANCER_POOLS`); a declared pool has no nodes, and a pool seen on
+Nodes wins over its declaration. Only the fail-over check looks at declared pools: returns to spot
+and cost accounting are about nodes that exist.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rebalancer import names
+from rebalancer.config import PoolShape, parse_taint
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.scheduling import Taint, unmet_placement, untolerated
 
@@ -74,6 +80,26 @@ def pools_of(nodes: Iterable[NodeInfo]) -> dict[str, Pool]:
     return pools
 
 
+def declared_pools(shapes: Iterable[PoolShape]) -> dict[str, Pool]:
+    """The pools of the settings, shaped as their Nodes would show them once they exist."""
+    return {
+        shape.name: Pool(
+            name=shape.name,
+            spot=shape.spot,
+            taints=tuple(sorted((Taint(*parse_taint(t)) for t in shape.taints), key=str)),
+            labels={names.AKS_AGENTPOOL_LABEL: shape.name, **shape.labels},
+            nodes=(),
+            gpus_per_node=shape.gpus,
+        )
+        for shape in shapes
+    }
+
+
+def with_declared(live: Mapping[str, Pool], declared: Mapping[str, Pool]) -> dict[str, Pool]:
+    """The live pools, and the declared ones no Node shows yet: the live shape is the truth."""
+    return {**declared, **live}
+
+
 @dataclass(frozen=True)
 class Fallback:
     """The on-demand pools a template fits, and for every other on-demand pool, why not."""
@@ -86,7 +112,7 @@ class Fallback:
         if self.pools:
             return ""
         if not self.rejected:
-            return "no on-demand pool in the cluster"
+            return "no on-demand pool in the cluster or declared in REBALANCER_POOLS"
         return "; ".join(
             f"pool {name}: {', '.join(why)}" for name, why in sorted(self.rejected.items())
         )

@@ -43,6 +43,7 @@ from rebalancer.controller.planner import (
     StartCooldown,
     plan,
 )
+from rebalancer.controller.pools import declared_pools
 from rebalancer.controller.returns import FinishReturn, ReturnSettings, StartReturn
 from rebalancer.http import Health
 from rebalancer.kube.client import KubeClient
@@ -184,6 +185,7 @@ class Controller:
             cooldown_seconds=settings.cooldown_seconds,
             gpu_workloads_only=settings.gpu_workloads_only,
             workload_selector=parse_selector(settings.workload_selector),
+            declared_pools=declared_pools(settings.pools),
             returns=ReturnSettings(
                 enabled=settings.return_enabled,
                 quiet_seconds=settings.return_quiet_seconds,

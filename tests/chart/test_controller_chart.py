@@ -14,7 +14,7 @@ import pydantic
 import pytest
 import yaml
 
-from rebalancer.config import ControllerSettings
+from rebalancer.config import ControllerSettings, PoolShape
 from rebalancer.kube.leader import LeaderElector
 from tests.chart.conftest import Tools, by_kind, of_component, one
 from tests.chart.generated import CHART
@@ -155,6 +155,7 @@ NOT_IN_SETTINGS = {
     "http_host": "must listen on the pod IP for probes and scraping",
     "http_port": "controller.port, shared with the probes, the Service and the container port",
     "prices_file": "controller.prices: rendered into a ConfigMap, mounted, and named by it",
+    "pools": "controller.pools: the cluster's pools, not a tuning knob (read back below)",
 }
 DIFFERENT_DEFAULTS = {
     "log_format": ("json", "a pod has no terminal, so auto means json anyway; say it plainly"),
@@ -205,6 +206,7 @@ def test_the_controller_reads_back_every_rendered_setting(
     values = values_of(scenario)["controller"]
     for key, value in values["settings"].items():
         assert getattr(settings, snake(key)) == value, key
+    assert settings.pools == [PoolShape.model_validate(pool) for pool in values["pools"]]
     assert settings.http_port == values["port"]
     assert settings.namespace == "spot-rebalancer"
     assert settings.identity == "spot-rebalancer-controller-5d9c7-abcde"
@@ -263,6 +265,42 @@ def test_schema_and_controller_agree(
             assert value.items() <= read_back.items()
         else:
             assert read_back == value
+
+
+GPU_POOL = {"name": "gpuondemand", "gpus": 1, "taints": ["sku=gpu:NoSchedule"]}
+# controller.pools: helm (schema and template) and the controller must agree on each of these.
+POOL_CASES = [
+    [],
+    [GPU_POOL, {"name": "cpu", "spot": True, "labels": {"team": "ml"}}],
+    [{**GPU_POOL, "labels": {"kubernetes.azure.com/agentpool": "gpuondemand"}}],
+    [{"gpus": 1}],
+    [{"name": ""}],
+    [{"name": "Not A Name"}],
+    [{**GPU_POOL, "gpu": 1}],
+    [{**GPU_POOL, "gpus": -1}],
+    [{**GPU_POOL, "taints": ["sku=gpu"]}],
+    [{**GPU_POOL, "taints": ["sku=gpu:Sometimes"]}],
+    [{**GPU_POOL, "labels": {"sku": 1}}],
+    [GPU_POOL, GPU_POOL],
+    [{**GPU_POOL, "labels": {"kubernetes.azure.com/agentpool": "other"}}],
+]
+
+
+@pytest.mark.parametrize("pools", POOL_CASES)
+def test_helm_and_controller_agree_on_pools(
+    tools: Tools, pools: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    result = tools.helm(
+        "helm4", "template", "r", str(CHART), "--set-json", f"controller.pools={json.dumps(pools)}"
+    )
+    try:
+        expected = ControllerSettings.model_validate({"pools": pools}).pools
+    except pydantic.ValidationError:
+        expected = None
+    assert (result.returncode == 0) == (expected is not None), result.stderr
+    if expected is not None:
+        objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+        assert controller_settings_from(objects, monkeypatch, tmp_path).pools == expected
 
 
 @pytest.mark.parametrize(

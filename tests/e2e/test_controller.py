@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import signal
 import time
 from pathlib import Path
@@ -290,6 +291,57 @@ async def test_no_compatible_on_demand_pool_is_reported_and_the_node_still_drain
             timeout=15,
             what="no workload left over-scaled",
         )
+
+
+# The shape of the emulator's gpuondemand nodes, as an operator would declare it.
+GPU_ON_DEMAND_POOL = {
+    "name": "gpuondemand",
+    "spot": False,
+    "gpus": 1,
+    "labels": {"kubernetes.azure.com/agentpool": "gpuondemand"},
+    "taints": ["sku=gpu:NoSchedule"],
+}
+
+
+@pytest.mark.parametrize("declared", [False, True], ids=["undeclared", "declared"])
+async def test_an_on_demand_pool_at_zero_nodes(tmp_path: Path, declared: bool) -> None:
+    """The cluster autoscaler keeps gpuondemand at 0 nodes: only a declaration lets the
+    controller know the surge has somewhere to go."""
+    data = scenario()
+    data["pools"][2].update({"count": 0, "minCount": 0, "maxCount": 2, "provisioningSeconds": 3})
+    env = {"REBALANCER_POOLS": json.dumps([GPU_ON_DEMAND_POOL])} if declared else {}
+    async with running(tmp_path, data) as rig:
+        rig.start_agents()
+        rig.start_controller(**env)
+        await rig.until_ready()
+        assert not rig.cluster.nodes("gpuondemand")
+        doomed = rig.spot_nodes()[0]
+        async with sampling(rig):
+            rig.cluster.preempt(doomed, notice_seconds=30)
+            await rig.wait_for(
+                lambda: rig.deployment()["spec"]["replicas"] == 4, timeout=10, what="the surge"
+            )
+            # The autoscaler answers the pending replacement either way.
+            await rig.wait_for(lambda: rig.node(doomed) is None, timeout=40, what="the VM gone")
+            await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready replicas")
+        blocked = await rig.metric(
+            "controller-0",
+            'rebalancer_controller_failovers_total{reason="NoCompatibleOnDemandPool",stage="blocked"}',
+        )
+        warnings = rig.events("SpotRebalancerFailoverBlocked")
+        if declared:
+            assert (blocked, warnings) == (0, [])
+        else:
+            assert blocked == 1
+            (warning,) = warnings
+            # What the controller could see: the system pool, without GPUs.
+            assert "pool system: needs 1 nvidia.com/gpu, nodes have 0" in warning["message"]
+            assert "gpuondemand" not in warning["message"]
+        (new_node,) = rig.cluster.nodes("gpuondemand")
+        on_demand = [p for p in rig.pods() if p["spec"]["nodeName"] == new_node["metadata"]["name"]]
+        assert len(on_demand) == 1 and ready(on_demand[0])
+        assert rig.min_ready[("inference", "llm")] == 3
+        assert rig.deployment()["spec"]["replicas"] == 3
 
 
 async def test_aks_npd_conditions_without_our_agent(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from rebalancer import names
+from rebalancer.config import PoolShape
 from rebalancer.controller.model import (
     ORIGINAL_COST_ANNOTATION,
     SURGE_ANNOTATION,
@@ -38,6 +39,7 @@ from rebalancer.controller.planner import (
     StartCooldown,
     plan,
 )
+from rebalancer.controller.pools import declared_pools
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 EVENT = "A123BC45-1234-5678-AB90-ABCDEF123456"
@@ -368,6 +370,42 @@ def test_on_demand_pool_without_gpus_does_not_count() -> None:
     result = plan(snapshot(nodes, [pod("p0", "spot-0")]), Settings())
     (blocked,) = of_type(result.actions, ReportBlocked)
     assert "needs 1 nvidia.com/gpu, nodes have 0" in blocked.detail
+
+
+GPU_ON_DEMAND = PoolShape(name="odgpu", gpus=1, taints=["sku=gpu:NoSchedule"])
+
+
+@pytest.mark.parametrize(
+    ("declared", "blocked"),
+    [
+        ([], "no on-demand pool in the cluster or declared in REBALANCER_POOLS"),
+        ([GPU_ON_DEMAND], None),
+        (
+            [PoolShape(name="odgpu", gpus=1, taints=["sku=h100:NoSchedule"])],
+            "pool odgpu: taint sku=h100:NoSchedule not tolerated",
+        ),
+    ],
+)
+def test_an_on_demand_pool_at_zero_nodes_counts_once_declared(
+    declared: list[PoolShape], blocked: str | None
+) -> None:
+    nodes = [node_json("spot-0", notice_seconds=30), node_json("spot-1")]  # no on-demand Node
+    settings = Settings(declared_pools=declared_pools(declared))
+    result = plan(snapshot(nodes, [pod("p0", "spot-0")]), settings)
+    assert [a.replicas for a in of_type(result.actions, ScaleUp)] == [4]
+    assert [a.detail for a in of_type(result.actions, ReportBlocked)] == (
+        [blocked] if blocked else []
+    )
+
+
+def test_an_on_demand_pool_seen_on_nodes_overrides_its_declaration() -> None:
+    live = node_json("od-0", pool="odgpu", spot=False)
+    live["spec"]["taints"] = [{"key": "sku", "value": "h100", "effect": "NoSchedule"}]
+    nodes = [node_json("spot-0", notice_seconds=30), live]
+    settings = Settings(declared_pools=declared_pools([GPU_ON_DEMAND]))
+    result = plan(snapshot(nodes, [pod("p0", "spot-0")]), settings)
+    (report,) = of_type(result.actions, ReportBlocked)
+    assert report.detail == "pool odgpu: taint sku=h100:NoSchedule not tolerated"
 
 
 def test_statefulset_replicas_are_evicted_at_once() -> None:
