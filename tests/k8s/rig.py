@@ -323,10 +323,12 @@ class KubeRig(ProcessRig):
         gpus: int = 1,
         node_selector: dict[str, str] | None = None,
         pdb: dict[str, int] | None = None,
+        kind: str = "Deployment",
     ) -> None:
-        """An inference Deployment as users run one on AKS spot: one GPU per replica, tolerating
-        the spot and GPU taints, preferring spot nodes, a PodDisruptionBudget (maxUnavailable 1),
-        and replicas that take `startup_seconds` to become Ready (kwok's pod-ready delay)."""
+        """An inference Deployment (or StatefulSet) as users run one on AKS spot: one GPU per
+        replica, tolerating the spot and GPU taints, preferring spot nodes, a
+        PodDisruptionBudget (maxUnavailable 1), and replicas that take `startup_seconds` to
+        become Ready (kwok's pod-ready delay)."""
         labels = {"app": name}
         tolerations = [
             {"key": names.AKS_SPOT_LABEL, "operator": "Equal", "value": "spot",
@@ -341,9 +343,9 @@ class KubeRig(ProcessRig):
                 ]
             },
         }
-        deployment = {
+        workload = {
             "apiVersion": "apps/v1",
-            "kind": "Deployment",
+            "kind": kind,
             "metadata": {"name": name, "namespace": namespace},
             "spec": {
                 "replicas": replicas,
@@ -378,17 +380,19 @@ class KubeRig(ProcessRig):
                 },
             },
         }
-        pdb = {
+        if kind == "StatefulSet":
+            workload["spec"]["serviceName"] = name
+        budget = {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {**(pdb or {"maxUnavailable": 1}), "selector": {"matchLabels": labels}},
         }
         await self.api.request(
-            "POST", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", pdb
+            "POST", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", budget
         )
         await self.api.request(
-            "POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment
+            "POST", f"/apis/apps/v1/namespaces/{namespace}/{kind.lower()}s", workload
         )
 
 
@@ -450,6 +454,8 @@ async def kube_rig(
             f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NAMESPACE}/leases/"
             "spot-rebalancer-controller"
         )
+        # Node Events live in "default" and outlive a test: start without the last test's.
+        await api.request("DELETE", "/api/v1/namespaces/default/events")
         await api.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
         mirrors = {
             "pods": Mirror(api, f"/api/v1/namespaces/{namespace}/pods"),

@@ -255,3 +255,54 @@ async def test_the_other_replica_finishes_when_the_leader_dies_mid_drain(rig: Ku
     )
     assert lease["spec"]["holderIdentity"] == follower
     assert lease["spec"]["leaseTransitions"] >= 1
+
+
+async def test_a_statefulset_replica_is_evicted_at_once_and_comes_back_elsewhere(
+    rig: KubeRig,
+) -> None:
+    """Never surged (a StatefulSet's pods have names of their own): evicted through the real
+    Eviction API at once, and the real StatefulSet controller brings db-0 back elsewhere."""
+    await rig.deploy("db", replicas=1, startup_seconds=1, kind="StatefulSet")
+    rig.start_agents()
+    rig.start_controller()
+    await rig.wait_for(lambda: rig.ready_count(prefix="db") == 1, timeout=20, what="db-0 Ready")
+    await rig.until_ready(replicas=0)
+    doomed = next(p for p in rig.pods() if p["metadata"]["name"] == "db-0")["spec"]["nodeName"]
+    event = rig.preempt(doomed, notice_seconds=30)
+    await rig.wait_for(lambda: drained_for(rig, doomed), timeout=20, what="the node drained")
+    assert time.time() < event.not_before.timestamp()
+    await rig.wait_for(
+        lambda: any(
+            p["metadata"]["name"] == "db-0" and ready(p) and p["spec"]["nodeName"] != doomed
+            for p in rig.pods()
+        ),
+        timeout=20,
+        what="db-0 Ready on another node",
+    )
+    assert not rig.events("SpotRebalancerSurge")
+    assert [e["involvedObject"]["name"] for e in rig.events("SpotRebalancerEvicted")] == ["db-0"]
+
+
+async def test_dry_run_writes_nothing(rig: KubeRig) -> None:
+    await rig.deploy()
+    rig.start_controller(REBALANCER_DRY_RUN="true")
+    await rig.until_ready()
+    doomed = spot_node_of_a_replica(rig)
+    event = rig.preempt(doomed, notice_seconds=60)
+    await rig.npd_preemption(doomed, event.event_id, http_date(event.not_before.timestamp()))
+    for action in ("Cordon", "ScaleUp"):
+        await rig.wait_for_metric(
+            "controller-0",
+            f'rebalancer_controller_actions_total{{action="{action}",outcome="dry_run"}}',
+            1,
+            timeout=10,
+        )
+    node = rig.node(doomed)
+    assert node is not None and not node["spec"].get("unschedulable")
+    assert rig.deployment()["spec"]["replicas"] == 3
+    assert not [
+        e
+        for e in rig.namespaced["events"].items.values()
+        if e["reason"].startswith("SpotRebalancer")
+    ]
+    assert "would act (dry run)" in rig.log("controller-0")
