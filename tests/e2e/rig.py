@@ -73,6 +73,7 @@ class ProcessRig:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     min_ready: dict[tuple[str, str], int] = field(default_factory=dict)
+    max_replicas: dict[tuple[str, str], int] = field(default_factory=dict)  # spec.replicas
     watched: list[tuple[str, str]] = field(default_factory=list)
 
     # ---- what a subclass provides ------------------------------------------------------------
@@ -96,6 +97,9 @@ class ProcessRig:
 
     def pods(self, namespace: str = "inference") -> list[dict[str, Any]]:
         """The pods of a namespace that are not being deleted."""
+        raise NotImplementedError
+
+    def deployment(self, name: str = "llm", namespace: str = "inference") -> dict[str, Any]:
         raise NotImplementedError
 
     # ---- processes ---------------------------------------------------------------------------
@@ -242,12 +246,17 @@ class ProcessRig:
         raise AssertionError(f"none of {candidates} became the leader within {timeout}s")
 
     async def sample(self) -> None:
-        """Track the lowest Ready count of each watched workload, every 20 ms."""
+        """Track the lowest Ready count and the highest replica count (of a Deployment: a
+        second surge shows there, even when a killed leader never wrote its Event) of each
+        watched workload, every 20 ms."""
         while True:
             for namespace, prefix in self.watched:
                 count = self.ready_count(namespace, prefix)
                 key = (namespace, prefix)
                 self.min_ready[key] = min(self.min_ready.get(key, count), count)
+                with contextlib.suppress(KeyError, AssertionError):  # not a Deployment
+                    replicas = int(self.deployment(prefix, namespace)["spec"]["replicas"])
+                    self.max_replicas[key] = max(self.max_replicas.get(key, replicas), replicas)
             await asyncio.sleep(0.02)
 
 
@@ -340,6 +349,7 @@ async def running(
 async def sampling(rig: ProcessRig, *workloads: tuple[str, str]) -> AsyncIterator[None]:
     rig.watched = list(workloads) or [("inference", "llm")]
     rig.min_ready.clear()
+    rig.max_replicas.clear()
     task = asyncio.create_task(rig.sample())
     try:
         yield

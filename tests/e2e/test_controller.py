@@ -449,7 +449,9 @@ async def test_the_other_replica_finishes_when_the_leader_dies_mid_drain(tmp_pat
             await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready")
         assert takeover < 4 + 2, f"the follower took {takeover:.1f}s to lead (lease 4 s)"
         assert rig.deployment()["spec"]["replicas"] == 3
-        assert len(rig.events("SpotRebalancerSurge")) == 1, "surged twice"
+        assert rig.max_replicas[("inference", "llm")] == 4, "surged twice"
+        # The killed leader's Surge Event may be lost with it (SIGKILL: nothing is flushed).
+        assert len(rig.events("SpotRebalancerSurge")) <= 1
         assert rig.min_ready[("inference", "llm")] == 3
 
 
