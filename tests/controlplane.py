@@ -8,7 +8,6 @@ kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok are built
 from __future__ import annotations
 
 import os
-import shutil
 import ssl
 import subprocess
 from dataclasses import dataclass
@@ -17,9 +16,10 @@ from typing import Any
 
 import yaml
 
+from tests.helpers import KUBECTL
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "cluster"
-KUBECTL = os.environ.get("KUBECTL") or shutil.which("kubectl") or "/usr/bin/kubectl"
 
 
 @dataclass(frozen=True)

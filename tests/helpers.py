@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from aiohttp import web
+
+# The kubectl scripts/install-tools installs (v1.32, exported as KUBECTL by scripts/test); a
+# pytest run without it falls back to the one on PATH.
+_INSTALLED_KUBECTL = Path(__file__).resolve().parent.parent / ".cache" / "tools" / "bin" / "kubectl"
+KUBECTL = os.environ.get("KUBECTL") or (
+    str(_INSTALLED_KUBECTL) if _INSTALLED_KUBECTL.exists() else shutil.which("kubectl") or "kubectl"
+)
 
 
 @asynccontextmanager

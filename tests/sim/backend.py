@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import ssl
 import uuid
 from collections.abc import Callable
@@ -24,7 +23,8 @@ import aiohttp
 import yaml
 from kubernetes_asyncio import client as k8s
 
-KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+from tests.helpers import KUBECTL
+
 JSON = "application/json"
 CONFORMANCE_TAINT = "conformance.spot-rebalancer.io/owner"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"

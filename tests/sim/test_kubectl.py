@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from .backend import KUBECTL, Backend
+from .backend import Backend
 from .conftest import eventually
 from .test_api import POLICY, _container, _deployment, _pdb, _ready_inference
-
-pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL), reason="kubectl not installed")
 
 
 async def _node(backend: Backend, name: str) -> dict[str, Any]:

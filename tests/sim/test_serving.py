@@ -6,18 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import sys
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from rebalancer.azure.imds import ImdsClient
 from rebalancer.sim import resources as R
 from rebalancer.sim.cluster import ClusterEmulator
 from rebalancer.sim.objects import condition_true
+from tests.helpers import KUBECTL
 
 from .conftest import eventually
 
@@ -75,10 +74,6 @@ async def test_deletecollection_and_apply_patch(served: ClusterEmulator) -> None
     assert served.store.must_get(R.CONFIGMAPS, "default", "applied")["data"] == {"k": "v2"}
 
 
-@pytest.mark.skipif(
-    not shutil.which("kubectl") and not os.path.exists("/usr/bin/kubectl"),
-    reason="kubectl not installed",
-)
 async def test_sim_serve_command(tmp_path: Path) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -103,7 +98,7 @@ async def test_sim_serve_command(tmp_path: Path) -> None:
         assert f"kubeconfig:  {tmp_path / 'kubeconfig'}" in lines[1]
         assert any("IMDS:" in line and "/vms/<vm-name>" in line for line in lines)
         kubectl = await asyncio.create_subprocess_exec(
-            shutil.which("kubectl") or "/usr/bin/kubectl",
+            KUBECTL,
             "get",
             "nodes",
             "-o",
