@@ -178,6 +178,15 @@ class ProcessRig:
             1 for p in self.pods(namespace) if p["metadata"]["name"].startswith(prefix) and ready(p)
         )
 
+    def drained_for(self, node_name: str) -> str:
+        """The event ID the controller marked the node drained for ("" if none yet)."""
+        node = self.node(node_name)
+        return (
+            ""
+            if node is None
+            else node["metadata"].get("annotations", {}).get(names.DRAINED_FOR_ANNOTATION, "")
+        )
+
     def pool_of(self, node_name: str) -> str:
         node = self.node(node_name)
         return "" if node is None else node["metadata"]["labels"][names.AKS_AGENTPOOL_LABEL]

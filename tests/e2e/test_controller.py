@@ -83,15 +83,6 @@ def _deadline_of(rig: Rig, event_id: str) -> float:
     return rig.cluster.imds.events[event_id].not_before.timestamp()
 
 
-def _drained_for(rig: Rig, node_name: str) -> str:
-    node = rig.node(node_name)
-    return (
-        ""
-        if node is None
-        else node["metadata"].get("annotations", {}).get(names.DRAINED_FOR_ANNOTATION, "")
-    )
-
-
 async def test_a_wave_of_twenty_nodes_through_the_npd_conditions(tmp_path: Path) -> None:
     data = scenario()
     data["pools"][1]["count"] = 20
@@ -112,7 +103,7 @@ async def test_a_wave_of_twenty_nodes_through_the_npd_conditions(tmp_path: Path)
                     node = rig.node(node_name)
                     if node is not None and node["spec"].get("unschedulable"):
                         cordoned_at.setdefault(node_name, time.time())
-                    if _drained_for(rig, node_name):
+                    if rig.drained_for(node_name):
                         drained_at.setdefault(node_name, time.time())
                 await asyncio.sleep(0.02)
 
@@ -157,7 +148,7 @@ async def test_eight_seconds_of_notice_still_drains_in_time(tmp_path: Path) -> N
         doomed = rig.spot_nodes()[0]
         event = rig.cluster.preempt(doomed, notice_seconds=8)
         deadline = _deadline_of(rig, event.event_id)
-        await rig.wait_for(lambda: _drained_for(rig, doomed), timeout=12, what="the node drained")
+        await rig.wait_for(lambda: rig.drained_for(doomed), timeout=12, what="the node drained")
         assert time.time() < deadline, "drained after the deadline"
         await rig.wait_for(lambda: rig.node(doomed) is None, timeout=20, what="the VM gone")
         await rig.wait_for(lambda: rig.ready_count() == 3, timeout=15, what="3 Ready replicas")
@@ -193,7 +184,7 @@ async def test_a_pdb_that_allows_nothing_does_not_stop_the_deadline(tmp_path: Pa
             1,
             timeout=10,
         )
-        await rig.wait_for(lambda: _drained_for(rig, doomed), timeout=20, what="the node drained")
+        await rig.wait_for(lambda: rig.drained_for(doomed), timeout=20, what="the node drained")
         assert time.time() < deadline, "the PDB held the drain past the deadline"
         assert (
             await rig.metric("controller-0", 'rebalancer_controller_pods_total{action="deleted"}')
@@ -277,7 +268,7 @@ async def test_no_compatible_on_demand_pool_is_reported_and_the_node_still_drain
             in warnings[0]["message"]
         )
         assert warnings[0]["type"] == "Warning"
-        await rig.wait_for(lambda: _drained_for(rig, doomed), timeout=15, what="the node drained")
+        await rig.wait_for(lambda: rig.drained_for(doomed), timeout=15, what="the node drained")
         assert time.time() < deadline
         assert (
             await rig.metric(
@@ -353,8 +344,8 @@ async def test_aks_npd_conditions_without_our_agent(tmp_path: Path) -> None:
         rig.npd_preemption(
             doomed, event.event_id, event.not_before.strftime("%a, %d %b %Y %H:%M:%S GMT")
         )
-        await rig.wait_for(lambda: _drained_for(rig, doomed), timeout=15, what="the node drained")
-        assert _drained_for(rig, doomed).upper() == event.event_id.upper()
+        await rig.wait_for(lambda: rig.drained_for(doomed), timeout=15, what="the node drained")
+        assert rig.drained_for(doomed).upper() == event.event_id.upper()
         npd_notices = [
             line
             for line in (await rig.metrics("controller-0")).splitlines()
@@ -401,25 +392,6 @@ FAST_LEASE = {
 }
 
 
-async def _leader(rig: Rig, candidates: list[str]) -> str:
-    async def find() -> str | None:
-        for name in candidates:
-            if (
-                name in rig.processes
-                and await rig.metric(name, "rebalancer_controller_leader") == 1
-            ):
-                return name
-        return None
-
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        leader = await find()
-        if leader:
-            return leader
-        await asyncio.sleep(0.2)
-    raise AssertionError("no leader")
-
-
 async def test_the_other_replica_finishes_when_the_leader_dies_mid_drain(tmp_path: Path) -> None:
     data = scenario()
     data["workloads"][0]["startupSeconds"] = 8  # the surge is still loading when the leader dies
@@ -428,7 +400,7 @@ async def test_the_other_replica_finishes_when_the_leader_dies_mid_drain(tmp_pat
         rig.start_controller("controller-a", **FAST_LEASE)
         rig.start_controller("controller-b", **FAST_LEASE)
         await rig.until_ready()
-        leader = await _leader(rig, ["controller-a", "controller-b"])
+        leader = await rig.wait_for_leader(["controller-a", "controller-b"])
         follower = "controller-b" if leader == "controller-a" else "controller-a"
         doomed = rig.spot_nodes()[0]
         async with sampling(rig):
@@ -441,9 +413,7 @@ async def test_the_other_replica_finishes_when_the_leader_dies_mid_drain(tmp_pat
             killed = time.monotonic()
             await rig.wait_for_metric(follower, "rebalancer_controller_leader", 1, timeout=10)
             takeover = time.monotonic() - killed
-            await rig.wait_for(
-                lambda: _drained_for(rig, doomed), timeout=30, what="the node drained"
-            )
+            await rig.wait_for(lambda: rig.drained_for(doomed), timeout=30, what="the node drained")
             assert time.time() < deadline
             await rig.wait_for(lambda: rig.node(doomed) is None, timeout=20, what="the VM gone")
             await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready")
@@ -476,9 +446,7 @@ async def test_a_restart_between_surge_and_scale_down_leaves_nothing_over_scaled
             await rig.wait_for(
                 lambda: rig.deployment()["spec"]["replicas"] == 3, timeout=20, what="the scale-back"
             )
-            await rig.wait_for(
-                lambda: _drained_for(rig, doomed), timeout=20, what="the node drained"
-            )
+            await rig.wait_for(lambda: rig.drained_for(doomed), timeout=20, what="the node drained")
             await rig.wait_for(lambda: rig.node(doomed) is None, timeout=20, what="the VM gone")
             await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready")
         assert len(rig.events("SpotRebalancerSurge")) == 1
@@ -520,7 +488,7 @@ async def test_api_errors_and_watch_drops_during_a_notice(tmp_path: Path) -> Non
                 event = rig.cluster.preempt(doomed, notice_seconds=30)
                 deadline = _deadline_of(rig, event.event_id)
                 await rig.wait_for(
-                    lambda: _drained_for(rig, doomed), timeout=30, what="the node drained"
+                    lambda: rig.drained_for(doomed), timeout=30, what="the node drained"
                 )
                 assert time.time() < deadline
                 await rig.wait_for(lambda: rig.node(doomed) is None, timeout=30, what="the VM gone")
@@ -558,7 +526,7 @@ async def test_a_statefulset_replica_is_evicted_at_once_and_comes_back_elsewhere
         doomed = db["spec"]["nodeName"]
         event = rig.cluster.preempt(doomed, notice_seconds=30)
         deadline = _deadline_of(rig, event.event_id)
-        await rig.wait_for(lambda: _drained_for(rig, doomed), timeout=20, what="the node drained")
+        await rig.wait_for(lambda: rig.drained_for(doomed), timeout=20, what="the node drained")
         assert time.time() < deadline
         moved = await rig.wait_for(
             lambda: next(

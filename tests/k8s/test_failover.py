@@ -34,15 +34,6 @@ def spot_node_of_a_replica(rig: KubeRig, prefix: str = "llm") -> str:
     )[0]
 
 
-def drained_for(rig: KubeRig, node_name: str) -> str:
-    node = rig.node(node_name)
-    return (
-        ""
-        if node is None
-        else node["metadata"].get("annotations", {}).get(names.DRAINED_FOR_ANNOTATION, "")
-    )
-
-
 def http_date(moment: float) -> str:
     return time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(moment))
 
@@ -64,7 +55,7 @@ async def test_single_preempt_fails_over_before_the_node_goes(rig: KubeRig) -> N
         assert node is not None
         assert DEADLINE_TAINT in {t["key"] for t in node["spec"]["taints"]}
         assert node["metadata"]["labels"]["node.kubernetes.io/exclude-from-external-load-balancers"]
-        await rig.wait_for(lambda: drained_for(rig, doomed), timeout=30, what="the node drained")
+        await rig.wait_for(lambda: rig.drained_for(doomed), timeout=30, what="the node drained")
         assert time.time() < event.not_before.timestamp(), "drained after the deadline"
         await rig.wait_for(lambda: rig.node(doomed) is None, timeout=40, what="the VM gone")
         await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready replicas")
@@ -107,7 +98,7 @@ async def test_a_wave_through_the_npd_conditions(rig: KubeRig) -> None:
                 node = rig.node(node_name)
                 if node is not None and node["spec"].get("unschedulable"):
                     cordoned_at.setdefault(node_name, time.time())
-                if drained_for(rig, node_name):
+                if rig.drained_for(node_name):
                     drained_at.setdefault(node_name, time.time())
             await asyncio.sleep(0.02)
 
@@ -168,7 +159,7 @@ async def test_a_pdb_that_allows_nothing_does_not_stop_the_deadline(rig: KubeRig
     await rig.wait_for_metric(
         "controller-0", 'rebalancer_controller_pods_total{action="eviction_blocked"}', 1, timeout=10
     )
-    await rig.wait_for(lambda: drained_for(rig, doomed), timeout=20, what="the node drained")
+    await rig.wait_for(lambda: rig.drained_for(doomed), timeout=20, what="the node drained")
     assert time.time() < event.not_before.timestamp(), "the PDB held the drain past the deadline"
     assert (
         await rig.metric("controller-0", 'rebalancer_controller_pods_total{action="deleted"}') >= 1
@@ -241,7 +232,7 @@ async def test_the_other_replica_finishes_when_the_leader_dies_mid_drain(rig: Ku
         killed = time.monotonic()
         await rig.wait_for_metric(follower, "rebalancer_controller_leader", 1, timeout=10)
         takeover = time.monotonic() - killed
-        await rig.wait_for(lambda: drained_for(rig, doomed), timeout=30, what="the node drained")
+        await rig.wait_for(lambda: rig.drained_for(doomed), timeout=30, what="the node drained")
         assert time.time() < event.not_before.timestamp()
         await rig.wait_for(lambda: rig.node(doomed) is None, timeout=45, what="the VM gone")
         await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready")
@@ -271,7 +262,7 @@ async def test_a_statefulset_replica_is_evicted_at_once_and_comes_back_elsewhere
     await rig.until_ready(replicas=0)
     doomed = next(p for p in rig.pods() if p["metadata"]["name"] == "db-0")["spec"]["nodeName"]
     event = rig.preempt(doomed, notice_seconds=30)
-    await rig.wait_for(lambda: drained_for(rig, doomed), timeout=20, what="the node drained")
+    await rig.wait_for(lambda: rig.drained_for(doomed), timeout=20, what="the node drained")
     assert time.time() < event.not_before.timestamp()
     await rig.wait_for(
         lambda: any(
