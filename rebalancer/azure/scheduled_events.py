@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from rebalancer.vocabulary import EventType
+
 KNOWN_FIELDS = frozenset(
     {
         "EventId",
@@ -30,14 +32,6 @@ KNOWN_FIELDS = frozenset(
         "DurationInSeconds",
     }
 )
-
-
-class EventType(StrEnum):
-    FREEZE = "Freeze"
-    REBOOT = "Reboot"
-    REDEPLOY = "Redeploy"
-    PREEMPT = "Preempt"
-    TERMINATE = "Terminate"
 
 
 class EventStatus(StrEnum):

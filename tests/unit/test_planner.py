@@ -18,28 +18,28 @@ from rebalancer.controller.model import (
     Surge,
     WorkloadInfo,
 )
-from rebalancer.controller.planner import (
-    COOLDOWN_UNTIL,
-    CORDONED_FOR,
-    LOWEST_DELETION_COST,
+from rebalancer.controller.actions import (
     Cordon,
     Delete,
     EndCooldown,
     Evict,
     ForgetSurge,
     MarkDrained,
-    Reason,
+    RecordHistory,
     ReportBlocked,
     Restore,
     ScaleBack,
     ScaleUp,
     SetDeletionCost,
-    Settings,
-    Snapshot,
     StartCooldown,
-    plan,
 )
+from rebalancer.controller.history import Entry, History
+from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.pools import declared_pools
+from rebalancer.controller.returns import LOWEST as LOWEST_DELETION_COST
+from rebalancer.controller.snapshot import Snapshot
+from rebalancer.names import COOLDOWN_UNTIL, CORDONED_FOR
+from rebalancer.vocabulary import Reason
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 EVENT = "A123BC45-1234-5678-AB90-ABCDEF123456"
@@ -158,11 +158,23 @@ def deployment(
     )
 
 
+def preempt(pool: str, zone: str, when: datetime, event_id: str) -> Entry:
+    return Entry(event_id, "Preempt", f"{pool}-n", pool, zone, "sku", True, when)
+
+
+# A history that has watched for a day and knows the test's own notice: nothing to record.
+WATCHED = History(
+    since=NOW - timedelta(days=1),
+    entries=(preempt("spotgpu", "eastus-1", NOW - timedelta(days=2), EVENT),),
+)
+
+
 def snapshot(
     nodes: list[dict[str, Any]],
     pods: list[PodInfo],
     workloads: list[WorkloadInfo] | None = None,
     now: datetime = NOW,
+    history: History = WATCHED,
 ) -> Snapshot:
     infos = [NodeInfo.from_json(n) for n in nodes]
     workload_list = workloads if workloads is not None else [deployment()]
@@ -172,6 +184,7 @@ def snapshot(
         pods={p.key: p for p in pods},
         workloads={w.key: w for w in workload_list},
         replicaset_owners={("ml", "infer-abc"): "infer"},
+        history=history,
     )
 
 
@@ -559,10 +572,13 @@ def test_workload_selector(selector: dict[str, str | None], surged: bool) -> Non
 
 @pytest.mark.parametrize(("recent", "factor"), [(0, 1), (1, 1), (2, 2), (3, 3), (9, 4)])
 def test_a_pool_that_keeps_being_evicted_is_avoided_longer(recent: int, factor: int) -> None:
-    state = replace(
-        snapshot(cluster_nodes(), [pod("p0", "spot-0")]),
-        recent_evictions={("spotgpu", "eastus-1"): recent},
+    # `recent` Preempts in the last hour, the one on spot-0 (not recorded yet) among them.
+    earlier = tuple(
+        preempt("spotgpu", "eastus-1", NOW - timedelta(minutes=50), f"E{i}")
+        for i in range(recent - 1)
     )
+    history = History(since=NOW - timedelta(days=1), entries=earlier)
+    state = snapshot(cluster_nodes(), [pod("p0", "spot-0")], history=history)
     result = plan(state, Settings(cooldown_seconds=600))
     (cooldown,) = of_type(result.actions, StartCooldown)
     assert cooldown.until == NOW + timedelta(seconds=600 * factor)

@@ -8,23 +8,19 @@ from typing import Any
 
 import pytest
 
-from rebalancer.controller.planner import (
-    COOLDOWN_UNTIL,
-    LOWEST_DELETION_COST,
-    SetDeletionCost,
-    Settings,
-    plan,
-)
-from rebalancer.controller.returns import (
-    RETURN_ANNOTATION,
-    RETURN_BACKOFF_ANNOTATION,
+from rebalancer.controller.actions import (
     FinishReturn,
     ForgetReturn,
-    ReturnRecord,
-    ReturnSettings,
+    SetDeletionCost,
     StartReturn,
 )
-from tests.unit.test_planner import NOW, deployment, node_json, of_type, pod, snapshot
+from rebalancer.controller.history import History
+from rebalancer.controller.model import ReturnRecord
+from rebalancer.controller.planner import Settings, plan
+from rebalancer.controller.returns import LOWEST as LOWEST_DELETION_COST
+from rebalancer.controller.returns import ReturnSettings
+from rebalancer.names import COOLDOWN_UNTIL, RETURN_ANNOTATION, RETURN_BACKOFF_ANNOTATION
+from tests.unit.test_planner import NOW, deployment, node_json, of_type, pod, preempt, snapshot
 
 KEY = ("Deployment", "ml", "infer")
 QUIET = {"spotgpu": 3600.0, "odgpu": 3600.0}
@@ -44,10 +40,21 @@ def state(
     quiet: dict[str, float] | None = None,
     cluster: list[dict[str, Any]] | None = None,
 ) -> Any:
-    return replace(
-        snapshot(cluster or nodes(), pods, [workload or deployment(2)]),
-        pool_quiet_seconds=QUIET if quiet is None else quiet,
+    return snapshot(
+        cluster or nodes(), pods, [workload or deployment(2)], history=quiet_history(quiet or QUIET)
     )
+
+
+def quiet_history(quiet: dict[str, float]) -> History:
+    """A history in which each pool's last Preempt was `quiet[pool]` seconds ago (the longest:
+    none since the record began)."""
+    longest = max(quiet.values(), default=0.0)
+    entries = tuple(
+        preempt(pool, "eastus-1", NOW - timedelta(seconds=seconds), f"E-{pool}")
+        for pool, seconds in quiet.items()
+        if seconds < longest
+    )
+    return History(since=NOW - timedelta(seconds=longest), entries=entries)
 
 
 AFTER_FAILOVER = [pod("p0", "spot-0"), pod("p1", "od-0")]  # spot-1 has room
@@ -193,9 +200,7 @@ def test_a_finished_record_is_forgotten_once_the_retired_pod_is_gone() -> None:
 def test_one_return_at_a_time_cluster_wide() -> None:
     other = replace(returning(), name="other")
     result = plan(
-        replace(
-            snapshot(nodes(), AFTER_FAILOVER, [deployment(2), other]), pool_quiet_seconds=QUIET
-        ),
+        snapshot(nodes(), AFTER_FAILOVER, [deployment(2), other], history=quiet_history(QUIET)),
         Settings(),
     )
     assert of_type(result.actions, StartReturn) == []
