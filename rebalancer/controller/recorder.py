@@ -93,6 +93,7 @@ class Recorder:
         self._surge_started: dict[tuple[str, str, str], float] = {}
         self._logged: set[str] = set()
         self._reported: set[tuple[tuple[str, str, str], str]] = set()
+        self._reported_pods: set[tuple[tuple[str, str], str]] = set()
         self._metric_groups: set[tuple[str, str, str, bool]] = set()
         self._deficit_workloads: set[str] = set()
         self._eviction_series: set[tuple[str, str, str]] = set()
@@ -232,6 +233,11 @@ class Recorder:
         if isinstance(action, ReportBlocked):
             self._blocked(action)
             return
+        if isinstance(action, Evict) and outcome.rejection is Rejection.BLOCKED:
+            self.metrics.pods.labels("eviction_blocked").inc()
+            if (action.pod, action.event_id) in self._reported_pods:
+                return  # asked again every pass; said once
+            self._reported_pods.add((action.pod, action.event_id))
         event = event_for(action, outcome)
         if event is not None and self._events is not None:
             self._events.emit(
@@ -243,8 +249,6 @@ class Recorder:
             )
         if outcome.applied:
             self._measure(action)
-        elif isinstance(action, Evict) and outcome.rejection is Rejection.BLOCKED:
-            self.metrics.pods.labels("eviction_blocked").inc()
 
     def _blocked(self, action: ReportBlocked) -> None:
         """Said once per workload and cause, not every pass."""
