@@ -37,11 +37,11 @@ from rebalancer.agent.agent import Agent
 from rebalancer.azure.imds import ImdsClient
 from rebalancer.clock import ManualClock, SystemClock
 from rebalancer.config import AgentSettings, ControllerSettings
-from rebalancer.names import COOLDOWN_UNTIL
 from rebalancer.controller.reconciler import Controller
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.nodes import NodeApi
 from rebalancer.metrics import AgentMetrics, ControllerMetrics
+from rebalancer.names import COOLDOWN_UNTIL
 from rebalancer.node_signal import CONDITION_TYPE, DRAINED_FOR_ANNOTATION
 from rebalancer.sim import resources as R
 from rebalancer.sim.cluster import ClusterEmulator

@@ -10,14 +10,6 @@ import pytest
 
 from rebalancer import names
 from rebalancer.config import PoolShape
-from rebalancer.controller.model import (
-    ORIGINAL_COST_ANNOTATION,
-    SURGE_ANNOTATION,
-    NodeInfo,
-    PodInfo,
-    Surge,
-    WorkloadInfo,
-)
 from rebalancer.controller.actions import (
     Cordon,
     Delete,
@@ -34,6 +26,14 @@ from rebalancer.controller.actions import (
     StartCooldown,
 )
 from rebalancer.controller.history import Entry, History
+from rebalancer.controller.model import (
+    ORIGINAL_COST_ANNOTATION,
+    SURGE_ANNOTATION,
+    NodeInfo,
+    PodInfo,
+    Surge,
+    WorkloadInfo,
+)
 from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.pools import declared_pools
 from rebalancer.controller.returns import LOWEST as LOWEST_DELETION_COST
@@ -582,3 +582,42 @@ def test_a_pool_that_keeps_being_evicted_is_avoided_longer(recent: int, factor: 
     result = plan(state, Settings(cooldown_seconds=600))
     (cooldown,) = of_type(result.actions, StartCooldown)
     assert cooldown.until == NOW + timedelta(seconds=600 * factor)
+
+
+def test_a_notice_the_history_does_not_know_is_recorded_once() -> None:
+    fresh = History(since=NOW - timedelta(days=1))
+    result = plan(snapshot(cluster_nodes(), [pod("p0", "spot-0")], history=fresh), Settings())
+    (record,) = of_type(result.actions, RecordHistory)
+    assert [e.event_id for e in record.new] == [EVENT]
+    assert (record.new[0].pool, record.new[0].zone, record.new[0].preempt) == (
+        "spotgpu",
+        "eastus-1",
+        True,
+    )
+    known = plan(snapshot(cluster_nodes(), [pod("p0", "spot-0")], history=WATCHED), Settings())
+    assert of_type(known.actions, RecordHistory) == []
+
+
+def test_no_history_yet_starts_one_so_the_quiet_time_counts_from_now() -> None:
+    result = plan(snapshot([node_json("spot-1")], [], history=History()), Settings())
+    (record,) = of_type(result.actions, RecordHistory)
+    assert record.history.since == NOW and record.new == ()
+
+
+def test_a_scale_back_keeps_the_record_completed_but_drops_it_after_a_cancellation() -> None:
+    nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
+    pods = [pod("p0", "spot-0", annotations=LOWERED), pod("p1", "spot-1"), pod("p2", "od-0")]
+    pods.append(pod("p3", "od-0"))
+    (done,) = of_type(
+        plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings()).actions, ScaleBack
+    )
+    assert done.record == replace(SURGE, completed=True)
+    cancelled_nodes = [node_json("spot-0", annotations={CORDONED_FOR: EVENT}), *nodes[1:]]
+    unlowered = [pod("p0", "spot-0"), *pods[1:]]
+    (undone,) = of_type(
+        plan(
+            snapshot(cancelled_nodes, unlowered, [deployment(4, surge=SURGE)]), Settings()
+        ).actions,
+        ScaleBack,
+    )
+    assert undone.reason == Reason.CANCELLED and undone.record is None
