@@ -7,7 +7,7 @@ slow and large; these hold only what a decision needs.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,10 +262,19 @@ class ReturnRecord:
     started_at: str  # RFC 3339
     known_pods: tuple[str, ...]  # pod names that existed when it started
     completed: bool = False
+    # Completed by giving up: the scale-back removes the new pod, not the one to retire, so the
+    # record is kept until the new pod is gone (and then forgotten).
+    gave_up: bool = False
 
     @property
     def retire_name(self) -> str:
         return self.retire.split("/", 1)[-1]
+
+    def leaving(self, pods: Iterable[PodInfo]) -> list[PodInfo]:
+        """The pods a completed return is still waiting for the ReplicaSet to remove."""
+        if self.gave_up:
+            return [p for p in pods if p.name not in self.known_pods]
+        return [p for p in pods if p.name == self.retire_name]
 
     def to_json(self) -> str:
         return json.dumps(
@@ -276,6 +285,7 @@ class ReturnRecord:
                 "startedAt": self.started_at,
                 "knownPods": list(self.known_pods),
                 "completed": self.completed,
+                "gaveUp": self.gave_up,
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -295,6 +305,7 @@ class ReturnRecord:
             started_at=str(started),
             known_pods=_strings(data, "knownPods"),
             completed=data.get("completed", False) is True,
+            gave_up=data.get("gaveUp", False) is True,
         )
 
 

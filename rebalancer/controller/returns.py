@@ -82,7 +82,7 @@ def plan_returns(
             continue
         pods = snapshot.pods_by_workload.get(key, [])
         if record.completed:
-            if not any(p.name == record.retire_name for p in pods):
+            if not record.leaving(pods):
                 actions.append(ForgetReturn(key, basis=WorkloadBasis.of(workload)))
             continue
         in_flight += 1
@@ -187,7 +187,8 @@ def _progress(
     key, basis = workload.key, WorkloadBasis.of(workload)
     done = replace(record, completed=True)
     if workload.replicas != record.base_replicas + 1:
-        return [FinishReturn(key, None, Reason.REPLICAS_CHANGED, done, basis=basis)]
+        # Someone else owns the count now: nothing of ours is in play any more.
+        return [FinishReturn(key, None, Reason.REPLICAS_CHANGED, None, basis=basis)]
     new = [p for p in pods if p.name not in record.known_pods and not p.deleting]
     retire = next((p for p in pods if p.name == record.retire_name and not p.deleting), None)
     pool_nodes = [n for n in nodes.values() if n.pool == record.pool]
@@ -201,9 +202,10 @@ def _progress(
         if unmarked:
             return unmarked  # the new pod first, so the scale-back removes it
         backoff = now + timedelta(seconds=settings.quiet_seconds)
+        gave_up = replace(done, gave_up=True)
         return [
             FinishReturn(
-                key, record.base_replicas, reason, done, backoff_until=backoff, basis=basis
+                key, record.base_replicas, reason, gave_up, backoff_until=backoff, basis=basis
             )
         ]
 
@@ -239,5 +241,5 @@ def pods_in_play(workload: WorkloadInfo, pods: list[PodInfo]) -> set[tuple[str, 
     if record is None:
         return set()
     if record.completed:
-        return {p.key for p in pods if p.name == record.retire_name}
+        return {p.key for p in record.leaving(pods)}
     return {p.key for p in pods if p.name == record.retire_name or p.name not in record.known_pods}

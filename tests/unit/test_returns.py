@@ -214,3 +214,24 @@ def test_the_retired_pod_keeps_its_low_cost_until_it_is_gone() -> None:
     done = replace(deployment(2), annotations={RETURN_ANNOTATION: record(completed=True).to_json()})
     pods = [pod("p0", "spot-0"), pod("p1", "od-0", annotations=lowered), pod("p2", "spot-1")]
     assert of_type(plan(state(pods, done), Settings()).actions, SetDeletionCost) == []
+
+
+def test_a_return_that_gave_up_is_forgotten_once_its_new_pod_is_gone() -> None:
+    """The give-up's scale-back removes the new pod; the on-demand pod it meant to retire stays
+    and serves. Waiting for that one to go (as a successful return does) would block every later
+    return of the workload for as long as it lives (found by `rebalancer simulate`)."""
+    gave_up = record(completed=True, gave_up=True)
+    workload = replace(deployment(2), annotations={RETURN_ANNOTATION: gave_up.to_json()})
+    leaving = [*AFTER_FAILOVER, pod("p2", "spot-1", ready=False)]
+    assert of_type(plan(state(leaving, workload), Settings()).actions, ForgetReturn) == []
+    gone = plan(state(AFTER_FAILOVER, workload), Settings())
+    assert of_type(gone.actions, ForgetReturn) == [ForgetReturn(KEY)]
+
+
+def test_the_give_up_records_what_it_waits_for() -> None:
+    lowered = {"controller.kubernetes.io/pod-deletion-cost": LOWEST_DELETION_COST}
+    new = pod("p2", "od-0", ready=True, annotations=lowered)
+    (finish,) = of_type(
+        plan(state([*AFTER_FAILOVER, new], returning()), Settings()).actions, FinishReturn
+    )
+    assert finish.record is not None and finish.record.completed and finish.record.gave_up
