@@ -1,0 +1,363 @@
+"""The one place the simulator touches the controller's planner.
+
+Builds the planner's `Snapshot` from the virtual world, calls `plan(snapshot, settings)`, and
+applies each action to the world the way the executor and Kubernetes would (a cordon is a taint
+and `unschedulable`, a scale-up a replica count the ReplicaSet then acts on, ...). When the
+planner's names change (the controller is being refactored: an eviction history is becoming
+part of the snapshot), only this module has to follow.
+
+Planner names used: `rebalancer.controller.planner`: `plan`, `Plan`, `Settings`, `Snapshot`,
+`Policy`, `Reason`, the action classes (`Cordon`, `Restore`, `ScaleUp`, `ScaleBack`,
+`ForgetSurge`, `SetDeletionCost`, `Evict`, `Delete`, `MarkDrained`, `StartCooldown`,
+`EndCooldown`, `ReportBlocked`) and the annotation/taint names `CORDONED_FOR`, `COOLDOWN_UNTIL`,
+`COOLDOWN_TAINT`, `EVICTING_TAINT`; `rebalancer.controller.returns`: `StartReturn`,
+`FinishReturn`, `ForgetReturn`, `ReturnRecord`, `ReturnSettings`, `complete`,
+`RETURN_ANNOTATION`, `RETURN_BACKOFF_ANNOTATION`; `rebalancer.controller.model`: `NodeInfo`,
+`PodInfo`, `WorkloadInfo`, `Owner`, `Surge`, `SURGE_ANNOTATION`; `rebalancer.controller.pools`:
+`Pool`; `rebalancer.notices`: `Notice`, `Source`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from rebalancer import names
+from rebalancer.controller.model import (
+    SURGE_ANNOTATION,
+    NodeInfo,
+    Owner,
+    PodInfo,
+    Surge,
+    WorkloadInfo,
+)
+from rebalancer.controller.planner import (
+    COOLDOWN_TAINT,
+    COOLDOWN_UNTIL,
+    CORDONED_FOR,
+    EVICTING_TAINT,
+    Action,
+    Cordon,
+    Delete,
+    EndCooldown,
+    Evict,
+    ForgetSurge,
+    MarkDrained,
+    Plan,
+    Reason,
+    ReportBlocked,
+    Restore,
+    ScaleBack,
+    ScaleUp,
+    SetDeletionCost,
+    Settings,
+    Snapshot,
+    StartCooldown,
+    plan,
+)
+from rebalancer.controller.planner import Policy as EventPolicy
+from rebalancer.controller.pools import Pool
+from rebalancer.controller.returns import (
+    RETURN_ANNOTATION,
+    RETURN_BACKOFF_ANNOTATION,
+    FinishReturn,
+    ForgetReturn,
+    ReturnRecord,
+    ReturnSettings,
+    StartReturn,
+    complete,
+)
+from rebalancer.controller.scheduling import Taint
+from rebalancer.notices import Notice, Source
+from rebalancer.simulate.world import NAMESPACE, World
+
+# Virtual time 0 (the first tick of the traces) as the planner's wall clock.
+EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
+# Past a strict "later than" in the planner, without a visible delay.
+NUDGE_SECONDS = 0.01
+
+
+def failover_settings(world: World) -> Settings:
+    """Today's product with its defaults: fail over make-before-break, return to spot. The
+    pools are declared (REBALANCER_POOLS), as the README asks for autoscaled pools."""
+    return Settings(declared_pools=declared_pools(world))
+
+
+def drain_settings(world: World) -> Settings:
+    """The product configured as a plain handler: Preempt -> cordon and drain, no cool-down
+    taints that steer placement, no return to spot."""
+    policies = dict(Settings().event_policy)
+    policies.update({"Preempt": EventPolicy.DRAIN, "Terminate": EventPolicy.DRAIN})
+    return Settings(
+        event_policy=policies,
+        cooldown_seconds=0.0,
+        returns=ReturnSettings(enabled=False),
+        declared_pools=declared_pools(world),
+    )
+
+
+def at(seconds: float) -> datetime:
+    return EPOCH + timedelta(seconds=seconds)
+
+
+def seconds(moment: datetime) -> float:
+    return (moment - EPOCH).total_seconds()
+
+
+def _rs(deployment: str) -> str:
+    return f"{deployment}-rs"
+
+
+def declared_pools(world: World) -> dict[str, Pool]:
+    """Every pool, as REBALANCER_POOLS would declare it: autoscaled pools may have no Node."""
+    return {
+        pool.name: Pool(
+            name=pool.name,
+            spot=pool.spot,
+            taints=pool.taints,
+            labels=pool.labels(world.scenario),
+            nodes=(),
+            gpus_per_node=world.scenario.node_gpus(),
+        )
+        for pool in world.pools.values()
+    }
+
+
+def snapshot(world: World) -> Snapshot:
+    now = at(world.now)
+    nodes: dict[str, NodeInfo] = {}
+    for node in world.nodes.values():
+        if not node.ready(world.now):
+            continue  # a Node object exists once its kubelet registers: at Ready, here
+        notices: tuple[Notice, ...] = ()
+        if node.notice is not None:
+            notices = (
+                Notice(
+                    node=node.name,
+                    event_type="Preempt",
+                    deadline=at(node.notice.deadline),
+                    event_id=node.notice.event_id,
+                    source=Source.AGENT,
+                    seen_at=at(node.notice.seen_at),
+                ),
+            )
+        taints = tuple(node.all_taints())
+        nodes[node.name] = NodeInfo(
+            name=node.name,
+            labels=dict(node.labels),
+            annotations=dict(node.annotations),
+            taints=taints,
+            unschedulable=node.unschedulable,
+            ready=True,
+            allocatable_gpus=node.gpus,
+            notices=notices,
+        )
+    pods: dict[tuple[str, str], PodInfo] = {}
+    for pod in world.pods.values():
+        pods[(NAMESPACE, pod.name)] = PodInfo(
+            namespace=NAMESPACE,
+            name=pod.name,
+            uid=pod.uid,
+            node_name=pod.node or "",
+            phase="Running" if pod.node else "Pending",
+            ready=world.pod_ready(pod),
+            deleting=pod.deleting,
+            owner=Owner("ReplicaSet", _rs(pod.deployment)),
+            gpus=world.deployments[pod.deployment].gpus,
+            deletion_cost=pod.deletion_cost,
+            original_deletion_cost=pod.original_cost,
+            grace_seconds=world.scenario.grace_seconds,
+        )
+    workloads: dict[tuple[str, str, str], WorkloadInfo] = {}
+    for deployment in world.deployments.values():
+        surge = None
+        raw = deployment.annotations.get(SURGE_ANNOTATION)
+        if raw is not None:
+            surge = Surge.from_json(raw)
+        info = WorkloadInfo(
+            kind="Deployment",
+            namespace=NAMESPACE,
+            name=deployment.name,
+            replicas=deployment.replicas,
+            ready_replicas=sum(1 for p in world.pods_of(deployment.name) if world.pod_ready(p)),
+            template_spec=deployment.template_spec,
+            gpus_per_replica=deployment.gpus,
+            annotations=dict(deployment.annotations),
+            surge=surge,
+        )
+        workloads[info.key] = info
+    hour_ago = world.now - 3600.0
+    recent: dict[tuple[str, str], int] = defaultdict(int)
+    quiet: dict[str, float] = {}
+    for pool in world.pools.values():
+        recent[(pool.name, pool.zone)] = sum(1 for t in pool.preempts if t >= hour_ago)
+        last = pool.preempts[-1] if pool.preempts else world.start
+        quiet[pool.name] = world.now - max(last, world.start)
+    return Snapshot(
+        now=now,
+        nodes=nodes,
+        pods=pods,
+        workloads=workloads,
+        replicaset_owners={(NAMESPACE, _rs(d)): d for d in world.deployments},
+        recent_evictions={k: v for k, v in recent.items() if v},
+        pool_quiet_seconds=quiet,
+    )
+
+
+def run_planner(world: World, settings: Settings) -> tuple[Plan, bool]:
+    """One planning pass: plan on a fresh snapshot, apply every action to the world."""
+    world.counters.planner_calls += 1
+    result = plan(snapshot(world), settings)
+    changed = False
+    for action in result.actions:
+        changed |= apply(world, action)
+    return result, changed
+
+
+def _workload(world: World, key: tuple[str, str, str]) -> str:
+    return key[2]
+
+
+def apply(world: World, action: Action) -> bool:
+    """What the executor and the cluster would make of one action; True if it changed anything."""
+    match action:
+        case Cordon():
+            node = world.nodes.get(action.node)
+            if node is None or CORDONED_FOR in node.annotations:
+                return False
+            node.annotations[CORDONED_FOR] = action.event_id
+            node.unschedulable = True
+            node.taints.append(Taint(EVICTING_TAINT, action.event_type, "NoSchedule"))
+        case Restore():
+            node = world.nodes.get(action.node)
+            if node is None:
+                return False
+            node.annotations.pop(CORDONED_FOR, None)
+            node.annotations.pop(names.DRAINED_FOR_ANNOTATION, None)
+            node.unschedulable = False
+            node.taints = [t for t in node.taints if t.key != EVICTING_TAINT]
+        case MarkDrained():
+            node = world.nodes.get(action.node)
+            if node is None:
+                return False
+            node.annotations[names.DRAINED_FOR_ANNOTATION] = action.event_id
+        case StartCooldown():
+            node = world.nodes.get(action.node)
+            if node is None:
+                return False
+            node.annotations[COOLDOWN_UNTIL] = action.until.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            if not any(t.key == COOLDOWN_TAINT for t in node.taints):
+                node.taints.append(Taint(COOLDOWN_TAINT, "", "PreferNoSchedule"))
+        case EndCooldown():
+            node = world.nodes.get(action.node)
+            if node is None:
+                return False
+            node.annotations.pop(COOLDOWN_UNTIL, None)
+            node.taints = [t for t in node.taints if t.key != COOLDOWN_TAINT]
+        case ScaleUp():
+            deployment = world.deployments[_workload(world, action.workload)]
+            deployment.replicas = action.replicas
+            deployment.annotations[SURGE_ANNOTATION] = action.record.to_json()
+        case ScaleBack():
+            deployment = world.deployments[_workload(world, action.workload)]
+            raw = deployment.annotations.get(SURGE_ANNOTATION)
+            if raw is None:
+                return False
+            if action.replicas is not None:
+                deployment.replicas = action.replicas
+            if action.reason == Reason.CANCELLED:
+                del deployment.annotations[SURGE_ANNOTATION]
+            else:
+                done = replace(Surge.from_json(raw), completed=True)
+                deployment.annotations[SURGE_ANNOTATION] = done.to_json()
+        case ForgetSurge():
+            deployment = world.deployments[_workload(world, action.workload)]
+            if deployment.annotations.pop(SURGE_ANNOTATION, None) is None:
+                return False
+        case SetDeletionCost():
+            pod = world.pods.get(action.pod[1])
+            if pod is None:
+                return False
+            pod.deletion_cost = action.cost
+            if action.restore:
+                pod.original_cost = None
+            elif action.save_original is not None:
+                pod.original_cost = action.save_original
+        case Evict():
+            pod = world.pods.get(action.pod[1])
+            if pod is None or pod.deleting:
+                return False
+            world.delete_pod(pod, world.scenario.grace_seconds)
+        case Delete():
+            pod = world.pods.get(action.pod[1])
+            if pod is None or pod.deleting:
+                return False
+            world.delete_pod(pod, action.grace_seconds)
+        case ReportBlocked():
+            return False
+        case StartReturn():
+            deployment = world.deployments[_workload(world, action.workload)]
+            deployment.replicas = action.replicas
+            deployment.annotations[RETURN_ANNOTATION] = action.record.to_json()
+        case FinishReturn():
+            deployment = world.deployments[_workload(world, action.workload)]
+            raw = deployment.annotations.get(RETURN_ANNOTATION)
+            if raw is not None:
+                deployment.annotations[RETURN_ANNOTATION] = complete(
+                    ReturnRecord.from_json(raw)
+                ).to_json()
+            if action.backoff_until is not None:
+                deployment.annotations[RETURN_BACKOFF_ANNOTATION] = action.backoff_until.strftime(
+                    "%Y-%m-%dT%H:%M:%SZ"
+                )
+            if action.replicas is not None:
+                deployment.replicas = action.replicas
+        case ForgetReturn():
+            deployment = world.deployments[_workload(world, action.workload)]
+            if deployment.annotations.pop(RETURN_ANNOTATION, None) is None:
+                return False
+        case _:
+            raise TypeError(f"the simulator cannot apply {action!r}")
+    world.touch()
+    return True
+
+
+def next_wakeup(world: World, result: Plan, settings: Settings) -> float | None:
+    """When the planner's answer would change with time alone: a notice's deadline minus the
+    margin, a cool-down's end, a pool becoming quiet enough for a return, a return's timeout, a
+    back-off's end."""
+    times: list[float] = []
+    for notice in result.active.values():
+        if notice.deadline is not None:
+            times.append(seconds(notice.deadline) - settings.deadline_margin_seconds)
+    for node in world.nodes.values():
+        until = node.annotations.get(COOLDOWN_UNTIL)
+        if until is not None:
+            times.append(seconds(_parse(until)))
+    if settings.returns.enabled:
+        for pool in world.pools.values():
+            if pool.spot:
+                last = pool.preempts[-1] if pool.preempts else world.start
+                times.append(max(last, world.start) + settings.returns.quiet_seconds)
+        for deployment in world.deployments.values():
+            raw = deployment.annotations.get(RETURN_ANNOTATION)
+            if raw is not None:
+                record = ReturnRecord.from_json(raw)
+                if not record.completed:
+                    started = seconds(_parse(record.started_at))
+                    times.append(started + settings.returns.pending_timeout_seconds)
+            backoff = deployment.annotations.get(RETURN_BACKOFF_ANNOTATION)
+            if backoff is not None:
+                times.append(seconds(_parse(backoff)))
+    future = [t + NUDGE_SECONDS for t in times if t + NUDGE_SECONDS > world.now]
+    return min(future) if future else None
+
+
+def _parse(text: str) -> datetime:
+    from rebalancer.timefmt import parse_iso
+
+    moment = parse_iso(text)
+    if moment is None:
+        raise ValueError(f"unreadable time {text!r}")
+    return moment
