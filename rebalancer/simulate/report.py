@@ -188,8 +188,6 @@ def _strip(
         f"{LEFT + i},{ypos(v):.1f} {LEFT + i + 1},{ypos(v):.1f}" for i, v in enumerate(values)
     )
     parts = [
-        f'<text x="{LEFT - 8}" y="{y + STRIP / 2 + 4}" text-anchor="end">{html.escape(label)}'
-        "</text>",
         f'<rect x="{LEFT}" y="{y}" width="{WIDTH}" height="{STRIP}" fill="#fafafa" stroke="#ddd"/>',
     ]
     if area:
