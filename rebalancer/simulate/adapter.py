@@ -74,8 +74,8 @@ from rebalancer.simulate.world import NAMESPACE, World
 
 # Virtual time 0 (the first tick of the traces) as the planner's wall clock.
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
-# Past a strict "later than" in the planner, without a visible delay.
-NUDGE_SECONDS = 0.01
+# Past the planner's one strict "later than" (a return's pending timeout).
+NUDGE_SECONDS = 0.001
 
 
 def failover_settings(world: World) -> Settings:
@@ -346,11 +346,12 @@ def next_wakeup(world: World, result: Plan, settings: Settings) -> float | None:
                 record = ReturnRecord.from_json(raw)
                 if not record.completed:
                     started = seconds(_parse(record.started_at))
-                    times.append(started + settings.returns.pending_timeout_seconds)
+                    timeout = settings.returns.pending_timeout_seconds
+                    times.append(started + timeout + NUDGE_SECONDS)
             backoff = deployment.annotations.get(RETURN_BACKOFF_ANNOTATION)
             if backoff is not None:
                 times.append(seconds(_parse(backoff)))
-    future = [t + NUDGE_SECONDS for t in times if t + NUDGE_SECONDS > world.now]
+    future = [t for t in times if t > world.now]
     return min(future) if future else None
 
 

@@ -115,7 +115,9 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-def run(args: argparse.Namespace, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
     try:
         return _run(args, out=out, err=err)
     except InputError as error:
