@@ -103,6 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prices", metavar="FILE", help="price file (default: bundled table)")
     parser.add_argument("--days", type=float, help="simulate only the first DAYS of the traces")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
 
 
@@ -174,7 +175,7 @@ def _run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         )
     else:
         print(describe(traces, scenario, prices, span), file=out)
-        print(table(results), file=out)
+        print(table(results, markdown=args.markdown), file=out)
     if args.html:
         page = to_html(results, traces=traces, scenario=scenario, prices=prices, horizon=span)
         try:
