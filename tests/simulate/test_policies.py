@@ -27,7 +27,7 @@ PRICES = Prices(on_demand=4.0, spot=1.0)
 
 
 def scenario(**changes: object) -> Scenario:
-    base = {
+    base: dict[str, object] = {
         "replicas": 1,
         "loadSeconds": LOAD,
         "shutdownSeconds": SHUTDOWN,
