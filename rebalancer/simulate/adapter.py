@@ -6,15 +6,19 @@ and `unschedulable`, a scale-up a replica count the ReplicaSet then acts on, ...
 planner's names change (the controller is being refactored: an eviction history is becoming
 part of the snapshot), only this module has to follow.
 
+The virtual scheduler takes its placement rules from here too, so the controller's matching code
+is also reached through this module only.
+
 Planner names used: `rebalancer.controller.planner`: `plan`, `Plan`, `Settings`, `Snapshot`,
-`Policy`, `Reason`, the action classes (`Cordon`, `Restore`, `ScaleUp`, `ScaleBack`,
+`Policy`, `Reason`, `Action` and the action classes (`Cordon`, `Restore`, `ScaleUp`, `ScaleBack`,
 `ForgetSurge`, `SetDeletionCost`, `Evict`, `Delete`, `MarkDrained`, `StartCooldown`,
 `EndCooldown`, `ReportBlocked`) and the annotation/taint names `CORDONED_FOR`, `COOLDOWN_UNTIL`,
 `COOLDOWN_TAINT`, `EVICTING_TAINT`; `rebalancer.controller.returns`: `StartReturn`,
 `FinishReturn`, `ForgetReturn`, `ReturnRecord`, `ReturnSettings`, `complete`,
 `RETURN_ANNOTATION`, `RETURN_BACKOFF_ANNOTATION`; `rebalancer.controller.model`: `NodeInfo`,
 `PodInfo`, `WorkloadInfo`, `Owner`, `Surge`, `SURGE_ANNOTATION`; `rebalancer.controller.pools`:
-`Pool`; `rebalancer.notices`: `Notice`, `Source`.
+`Pool`; `rebalancer.controller.scheduling`: `Taint`, `tolerates`, `untolerated`,
+`unmet_placement`, `preferred_weight`; `rebalancer.notices`: `Notice`, `Source`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from rebalancer import names
 from rebalancer.controller.model import (
@@ -68,9 +73,23 @@ from rebalancer.controller.returns import (
     StartReturn,
     complete,
 )
-from rebalancer.controller.scheduling import Taint
+from rebalancer.controller.scheduling import (
+    Taint,
+    preferred_weight,
+    tolerates,
+    unmet_placement,
+    untolerated,
+)
 from rebalancer.notices import Notice, Source
-from rebalancer.simulate.world import NAMESPACE, World
+
+if TYPE_CHECKING:
+    from rebalancer.simulate.world import World
+
+# The placement rules the controller itself uses (taints, tolerations, node affinity), for the
+# virtual scheduler and autoscaler.
+__all__ = ["Taint", "preferred_weight", "tolerates", "unmet_placement", "untolerated"]
+
+NAMESPACE = "inference"
 
 # Virtual time 0 (the first tick of the traces) as the planner's wall clock.
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
@@ -215,10 +234,6 @@ def run_planner(world: World, settings: Settings) -> tuple[Plan, bool]:
     return result, changed
 
 
-def _workload(world: World, key: tuple[str, str, str]) -> str:
-    return key[2]
-
-
 def apply(world: World, action: Action) -> bool:
     """What the executor and the cluster would make of one action; True if it changed anything."""
     match action:
@@ -256,11 +271,11 @@ def apply(world: World, action: Action) -> bool:
             node.annotations.pop(COOLDOWN_UNTIL, None)
             node.taints = [t for t in node.taints if t.key != COOLDOWN_TAINT]
         case ScaleUp():
-            deployment = world.deployments[_workload(world, action.workload)]
+            deployment = world.deployments[action.workload[2]]
             deployment.replicas = action.replicas
             deployment.annotations[SURGE_ANNOTATION] = action.record.to_json()
         case ScaleBack():
-            deployment = world.deployments[_workload(world, action.workload)]
+            deployment = world.deployments[action.workload[2]]
             raw = deployment.annotations.get(SURGE_ANNOTATION)
             if raw is None:
                 return False
@@ -272,7 +287,7 @@ def apply(world: World, action: Action) -> bool:
                 done = replace(Surge.from_json(raw), completed=True)
                 deployment.annotations[SURGE_ANNOTATION] = done.to_json()
         case ForgetSurge():
-            deployment = world.deployments[_workload(world, action.workload)]
+            deployment = world.deployments[action.workload[2]]
             if deployment.annotations.pop(SURGE_ANNOTATION, None) is None:
                 return False
         case SetDeletionCost():
@@ -297,11 +312,11 @@ def apply(world: World, action: Action) -> bool:
         case ReportBlocked():
             return False
         case StartReturn():
-            deployment = world.deployments[_workload(world, action.workload)]
+            deployment = world.deployments[action.workload[2]]
             deployment.replicas = action.replicas
             deployment.annotations[RETURN_ANNOTATION] = action.record.to_json()
         case FinishReturn():
-            deployment = world.deployments[_workload(world, action.workload)]
+            deployment = world.deployments[action.workload[2]]
             raw = deployment.annotations.get(RETURN_ANNOTATION)
             if raw is not None:
                 deployment.annotations[RETURN_ANNOTATION] = complete(
@@ -314,7 +329,7 @@ def apply(world: World, action: Action) -> bool:
             if action.replicas is not None:
                 deployment.replicas = action.replicas
         case ForgetReturn():
-            deployment = world.deployments[_workload(world, action.workload)]
+            deployment = world.deployments[action.workload[2]]
             if deployment.annotations.pop(RETURN_ANNOTATION, None) is None:
                 return False
         case _:

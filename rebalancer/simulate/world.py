@@ -26,12 +26,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rebalancer import names
-from rebalancer.controller.scheduling import (
+from rebalancer.simulate.adapter import (
     Taint,
     preferred_weight,
     tolerates,
@@ -48,7 +48,6 @@ SPOT_TOLERATION = {
     "value": "spot",
     "effect": "NoSchedule",
 }
-NAMESPACE = "inference"
 
 
 class NotSettling(RuntimeError):
@@ -535,8 +534,3 @@ class World:
 
 def _state(sample: Sample) -> tuple[int, float, int, int]:
     return sample.ready, sample.cost_rate, sample.on_demand_nodes, sample.spot_nodes
-
-
-def pools_by_spot(pools: Mapping[str, PoolModel]) -> tuple[list[PoolModel], list[PoolModel]]:
-    spot = [p for p in pools.values() if p.spot]
-    return spot, [p for p in pools.values() if not p.spot]
