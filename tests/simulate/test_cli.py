@@ -129,3 +129,17 @@ def test_a_size_without_a_price(write_trace: Callable[..., Path], capsys: Captur
     trace = write_trace("a", [1, 1])
     err = _fails(["--trace", str(trace), "--region", "antarctica"], capsys)
     assert "no on-demand and spot price" in err
+
+
+def test_traces_of_different_lengths_are_cut_to_the_common_span(
+    write_trace: Callable[..., Path], capsys: Capture
+) -> None:
+    short = write_trace("short", [1] * 4)
+    long = write_trace("long", [1] * 10)
+    argv = ["simulate", "--trace", str(short), "--trace", str(long), "--json"]
+    assert main([*argv, "--policy", "on-demand"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["horizonSeconds"] == 4 * 600
+    assert "cut: long" in captured.err
+    assert main([*argv, "--policy", "on-demand", "--days", "1"]) == 2
+    assert "--days 1.0: the traces cover 0.0 days" in capsys.readouterr().err
