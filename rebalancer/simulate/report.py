@@ -7,12 +7,12 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any
 
 from rebalancer.simulate.engine import Result
 from rebalancer.simulate.trace import Trace
-from rebalancer.simulate.workload import Prices, Scenario
+from rebalancer.simulate.workload import Prices, Scenario, camel
 
 COLOURS = ("#1b6ca8", "#d1495b", "#2a9d4b", "#e08a00", "#7a4fb0", "#00a0a0")
 
@@ -108,22 +108,15 @@ def to_json(
     prices: Prices,
     horizon: float,
 ) -> str:
+    # The YAML keys (camelCase), each value as a YAML file would give it.
     settings = {
-        key: str(value) if not isinstance(value, int | float | str | None) else value
-        for key, value in asdict(scenario).items()
+        camel(f.name): (
+            getattr(scenario, f.name)
+            if isinstance(getattr(scenario, f.name), int | float | str | None)
+            else str(getattr(scenario, f.name))
+        )
+        for f in fields(scenario)
     }
-    settings.update(
-        {
-            key: str(getattr(scenario, key))
-            for key in (
-                "load_seconds",
-                "shutdown_seconds",
-                "notice_seconds",
-                "on_demand_provision_seconds",
-                "spot_provision_seconds",
-            )
-        }
-    )
     document: dict[str, Any] = {
         "horizonSeconds": horizon,
         "scenario": settings,

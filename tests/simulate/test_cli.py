@@ -44,7 +44,7 @@ def test_a_folder_of_traces_and_a_yaml_config(
     document = json.loads(capsys.readouterr().out)
     assert [t["name"] for t in document["traces"]] == ["a", "b"]
     assert document["scenario"]["replicas"] == 2
-    assert document["scenario"]["load_seconds"] == "uniform:60:120"
+    assert document["scenario"]["loadSeconds"] == "uniform:60:120"
     assert [r["policy"] for r in document["results"]] == ["on-demand"]
 
 
