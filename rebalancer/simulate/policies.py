@@ -225,6 +225,13 @@ def build(
         return world, _Idle(policy)
     if not traces:
         raise InputError(f"--policy {policy} needs at least one --trace")
+    if limit is not None:
+        most = (sum(t.slots for t in traces) + limit) * replicas_per_node
+        if most < needed:
+            raise InputError(
+                f"--policy {policy} cannot be met: at most {most} replicas ever fit (the spot "
+                f"pools' largest capacity and --on-demand-limit {limit}), {needed} are needed"
+            )
     spare = scenario.hedge_spare if policy == "spothedge" else 0
     home = math.ceil((needed + spare) / len(traces) / replicas_per_node)
     spot_pools = [

@@ -100,6 +100,15 @@ def test_a_policy_that_cannot_be_met(write_trace: Callable[..., Path], capsys: C
     assert "--on-demand-limit is 2" in err
 
 
+def test_a_spot_policy_that_can_never_have_every_replica(
+    write_trace: Callable[..., Path], capsys: Capture
+) -> None:
+    trace = write_trace("a", [0, 1, 1, 0])
+    argv = ["--trace", str(trace), "--policy", "failover", "--on-demand-limit", "1"]
+    err = _fails(argv, capsys)
+    assert "--policy failover cannot be met: at most 2 replicas ever fit" in err
+
+
 def test_a_workload_that_fits_no_pool(write_trace: Callable[..., Path], capsys: Capture) -> None:
     trace = write_trace("a", [1, 1])
     err = _fails(["--trace", str(trace), "--gpus-per-replica", "2"], capsys)
