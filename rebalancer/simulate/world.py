@@ -225,6 +225,8 @@ class World:
         self._sample()
 
     def _handle(self, kind: str, payload: Any) -> None:
+        """Apply one event; `touch` only what a controller could see change (a slot nobody of
+        ours holds changes the autoscaler's room, which it reads every pass anyway)."""
         if kind == "slot":
             pool_name, event = payload
             self._slot(self.pools[pool_name], event)
@@ -236,9 +238,10 @@ class World:
             pod = self.pods.get(payload)
             if pod is not None and not pod.gone:
                 self._pod_gone(pod)
+        elif kind in ("node_ready", "pod_ready"):
+            self.touch()  # readiness is a function of the clock: it changed now
         elif kind == "wake" and self._wake_at is not None and self.now >= self._wake_at:
             self._wake_at = None
-        self.touch()  # readiness (node or pod) is a function of the clock: a change all the same
 
     def _slot(self, pool: PoolModel, event: SlotEvent) -> None:
         if event.alive:
@@ -249,6 +252,7 @@ class World:
         if holder is None:
             return
         node = self.nodes[holder]
+        self.touch()
         deadline = event.at + event.notice_seconds
         node.notice = Notice(
             f"SIM-{pool.name}-{event.slot}-{int(event.at)}".upper(), self.now, deadline
