@@ -1,4 +1,4 @@
-"""`rebalancer` command line: agent | controller | demo | sim ... | version.
+"""`rebalancer` command line: agent | controller | demo | sim ... | simulate | version.
 
 Settings come from flags and `REBALANCER_*` variables (pydantic-settings); a bad value stops the
 process at start with one line naming the setting.
@@ -79,6 +79,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, CliSettingsSource
     serve.add_argument("--port", type=int, default=0, help="API port (0: any free port)")
     serve.add_argument("--imds-port", type=int, default=0, help="IMDS port (0: any free port)")
     serve.add_argument("--kubeconfig-dir", default=None, help="where to write the kubeconfig")
+    from rebalancer.simulate.files import add_arguments
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="Replay spot capacity traces through the planner: availability and cost per policy.",
+        description="Replay spot capacity traces through the controller's planner on a virtual "
+        "clock and report availability and cost per policy (docs/simulate.md).",
+    )
+    add_arguments(simulate)
     return parser, sources
 
 
@@ -100,6 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rebalancer.demo import run_demo
 
         return run_demo(notice_seconds=args.notice_seconds)
+    if args.command == "simulate":
+        from rebalancer.simulate.files import run
+
+        return run(args)
     if args.command == "sim" and args.sim_command == "imds":
         from rebalancer.sim.serve import serve_imds
 
