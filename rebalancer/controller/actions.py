@@ -277,6 +277,8 @@ class Evict:
     node: str
     event_id: str
     reason: Reason = Reason.NOTICE
+    # Shorter than the pod's own when that would not end before the deadline; None: its own.
+    grace_seconds: int | None = None
 
 
 @dataclass(frozen=True)

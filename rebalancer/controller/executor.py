@@ -124,7 +124,9 @@ class Executor:
             case Evict():
                 self._may_write()
                 namespace, name = action.pod
-                return _written(await self._writer.evict(namespace, name, action.uid))
+                return _written(
+                    await self._writer.evict(namespace, name, action.uid, action.grace_seconds)
+                )
             case Delete():
                 self._may_write()
                 namespace, name = action.pod

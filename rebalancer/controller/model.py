@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from rebalancer import names
@@ -22,6 +23,7 @@ from rebalancer.names import (
     SURGE_ANNOTATION,
 )
 from rebalancer.notices import Notice, notices_of
+from rebalancer.timefmt import parse_iso
 
 # A record on a workload naming more replicas than this is not ours: never obeyed.
 MAX_RECORD_REPLICAS = 10_000
@@ -160,6 +162,7 @@ class PodInfo:
     mirror: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
     grace_seconds: int = 30
+    deletion_at: datetime | None = None  # a terminating pod is killed by then (deletionTimestamp)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -205,6 +208,7 @@ class PodInfo:
             mirror=MIRROR_ANNOTATION in annotations,
             labels=dict(meta.get("labels") or {}),
             grace_seconds=int(spec.get("terminationGracePeriodSeconds", 30) or 0),
+            deletion_at=parse_iso(meta.get("deletionTimestamp")),
         )
 
 

@@ -248,6 +248,16 @@ def _doomed(pod: PodInfo) -> bool:
     return not (pod.daemonset or pod.mirror or pod.finished or pod.deleting)
 
 
+def _terminates_too_late(pod: PodInfo, notice: Notice, now: datetime, settings: Settings) -> bool:
+    """A terminating pod that will still run when the node must be empty: one second before the
+    deadline, or, to act now, after the short grace period deletions then get (`grace_for`)."""
+    if not pod.deleting or pod.daemonset or pod.mirror or pod.deletion_at is None:
+        return False
+    if notice.act_now or notice.deadline is None:
+        return pod.deletion_at > now + timedelta(seconds=settings.act_now_grace_seconds + 1)
+    return pod.deletion_at > notice.deadline - timedelta(seconds=1)
+
+
 def _surges(
     snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice]
 ) -> tuple[list[Action], set[tuple[str, str]]]:
@@ -437,11 +447,22 @@ def _drain(
         for pod in remaining:
             if pod.key in surged:
                 continue  # replaced make-before-break; removed by the scale-back
+            grace = grace_for(pod, notice, snapshot.now, settings)
             if near:
-                grace = grace_for(pod, notice, snapshot.now, settings)
                 actions.append(Delete(pod.key, pod.uid, node_name, notice.event_id, grace))
             else:
-                actions.append(Evict(pod.key, pod.uid, node_name, notice.event_id))
+                # A grace period longer than the time left is cut to fit: the pod must be gone
+                # before Azure takes the VM, not merely terminating.
+                shorter = grace if grace < pod.grace_seconds else None
+                actions.append(
+                    Evict(pod.key, pod.uid, node_name, notice.event_id, grace_seconds=shorter)
+                )
+        for pod in on_node:
+            if _terminates_too_late(pod, notice, snapshot.now, settings):
+                # Already terminating (evicted by someone else, scaled away) with a grace period
+                # that ends after the deadline: a second delete may shorten it, never lengthen it.
+                grace = grace_for(pod, notice, snapshot.now, settings)
+                actions.append(Delete(pod.key, pod.uid, node_name, notice.event_id, grace))
         drained_for = node.annotations.get(names.DRAINED_FOR_ANNOTATION, "")
         marked = {part.strip().upper() for part in drained_for.split(",") if part.strip()}
         # Drained means gone, not merely terminating: Azure may take the VM once we say so.

@@ -106,14 +106,20 @@ class Writer:
             return False
         return True
 
-    async def evict(self, namespace: str, name: str, uid: str) -> bool:
-        """POST pods/eviction; raises TooManyRequests when a PDB blocks it. False: already gone."""
+    async def evict(
+        self, namespace: str, name: str, uid: str, grace_seconds: int | None = None
+    ) -> bool:
+        """POST pods/eviction; raises TooManyRequests when a PDB blocks it. False: already gone.
+        `grace_seconds` shortens the pod's own grace period (None: keep it)."""
         path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}/eviction"
+        options: dict[str, Any] = {"preconditions": {"uid": uid}}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = max(0, grace_seconds)
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
-            "deleteOptions": {"preconditions": {"uid": uid}},
+            "deleteOptions": options,
         }
         try:
             await self._client.request("POST", path, body=body)

@@ -61,7 +61,7 @@ class FakeWriter:
         self._fail()
         return True
 
-    async def evict(self, namespace: str, name: str, uid: str) -> bool:
+    async def evict(self, namespace: str, name: str, uid: str, grace: int | None = None) -> bool:
         self.writes.append(("evict", name))
         self._fail()
         return True

@@ -621,3 +621,31 @@ def test_a_scale_back_keeps_the_record_completed_but_drops_it_after_a_cancellati
         ScaleBack,
     )
     assert undone.reason == Reason.CANCELLED and undone.record is None
+
+
+def test_a_grace_period_longer_than_the_notice_is_cut_to_fit_when_evicting() -> None:
+    """60 s of grace on a node with 15 s of notice: evicted with 14 s, so it is gone (not merely
+    terminating) before Azure takes the VM."""
+    nodes = [node_json("spot-0", notice_seconds=15), node_json("od-0", pool="odgpu", spot=False)]
+    slow = pod("web", "spot-0", owner=None, gpus=0, grace=60)
+    quick = pod("side", "spot-0", owner=None, gpus=0, grace=10)
+    evictions = of_type(plan(snapshot(nodes, [slow, quick]), Settings()).actions, Evict)
+    assert {(e.pod[1], e.grace_seconds) for e in evictions} == {("web", 14), ("side", None)}
+
+
+def terminating(name: str, node: str, *, ends_in: float) -> PodInfo:
+    base = pod(name, node, owner=None, gpus=0, grace=60)
+    return replace(base, deleting=True, deletion_at=NOW + timedelta(seconds=ends_in))
+
+
+@pytest.mark.parametrize(("ends_in", "deleted_with"), [(60, 14), (16, 14), (14, None), (5, None)])
+def test_a_pod_already_terminating_past_the_deadline_is_deleted_again_with_less_grace(
+    ends_in: float, deleted_with: int | None
+) -> None:
+    """Someone else (AKS node auto-drain, a scale-down) started it with 60 s of grace; 15 s of
+    notice are left. A second delete shortens the grace period; one that ends in time is left."""
+    nodes = [node_json("spot-0", notice_seconds=15), node_json("od-0", pool="odgpu", spot=False)]
+    result = plan(snapshot(nodes, [terminating("web", "spot-0", ends_in=ends_in)]), Settings())
+    deletes = [(d.pod[1], d.grace_seconds) for d in of_type(result.actions, Delete)]
+    assert deletes == ([] if deleted_with is None else [("web", deleted_with)])
+    assert of_type(result.actions, MarkDrained) == []  # terminating is not gone
