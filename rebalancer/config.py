@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal, cast
+from typing import Literal
 
 from pydantic import (
     AliasChoices,
@@ -25,10 +25,9 @@ from pydantic_settings.exceptions import SettingsError
 
 from rebalancer import names
 from rebalancer.azure.prices import parse_price_file
-from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, EventType
+from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, EventType, Policy
 
 EVENT_TYPES = tuple(str(t) for t in EventType)
-PolicyName = Literal["failover", "drain", "none"]
 # IMDS rejects more than 5 requests per second per VM; the agent keeps a margin under that
 # (4 per second at most), because the server sees request arrivals, not our send times.
 IMDS_MIN_INTERVAL_SECONDS = 0.25
@@ -264,11 +263,8 @@ class ControllerSettings(CommonSettings):
         "",
         description="Fail over only workloads with these labels: 'k=v,k2' (k2: the key exists).",
     )
-    event_policy: dict[str, PolicyName] = Field(
-        {
-            str(event_type): cast(PolicyName, str(policy))
-            for event_type, policy in DEFAULT_EVENT_POLICY.items()
-        },
+    event_policy: dict[str, Policy] = Field(
+        {str(event_type): policy for event_type, policy in DEFAULT_EVENT_POLICY.items()},
         description="What to do per event type: failover (surge, then drain), drain, or none.",
     )
     client_qps: float = Field(
