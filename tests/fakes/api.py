@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rebalancer.kube.errors import Conflict, KubeError, NotFound, TooManyRequests
+from rebalancer.kube.errors import Conflict, KubeError, NotFound, TooManyRequests, Unavailable
 
 Key = tuple[str, str, str]  # (resource, namespace, name)
 PDB_REFUSAL = {
@@ -70,6 +70,7 @@ class FakeApi:
     writes: list[Write] = field(default_factory=list)
     pdb_blocked: set[tuple[str, str]] = field(default_factory=set)
     faults: list[Fault] = field(default_factory=list)
+    after_write: Callable[[Write], None] | None = None  # called once a write is applied
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
     _watchers: list[tuple[str, asyncio.Queue[dict[str, Any]]]] = field(default_factory=list)
 
@@ -135,11 +136,14 @@ class FakeApi:
             self.writes.append(write)
         try:
             self._inject(method, path)
-            return self._handle(method, resource, namespace, name, sub, body, query or {})
+            answer = self._handle(method, resource, namespace, name, sub, body, query or {})
         except KubeError as error:
             if method != "GET":
                 self.writes[-1].status = error.status or 500
             raise
+        if method != "GET" and self.after_write is not None:
+            self.after_write(self.writes[-1])
+        return answer
 
     async def stream(
         self, path: str, *, query: Mapping[str, str], timeout_seconds: float
@@ -258,3 +262,34 @@ def _parse(path: str) -> tuple[str, str, str, str]:
     name = parts[1] if len(parts) > 1 else ""
     sub = parts[2] if len(parts) > 2 else ""
     return resource, namespace, name, sub
+
+
+class Killable:
+    """One process's connection to the fake API. `kill()` is SIGKILL as the API server sees it:
+    from then on nothing this process sends arrives (its cleanup, Lease release and queued
+    Events included), while what it had sent before stays applied."""
+
+    def __init__(self, api: FakeApi) -> None:
+        self.api = api
+        self.dead = False
+
+    def kill(self) -> None:
+        self.dead = True
+
+    async def request(self, method: str, path: str, **options: Any) -> Any:
+        if self.dead:
+            raise Unavailable(f"{method} {path}: the process is dead")
+        return await self.api.request(method, path, **options)
+
+    async def stream(
+        self, path: str, *, query: Mapping[str, str], timeout_seconds: float
+    ) -> AsyncIterator[dict[str, Any]]:
+        if self.dead:
+            raise Unavailable(f"watch {path}: the process is dead")
+        async for event in self.api.stream(path, query=query, timeout_seconds=timeout_seconds):
+            if self.dead:
+                return
+            yield event
+
+    async def close(self) -> None:
+        pass
