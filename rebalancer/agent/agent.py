@@ -313,6 +313,8 @@ class Agent:
                 annotation_written = False
                 self._metrics.node_writes.labels("error").inc()
                 self._note_kube_error("write_annotation", error)
+                if previous is not None and previous.condition == condition and not resync_due:
+                    return  # the condition already says it; try the annotation next tick
         try:
             await self._nodes.set_condition(
                 self._settings.node_name,
@@ -334,6 +336,7 @@ class Agent:
             self._published = Published(
                 previous.annotation if previous else "", condition, transition
             )
+            self._published_at = self._clock.monotonic()
             self._note_published_condition(previous, condition)
             return
         self._metrics.node_writes.labels("ok").inc()
