@@ -7,9 +7,9 @@ DurationInSeconds. Fields of newer api-versions are kept, not rejected; an Event
 know is kept and flagged, so the caller can report it. An event without a readable EventId,
 EventType or EventStatus cannot be identified and is skipped with its reason; the rest of the
 document still counts. Any other odd field (NotBefore as a number, Resources as a string, a
-non-string Description, ...) keeps the event and is listed in `oddities`: an unreadable NotBefore
-means "act now", unreadable Resources mean "may name this VM", and callers never acknowledge an
-event with oddities, because they cannot be sure whom it releases.
+non-string Description, ...) keeps the event and is listed in `oddities`; such an event has no
+deadline to trust (`not_before` None: act now), unreadable Resources mean "may name this VM", and
+callers never acknowledge it, because they cannot be sure whom it releases.
 """
 
 from __future__ import annotations
@@ -155,16 +155,23 @@ def _parse_event(raw: object) -> ScheduledEvent:
             duration = int(str(duration))
         except ValueError:
             duration = None  # an odd duration never makes the event unreadable
+    resource_type = _optional_str(raw, "ResourceType", oddities) or "VirtualMachine"
+    description = _optional_str(raw, "Description", oddities)
+    event_source = _optional_str(raw, "EventSource", oddities)
+    if oddities:
+        # A document that breaks its own schema is not trusted for a deadline either: act now.
+        not_before = None
+        not_before_raw = not_before_raw or "<unknown>"
     return ScheduledEvent(
         event_id=event_id,
         event_type=event_type,
         status=status,
         resources=resources,
-        resource_type=_optional_str(raw, "ResourceType", oddities) or "VirtualMachine",
+        resource_type=resource_type,
         not_before=not_before,
         not_before_raw=not_before_raw,
-        description=_optional_str(raw, "Description", oddities),
-        event_source=_optional_str(raw, "EventSource", oddities),
+        description=description,
+        event_source=event_source,
         duration_seconds=duration,
         extra={k: v for k, v in raw.items() if k not in KNOWN_FIELDS},
         oddities=tuple(oddities),
