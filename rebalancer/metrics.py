@@ -30,7 +30,7 @@ POLL_OUTCOMES = (
 )  # fmt: skip
 ENDED_OUTCOMES = ("cancelled", "completed", "ended")
 WRITE_OUTCOMES = ("ok", "error")
-AGENT_SKIP_REASONS = ("malformed_event", "unknown_event_type", "malformed_annotation")
+AGENT_SKIP_REASONS = ("malformed_event", "odd_field", "unknown_event_type", "malformed_annotation")
 AGENT_ERROR_KINDS = ("imds", "kube_api", "ack", "vm_name")
 POD_ACTIONS = ("evicted", "deleted", "eviction_blocked")
 
