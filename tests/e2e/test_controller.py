@@ -234,7 +234,13 @@ async def test_a_cancelled_event_is_undone(tmp_path: Path) -> None:
             "node.kubernetes.io/exclude-from-external-load-balancers"
             not in node["metadata"]["labels"]
         )
-        # The old replica stayed, serving; the replacement that was still loading went.
+        # The old replica stayed, serving; the replacement that was still loading went (the
+        # ReplicaSet removes it after the scale-back, in its own time).
+        await rig.wait_for(
+            lambda: len([p for p in rig.pods() if p["metadata"]["name"].startswith("llm")]) == 3,
+            timeout=10,
+            what="the ReplicaSet down to 3 pods",
+        )
         names_now = {
             p["metadata"]["name"] for p in rig.pods() if p["metadata"]["name"].startswith("llm")
         }

@@ -206,7 +206,7 @@ async def test_a_new_leader_keeps_the_quiet_time_and_the_count_of_a_preempt_it_d
             # It never saw the Preempt, yet counts it: the history on the cluster told it.
             evictions = (
                 'rebalancer_evictions{pool="gpuspot",sku="Standard_NC24ads_A100_v4",'
-                'zone="eastus-1",window="1h"}'
+                'window="1h",zone="eastus-1"}'
             )
             assert await rig.metric("controller-b", evictions) == 1
             await rig.wait_for(
