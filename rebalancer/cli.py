@@ -1,4 +1,4 @@
-"""`rebalancer` command line: agent | controller | demo | sim ... | version.
+"""`rebalancer` command line: agent | controller | demo | sim ... | simulate | version.
 
 Settings come from flags and `REBALANCER_*` variables (pydantic-settings); a bad value stops the
 process at start with one line naming the setting.
@@ -76,6 +76,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, CliSettingsSource
     # container image does not ship: listed here for --help, parsed and run by rebalancer_sim.cli.
     for name, help_text in DEV_COMMANDS.items():
         commands.add_parser(name, help=help_text, add_help=False)
+    from rebalancer.simulate.files import add_arguments
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="Replay spot capacity traces through the planner: availability and cost per policy.",
+        description="Replay spot capacity traces through the controller's planner on a virtual "
+        "clock and report availability and cost per policy (docs/simulate.md).",
+    )
+    add_arguments(simulate)
     return parser, sources
 
 
@@ -118,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rebalancer.controller.main import run_controller
 
         return run_controller(_load(ControllerSettings, sources["controller"], args))
+    if args.command == "simulate":
+        from rebalancer.simulate.files import run
+
+        return run(args)
     parser.print_help()
     return 2
 

@@ -25,8 +25,9 @@ from pydantic_settings.exceptions import SettingsError
 
 from rebalancer import names
 from rebalancer.azure.prices import parse_price_file
+from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, EventType, Policy
 
-EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+EVENT_TYPES = tuple(str(t) for t in EventType)
 # IMDS rejects more than 5 requests per second per VM; the agent keeps a margin under that
 # (4 per second at most), because the server sees request arrivals, not our send times.
 IMDS_MIN_INTERVAL_SECONDS = 0.25
@@ -54,7 +55,11 @@ class CommonSettings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="auto: JSON unless stderr is a terminal."
     )
-    http_host: str = Field("0.0.0.0", description="Address of /metrics, /healthz and /readyz.")
+    http_host: str = Field(
+        "0.0.0.0",
+        description="Address of /metrics, /healthz and /readyz; 0.0.0.0 is every interface, in a "
+        "pod the pod IP (kubelet probes and Prometheus connect there).",
+    )
     kubeconfig: str | None = Field(
         None,
         description="Path of a kubeconfig; unset: in-cluster config, else $KUBECONFIG.",
@@ -99,7 +104,10 @@ class AgentSettings(CommonSettings):
         True, description="Acknowledge drained events to Azure (lets them start sooner)."
     )
     ack_event_types: list[str] = Field(
-        ["Preempt", "Terminate", "Redeploy", "Reboot"],
+        [
+            str(t)
+            for t in (EventType.PREEMPT, EventType.TERMINATE, EventType.REDEPLOY, EventType.REBOOT)
+        ],
         description="Event types the agent may acknowledge once the Node is marked drained.",
     )
     node_resync_seconds: float = Field(
@@ -259,15 +267,8 @@ class ControllerSettings(CommonSettings):
         "",
         description="Fail over only workloads with these labels: 'k=v,k2' (k2: the key exists).",
     )
-    event_policy: dict[str, Literal["failover", "drain", "none"]] = Field(
-        {
-            "Preempt": "failover",
-            "Terminate": "failover",
-            "Manual": "failover",
-            "Redeploy": "drain",
-            "Reboot": "drain",
-            "Freeze": "none",
-        },
+    event_policy: dict[str, Policy] = Field(
+        {str(event_type): policy for event_type, policy in DEFAULT_EVENT_POLICY.items()},
         description="What to do per event type: failover (surge, then drain), drain, or none.",
     )
     client_qps: float = Field(
@@ -277,6 +278,12 @@ class ControllerSettings(CommonSettings):
         100, ge=1, description="API requests the controller may send at once above that rate."
     )
     watch_timeout_seconds: int = Field(300, ge=10, description="Server-side watch timeout.")
+    write_attempts: int = Field(
+        3, ge=1, le=10, description="Tries of one write on a 409, a 429 (not a PDB's) or a 5xx."
+    )
+    write_retry_max_seconds: float = Field(
+        2.0, ge=0, le=30, description="Longest wait between tries (a Retry-After is cut to it)."
+    )
     prices_file: str | None = Field(
         None, description="A price file (mounted ConfigMap) that overrides the bundled prices."
     )

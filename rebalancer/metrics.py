@@ -19,8 +19,10 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from rebalancer import __version__
+from rebalancer.vocabulary import EVENT_TYPE_LABELS
 
-EVENT_TYPE_LABELS = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate", "Unknown")
+# Re-exported: the agent takes it from here.
+from rebalancer.vocabulary import event_type_label as event_type_label  # noqa: PLC0414
 
 POLL_OUTCOMES = (
     "ok", "timeout", "connection_error", "http_error", "rate_limited", "gone", "parse_error",
@@ -28,17 +30,12 @@ POLL_OUTCOMES = (
 )  # fmt: skip
 ENDED_OUTCOMES = ("cancelled", "completed", "ended")
 WRITE_OUTCOMES = ("ok", "error")
-AGENT_SKIP_REASONS = ("malformed_event", "unknown_event_type", "malformed_annotation")
+AGENT_SKIP_REASONS = ("malformed_event", "odd_field", "unknown_event_type", "malformed_annotation")
 AGENT_ERROR_KINDS = ("imds", "kube_api", "ack", "vm_name")
 POD_ACTIONS = ("evicted", "deleted", "eviction_blocked")
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 LEAD_TIME_BUCKETS = (0, 5, 10, 15, 20, 25, 30, 45, 60, 120, 300, 600, 900, 1800, 3600)
-
-
-def event_type_label(event_type: str) -> str:
-    """Map any string from IMDS onto the bounded label set."""
-    return event_type if event_type in EVENT_TYPE_LABELS else "Unknown"
 
 
 def initialise(metric: Counter | Histogram, *label_values: Iterable[str]) -> None:

@@ -6,6 +6,8 @@ Nothing here does I/O.
 
 from typing import Final
 
+from rebalancer.vocabulary import EventType
+
 PREFIX: Final = "spot-rebalancer.io"
 
 # Written by the agent on its own Node.
@@ -30,10 +32,32 @@ DRAIN_REQUEST_ANNOTATION: Final = f"{PREFIX}/drain"
 # AKS's node-problem-detector conditions for Scheduled Events (shared reference E).
 NPD_PREEMPTION_CONDITION: Final = "PreemptionScheduled"
 NPD_ANY_EVENT_CONDITION: Final = "VMEventScheduled"
-NPD_PER_TYPE_CONDITIONS: Final = {
-    "FreezeScheduled": "Freeze",
-    "RebootScheduled": "Reboot",
-    "RedeployScheduled": "Redeploy",
-    "TerminateScheduled": "Terminate",
-    "PreemptScheduled": "Preempt",
-}
+NPD_PER_TYPE_CONDITIONS: Final = {f"{event_type}Scheduled": event_type for event_type in EventType}
+
+# ---- written by the controller ---------------------------------------------------------------
+
+# On a Node it cordoned: the event it cordoned for, and what it changed (so undo is exact).
+CORDONED_FOR: Final = f"{PREFIX}/cordoned-for"
+WAS_UNSCHEDULABLE: Final = f"{PREFIX}/was-unschedulable"
+ADDED_LB_EXCLUSION: Final = f"{PREFIX}/added-lb-exclusion"
+EVICTING_TAINT: Final = f"{PREFIX}/evicting"  # NoSchedule, on a node with a notice
+# On the rest of an evicted spot pool: PreferNoSchedule until this time.
+COOLDOWN_TAINT: Final = f"{PREFIX}/cooldown"
+COOLDOWN_UNTIL: Final = f"{PREFIX}/cooldown-until"
+# On a Deployment: the surge and the return to spot in progress, and a return's back-off.
+SURGE_ANNOTATION: Final = f"{PREFIX}/surge"
+RETURN_ANNOTATION: Final = f"{PREFIX}/return"
+RETURN_BACKOFF_ANNOTATION: Final = f"{PREFIX}/return-backoff-until"
+# On a pod whose deletion cost we lowered: its cost before.
+ORIGINAL_COST_ANNOTATION: Final = f"{PREFIX}/original-deletion-cost"
+# Set by a user on a workload: leave it alone.
+OPT_OUT_ANNOTATION: Final = f"{PREFIX}/ignore"
+# The eviction history ConfigMap's key (the ConfigMap is named after the Lease: `<lease>-history`).
+HISTORY_KEY: Final = "history.json"
+
+# ---- owned by Kubernetes, read or written by us -----------------------------------------------
+
+LB_EXCLUSION_LABEL: Final = "node.kubernetes.io/exclude-from-external-load-balancers"
+DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
+MIRROR_ANNOTATION: Final = "kubernetes.io/config.mirror"
+GPU_RESOURCE: Final = "nvidia.com/gpu"

@@ -12,13 +12,18 @@ Pending=1`.
 `NotBefore` is RFC 3339 in UTC, or `now` when the event has started or its time could not be read
 (act at once, never guess). With several events pending, the message names the most urgent.
 
-Annotation `spot-rebalancer.io/scheduled-events`: JSON, see `NodeEvents.to_json`.
+Annotation `spot-rebalancer.io/scheduled-events`: JSON, see `NodeEvents.to_json`. It is kept
+under `ANNOTATION_MAX_BYTES` (the API server refuses a Node whose annotations total over 256 KiB):
+`fit_annotation` keeps the most urgent events and counts the rest in `omitted`.
+
+Parsing is total: any exception while reading one annotation becomes a `ValueError` naming why,
+so one hostile annotation can only ever be skipped, never stop a reader.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -31,6 +36,10 @@ EVENTS_ANNOTATION = names.EVENTS_ANNOTATION
 DRAINED_FOR_ANNOTATION = names.DRAINED_FOR_ANNOTATION
 NOW = "now"
 SCHEMA_VERSION = 1
+# Our share of the Node's 256 KiB of annotations: room for about 80 events, and for everyone
+# else's annotations beside ours.
+ANNOTATION_MAX_BYTES = 32 * 1024
+MAX_DESCRIPTION_CHARS = 512
 
 
 class Reason(StrEnum):
@@ -70,6 +79,7 @@ class PublishedEvent:
     event_source: str = ""
     duration_seconds: int | None = None
     acknowledged_at: datetime | None = None
+    oddities: tuple[str, ...] = ()  # fields IMDS sent in an undocumented shape: never acknowledged
 
     @property
     def act_now(self) -> bool:
@@ -77,7 +87,7 @@ class PublishedEvent:
         return self.status == "Started" or self.not_before is None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "eventId": self.event_id,
             "eventType": self.event_type,
             "eventStatus": self.status,
@@ -90,9 +100,14 @@ class PublishedEvent:
             "durationInSeconds": self.duration_seconds,
             "acknowledgedAt": _iso(self.acknowledged_at, "milliseconds"),
         }
+        if self.oddities:
+            data["oddities"] = list(self.oddities)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PublishedEvent:
+        if not isinstance(data, dict):
+            raise ValueError(f"event is a {type(data).__name__}, not an object")
         first_seen = parse_iso(data.get("firstSeen"))
         if first_seen is None:
             raise ValueError("event without firstSeen")
@@ -103,12 +118,13 @@ class PublishedEvent:
             status=_str(data, "eventStatus", required=True),
             not_before=parse_iso(data.get("notBefore")),
             first_seen=first_seen,
-            resources=tuple(str(r) for r in data.get("resources") or []),
+            resources=_names(data.get("resources"), "resources"),
             not_before_raw=_str(data, "notBeforeRaw"),
             description=_str(data, "description"),
             event_source=_str(data, "eventSource"),
             duration_seconds=duration if isinstance(duration, int) else None,
             acknowledged_at=parse_iso(data.get("acknowledgedAt")),
+            oddities=_names(data.get("oddities"), "oddities"),
         )
 
 
@@ -129,6 +145,8 @@ class EndedEvent:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EndedEvent:
+        if not isinstance(data, dict):
+            raise ValueError(f"ended event is a {type(data).__name__}, not an object")
         at = parse_iso(data.get("at"))
         if at is None:
             raise ValueError("ended event without time")
@@ -142,50 +160,110 @@ class EndedEvent:
 
 @dataclass(frozen=True)
 class NodeEvents:
-    """The annotation: pending events of this VM and the last few that ended."""
+    """The annotation: pending events of this VM and the last few that ended.
+
+    `omitted` counts pending events left out to keep the annotation under its size limit (the
+    least urgent ones); the JSON carries it only when it is not zero.
+    """
 
     vm_name: str
     events: tuple[PublishedEvent, ...] = ()
     ended: tuple[EndedEvent, ...] = ()
+    omitted: int = 0
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "version": SCHEMA_VERSION,
-                "vmName": self.vm_name,
-                "events": [event.to_json() for event in self.events],
-                "ended": [event.to_json() for event in self.ended],
-            },
-            separators=(",", ":"),
-            sort_keys=True,
-        )
+        data: dict[str, Any] = {
+            "version": SCHEMA_VERSION,
+            "vmName": self.vm_name,
+            "events": [event.to_json() for event in self.events],
+            "ended": [event.to_json() for event in self.ended],
+        }
+        if self.omitted:
+            data["omitted"] = self.omitted
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> NodeEvents:
-        """Parse the annotation; raises ValueError with the reason when it is malformed."""
+        """Parse the annotation; raises ValueError with the reason when it is malformed.
+
+        Any exception at all (a 3000-deep array is a RecursionError, a huge number an
+        OverflowError) is turned into a ValueError: callers handle that one type.
+        """
+        try:
+            return cls._parse(text)
+        except ValueError:
+            raise
+        except Exception as exc:  # hostile input never escapes as anything else
+            raise ValueError(f"malformed: {type(exc).__name__}: {_short(exc)}") from None
+
+    @classmethod
+    def _parse(cls, text: str) -> NodeEvents:
+        if not isinstance(text, str):
+            raise ValueError(f"annotation is a {type(text).__name__}, not text")
         try:
             data = json.loads(text)
         except ValueError as exc:
             raise ValueError(f"not JSON: {exc}") from None
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        try:
-            return cls(
-                vm_name=str(data.get("vmName", "")),
-                events=tuple(PublishedEvent.from_json(e) for e in data.get("events") or []),
-                ended=tuple(EndedEvent.from_json(e) for e in data.get("ended") or []),
-            )
-        except (TypeError, AttributeError, KeyError) as exc:
-            raise ValueError(f"malformed: {exc}") from None
+        vm_name = data.get("vmName", "")
+        if not isinstance(vm_name, str):
+            raise ValueError("vmName is not a string")
+        events, ended = data.get("events") or [], data.get("ended") or []
+        if not isinstance(events, list) or not isinstance(ended, list):
+            raise ValueError("events or ended is not a list")
+        omitted = data.get("omitted", 0)
+        if isinstance(omitted, bool) or not isinstance(omitted, int) or omitted < 0:
+            raise ValueError("omitted is not a count")
+        return cls(
+            vm_name=vm_name,
+            events=tuple(PublishedEvent.from_json(e) for e in events),
+            ended=tuple(EndedEvent.from_json(e) for e in ended),
+            omitted=omitted,
+        )
 
     def most_urgent(self) -> PublishedEvent | None:
-        if not self.events:
-            return None
-        far_future = datetime.max.replace(tzinfo=UTC)
-        return min(
-            self.events,
-            key=lambda e: (not e.act_now, e.not_before or far_future, e.first_seen),
-        )
+        return min(self.events, key=urgency, default=None)
+
+
+def urgency(event: PublishedEvent) -> tuple[bool, datetime, datetime, str]:
+    """Sort key: act-now events first, then by deadline, then by when they were first seen."""
+    far_future = datetime.max.replace(tzinfo=UTC)
+    return (not event.act_now, event.not_before or far_future, event.first_seen, event.event_id)
+
+
+def fit_annotation(state: NodeEvents, max_bytes: int = ANNOTATION_MAX_BYTES) -> NodeEvents:
+    """`state` as it can be published in at most `max_bytes`: the most urgent events first.
+
+    Long descriptions are cut first, then the record of ended events is dropped, then the least
+    urgent pending events, which `omitted` counts. The events kept stay in their order. With no
+    room even for one event the annotation lists none and says how many it left out; the
+    condition (written from the full state) still names the most urgent one.
+    """
+    if len(state.to_json()) <= max_bytes:
+        return state
+    events = tuple(
+        replace(event, description=event.description[:MAX_DESCRIPTION_CHARS])
+        if len(event.description) > MAX_DESCRIPTION_CHARS
+        else event
+        for event in state.events
+    )
+    trimmed = replace(state, events=events, ended=())
+    if len(trimmed.to_json()) <= max_bytes:
+        return trimmed
+    # Greedy by urgency, sizes measured one event at a time (serialising all of them again for
+    # every event dropped would be quadratic in a document of thousands).
+    head = len(replace(trimmed, events=(), omitted=len(events)).to_json())
+    budget = max_bytes - head
+    keep: set[int] = set()
+    for index, event in sorted(enumerate(events), key=lambda pair: urgency(pair[1])):
+        size = len(json.dumps(event.to_json(), separators=(",", ":"), sort_keys=True)) + 1
+        if size > budget:
+            break
+        budget -= size
+        keep.add(index)
+    kept = tuple(event for index, event in enumerate(events) if index in keep)
+    return replace(trimmed, events=kept, omitted=len(events) - len(kept))
 
 
 @dataclass(frozen=True)
@@ -251,4 +329,18 @@ def _str(data: dict[str, Any], key: str, *, required: bool = False) -> str:
         if required:
             raise ValueError(f"{key} missing")
         return ""
-    return str(value)
+    if not isinstance(value, str):
+        raise ValueError(f"{key} is a {type(value).__name__}, not a string")
+    return value
+
+
+def _names(value: object, key: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ValueError(f"{key} is not a list of strings")
+    return tuple(value)
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc)[:200]

@@ -16,27 +16,20 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 from rebalancer import names
 from rebalancer.node_signal import NOW, NodeEvents, parse_message
 from rebalancer.timefmt import parse_iso
+from rebalancer.vocabulary import MANUAL, UNKNOWN, EventType, Source
 
-KNOWN_EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
-MANUAL = "Manual"
-
-
-class Source(StrEnum):
-    AGENT = "agent"
-    AKS_NPD = "aks-npd"
-    MANUAL = "manual"
+KNOWN_EVENT_TYPES = tuple(EventType)
 
 
 @dataclass(frozen=True)
 class Notice:
     node: str
-    event_type: str  # one of KNOWN_EVENT_TYPES, "Manual", or what a source sent
+    event_type: str  # an EventType, MANUAL, or what a source sent
     deadline: datetime | None  # None: act now
     event_id: str  # upper case; correlates the same event seen through several sources
     source: Source
@@ -133,7 +126,7 @@ def _from_agent(node: str, annotations: Mapping[str, str], conditions: Mapping[s
     deadline = None if deadline_text == NOW else parse_iso(deadline_text)
     notice = Notice(
         node=node,
-        event_type=fields.get("EventType", "Unknown"),
+        event_type=fields.get("EventType", UNKNOWN),
         deadline=deadline,
         event_id=event_id.upper(),
         source=Source.AGENT,
@@ -199,7 +192,7 @@ def parse_rfc1123_utc(text: str) -> datetime | None:
 def _from_npd(node: str, annotations: Mapping[str, str], conditions: Mapping[str, Any]) -> Parsed:
     del annotations
     types = {
-        names.NPD_PREEMPTION_CONDITION: "Preempt",
+        names.NPD_PREEMPTION_CONDITION: EventType.PREEMPT,
         names.NPD_ANY_EVENT_CONDITION: None,
         **names.NPD_PER_TYPE_CONDITIONS,
     }

@@ -1,9 +1,21 @@
-"""Backoff policy: the one place that decides how long to wait before trying again."""
+"""Retries: the one place that decides whether to try again and how long to wait first.
+
+`Backoff` spaces attempts (informers, the agent's IMDS calls). `RetryPolicy` and `retrying` wrap
+one controller write: an error that says it is `retryable` (a 409 Conflict: at once, after the
+write has read the object afresh; a 429 that is not a PodDisruptionBudget's, a 5xx or no answer:
+after `Retry-After`, or the backoff, never more than `max_wait_seconds`) is tried again up to
+`attempts` times in all; every retry is logged. A write that still fails raises, and the next
+planning pass, which sees the cluster as it is, plans it again.
+"""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -20,3 +32,48 @@ class Backoff:
         if retry_after is not None:
             return max(retry_after, jittered)
         return jittered
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 3
+    max_wait_seconds: float = 2.0  # a pass must not stall near a deadline on one write
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial_seconds=0.2, max_seconds=2.0))
+
+    def wait(self, attempt: int, error: BaseException) -> float:
+        """Seconds before the next attempt; a conflict is retried at once (it reads afresh)."""
+        if getattr(error, "kind", "") == "conflict":
+            return 0.0
+        retry_after = getattr(error, "retry_after", None)
+        return min(self.max_wait_seconds, self.backoff.delay(attempt, retry_after=retry_after))
+
+
+async def retrying(
+    operation: Callable[[int], Awaitable[T]],
+    *,
+    policy: RetryPolicy,
+    sleep: Callable[[float], Awaitable[None]],
+    log: Any = None,
+    what: str = "",
+) -> T:
+    """`operation(attempt)` (attempt counts from 1) until it succeeds, raises an error that is
+    not `retryable`, or has been tried `policy.attempts` times."""
+    attempt = 1
+    while True:
+        try:
+            return await operation(attempt)
+        except Exception as error:
+            if not getattr(error, "retryable", False) or attempt >= policy.attempts:
+                raise
+            wait = policy.wait(attempt, error)
+            if log is not None:
+                log.info(
+                    "retrying a write",
+                    action=what,
+                    attempt=attempt,
+                    kind=getattr(error, "kind", type(error).__name__),
+                    wait_seconds=round(wait, 3),
+                    reason=str(error),
+                )
+            await sleep(wait)
+            attempt += 1

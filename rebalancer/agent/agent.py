@@ -4,12 +4,14 @@ One tick per poll interval:
 1. GET Scheduled Events (the client paces, retries and caps);
 2. the tracker diffs the document against what is pending (new, changed, ended);
 3. if what the Node should show differs from what was last written (or a resync is due), write
-   the annotation, then the condition, so a reader that sees the condition finds the details;
+   the annotation (kept under its size limit, most urgent events first), then the condition, so a
+   reader that sees the condition finds the details; the condition is written even when the
+   annotation cannot be;
 4. for pending events the settings allow, acknowledge to Azure once the controller has marked the
-   Node drained for that EventId, and only for events that name this VM alone, because an
-   acknowledgement lets the event proceed for every VM it lists.
+   Node drained for that EventId, and only for events that name this VM alone and were read
+   without oddities, because an acknowledgement lets the event proceed for every VM it lists.
 Errors are counted, logged when they start and stop, and shown on /readyz; the loop never exits
-on them.
+on them. Input the agent skips or reads with oddities is logged and counted once, not per poll.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from rebalancer.node_signal import (
     NodeEvents,
     condition_for,
     drained_event_ids,
+    fit_annotation,
 )
 from rebalancer.process import sleep_or_stop
 
@@ -76,6 +79,9 @@ class Agent:
         self._kube_error: str | None = None
         self._consecutive_imds_errors = 0
         self._warned_multi_vm: set[str] = set()
+        self._reported_skips: frozenset[str] = frozenset()  # skipped entries of the last document
+        self._reported_oddities: dict[str, tuple[str, ...]] = {}  # by upper-case EventId
+        self._reported_omitted = 0
 
     # ---- health --------------------------------------------------------------------------------
 
@@ -110,7 +116,6 @@ class Agent:
         interval = self._settings.poll_interval_seconds
         while not stop.is_set():
             started = self._clock.monotonic()
-            self._heartbeat = started
             await self.tick()
             await sleep_or_stop(stop, interval - (self._clock.monotonic() - started))
 
@@ -166,6 +171,7 @@ class Agent:
 
     async def tick(self) -> None:
         assert self.tracker is not None
+        self._heartbeat = self._clock.monotonic()
         now = self._clock.now()
         observation = await self._poll(now)
         if observation is not None:
@@ -200,11 +206,13 @@ class Agent:
         self._last_poll_ok = self._clock.monotonic()
         self._metrics.polls.labels("ok").inc()
         self._metrics.last_success.set(now.timestamp())
-        for reason in fetch.document.skipped:
+        skipped = frozenset(fetch.document.skipped)
+        for reason in sorted(skipped - self._reported_skips):
             self._metrics.skipped.labels("malformed_event").inc()
             self._log.warning("skipped a malformed event", reason=reason)
-        if fetch.document.incarnation == self.tracker.incarnation:
-            return None  # same incarnation, same content
+        self._reported_skips = skipped
+        # Read every document, even at an incarnation already seen: the same incarnation with
+        # other content must not hide a change.
         return self.tracker.observe(fetch.document, now)
 
     def _record(self, observation: Observation, now: datetime) -> None:
@@ -234,7 +242,20 @@ class Agent:
                 event_type=event.event_type,
                 status=event.status,
             )
+        for event in (*observation.new, *observation.changed):
+            key = event.event_id.upper()
+            if event.oddities and self._reported_oddities.get(key) != event.oddities:
+                self._metrics.skipped.labels("odd_field").inc()
+                self._log.warning(
+                    "event read with odd fields; acting on it, never acknowledging it",
+                    event_id=event.event_id,
+                    event_type=event.event_type,
+                    oddities=list(event.oddities),
+                    act_now=event.act_now,
+                )
+            self._reported_oddities[key] = event.oddities
         for ended in observation.ended:
+            self._reported_oddities.pop(ended.event_id.upper(), None)
             self._metrics.events_ended.labels(
                 event_type_label(ended.event_type), str(ended.outcome)
             ).inc()
@@ -250,8 +271,17 @@ class Agent:
     async def _publish(self, now: datetime) -> None:
         assert self.tracker is not None
         state = self.tracker.snapshot()
-        annotation = state.to_json()
-        condition = condition_for(state)
+        fitted = fit_annotation(state)
+        annotation = fitted.to_json()
+        condition = condition_for(state)  # from every pending event, not only those that fit
+        if fitted.omitted != self._reported_omitted:
+            if fitted.omitted:
+                self._log.warning(
+                    "annotation full; least urgent events left out",
+                    pending=len(state.events),
+                    omitted=fitted.omitted,
+                )
+            self._reported_omitted = fitted.omitted
         resync_due = (
             self._published_at is None
             or self._clock.monotonic() - self._published_at >= self._settings.node_resync_seconds
@@ -272,11 +302,20 @@ class Agent:
             and previous.transition_time
             else stamp
         )
-        try:
-            if previous is None or previous.annotation != annotation or resync_due:
+        annotation_written = True
+        if previous is None or previous.annotation != annotation or resync_due:
+            try:
                 await self._nodes.set_annotations(
                     self._settings.node_name, {EVENTS_ANNOTATION: annotation}
                 )
+            except KubeError as error:
+                # Go on: the condition alone still tells the controller what is coming.
+                annotation_written = False
+                self._metrics.node_writes.labels("error").inc()
+                self._note_kube_error("write_annotation", error)
+                if previous is not None and previous.condition == condition and not resync_due:
+                    return  # the condition already says it; try the annotation next tick
+        try:
             await self._nodes.set_condition(
                 self._settings.node_name,
                 {
@@ -292,6 +331,14 @@ class Agent:
             self._metrics.node_writes.labels("error").inc()
             self._note_kube_error("write_node", error)
             return
+        if not annotation_written:
+            # Remember the condition only, so the annotation is tried again next tick.
+            self._published = Published(
+                previous.annotation if previous else "", condition, transition
+            )
+            self._published_at = self._clock.monotonic()
+            self._note_published_condition(previous, condition)
+            return
         self._metrics.node_writes.labels("ok").inc()
         if self._kube_error is not None:
             self._log.info("node writes work again")
@@ -302,6 +349,11 @@ class Agent:
         for event_id, seen in list(self._unpublished_seen.items()):
             self._metrics.publish_latency.observe((written - seen).total_seconds())
             del self._unpublished_seen[event_id]
+        self._note_published_condition(previous, condition)
+
+    def _note_published_condition(
+        self, previous: Published | None, condition: ConditionValue
+    ) -> None:
         if previous is None or previous.condition != condition:
             self._log.info(
                 "node condition written",
@@ -323,6 +375,8 @@ class Agent:
         ]
         single = []
         for event in candidates:
+            if event.oddities:
+                continue  # read with oddities: whom it releases is not certain (logged once)
             if [r.lower() for r in event.resources] == [self.vm_name.lower()]:
                 single.append(event)
             elif event.event_id not in self._warned_multi_vm:

@@ -2,6 +2,12 @@
 
 Pure: documents and `now` in, a `NodeEvents` snapshot and the changes out. The agent restores
 it from its own annotation after a restart, so an event is never reported twice or lost.
+
+Every document is read in full, even one with the incarnation already seen: the service promises
+the same incarnation means the same events, but nothing is lost by not trusting that. Entries
+that share an EventId are merged conservatively (`merge_duplicates`): the VMs of all of them,
+the earliest deadline, Started if any says so, so an event is never acknowledged when any entry
+says it names other VMs too.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ class EventTracker:
         ours: dict[str, ScheduledEvent] = {}
         other_vms = 0
         unknown: list[str] = []
-        for event in document.events:
+        for event in merge_duplicates(document.events):
             if not self._names_us(event):
                 other_vms += 1
                 continue
@@ -100,8 +106,48 @@ class EventTracker:
 
     def _names_us(self, event: ScheduledEvent) -> bool:
         # VM names are compared without case: Azure resource names are case-insensitive.
+        if event.resources_unreadable:
+            return True  # it may name us: acting on a stray event costs less than missing ours
         target = self.vm_name.lower()
         return any(resource.lower() == target for resource in event.resources)
+
+
+def merge_duplicates(events: tuple[ScheduledEvent, ...]) -> list[ScheduledEvent]:
+    """One event per EventId (compared without case), in the order first seen.
+
+    Conservative: the union of the VMs named, the earliest deadline (no readable deadline is
+    the earliest: act now), Started if any entry is Started, every oddity of every entry.
+    """
+    merged: dict[str, ScheduledEvent] = {}
+    for event in events:
+        key = event.event_id.upper()
+        first = merged.get(key)
+        merged[key] = event if first is None else _merge(first, event)
+    return list(merged.values())
+
+
+def _merge(first: ScheduledEvent, second: ScheduledEvent) -> ScheduledEvent:
+    names = {name.lower(): name for name in second.resources} | {
+        name.lower(): name for name in first.resources
+    }
+    resources = tuple(dict.fromkeys(n.lower() for n in first.resources + second.resources))
+    if first.not_before is None or second.not_before is None:
+        earliest = first if first.not_before is None else second
+    else:
+        earliest = first if first.not_before <= second.not_before else second
+    started = EventStatus.STARTED in (first.status, second.status)
+    oddities = [*first.oddities, *second.oddities, "EventId listed more than once"]
+    if first.event_type != second.event_type:
+        oddities.append(f"EventType differs ({first.event_type}, {second.event_type})")
+    return replace(
+        first,
+        status=EventStatus.STARTED.value if started else first.status,
+        resources=tuple(names[name] for name in resources),
+        not_before=earliest.not_before,
+        not_before_raw=earliest.not_before_raw,
+        oddities=tuple(dict.fromkeys(oddities)),
+        resources_unreadable=first.resources_unreadable or second.resources_unreadable,
+    )
 
 
 def outcome_of(event: PublishedEvent, now: datetime) -> Outcome:
@@ -128,4 +174,5 @@ def _publish(
         event_source=event.event_source,
         duration_seconds=event.duration_seconds,
         acknowledged_at=acknowledged_at,
+        oddities=event.oddities,
     )

@@ -5,7 +5,10 @@ Rules of the real service that this client keeps:
 - at most 4 requests per second (a floor between request starts), under the service's 5;
 - the first Scheduled Events call may take up to two minutes (enabling the feature): it gets a
   long timeout of its own and is not an outage;
-- 429 and 5xx are retried with backoff (Retry-After honoured), 410 for up to 70 seconds;
+- 429 and 5xx are retried with backoff, 410 for up to 70 seconds; Retry-After is honoured up to
+  `max_retry_after_seconds` (3 s) and never past the retry budget: a Preempt gives 30 s of notice,
+  so a poll that slept the 60 s a server asked for would lose it whole. The request rate stays
+  far under the service's limit either way (one poll per tick, starts at least 0.25 s apart);
 - an answer is read up to a size cap, so a garbage body cannot eat memory.
 """
 
@@ -56,6 +59,7 @@ class ImdsClient:
         max_body_bytes: int = 1 << 20,
         min_interval_seconds: float = 0.25,
         retry_budget_seconds: float = 5.0,
+        max_retry_after_seconds: float = 3.0,
         backoff: Backoff | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -66,6 +70,7 @@ class ImdsClient:
         self._max_body = max_body_bytes
         self._min_interval = min_interval_seconds
         self._retry_budget = retry_budget_seconds
+        self._max_retry_after = max_retry_after_seconds
         self._backoff = backoff or Backoff(initial_seconds=0.2, max_seconds=2.0)
         self._clock = clock or SystemClock()
         self._lock = asyncio.Lock()
@@ -123,7 +128,13 @@ class ImdsClient:
                     raise ImdsError(kind, f"HTTP {status} after {attempt} attempts", status=status)
             else:
                 raise ImdsError("http_error", f"HTTP {status}: {_snippet(body)}", status=status)
-            await self._clock.sleep(self._backoff.delay(attempt, retry_after=retry_after))
+            if retry_after is not None:
+                retry_after = min(retry_after, self._max_retry_after)
+            delay = self._backoff.delay(attempt, retry_after=retry_after)
+            if status != 410:
+                # The last retry lands at the end of the budget, not past it.
+                delay = min(delay, max(0.0, self._retry_budget - elapsed))
+            await self._clock.sleep(delay)
 
     async def acknowledge(self, event_ids: Sequence[str]) -> None:
         """POST StartRequests for the given events. Raises `ImdsError` unless 200."""

@@ -4,8 +4,12 @@ Pure: bytes in, a `Document` (or `DocumentError`) out. Faithful to the service a
 (api-version 2020-07-01): DocumentIncarnation, and per event EventId, EventType, ResourceType,
 Resources, EventStatus, NotBefore (RFC 1123, empty once Started), Description, EventSource,
 DurationInSeconds. Fields of newer api-versions are kept, not rejected; an EventType we do not
-know is kept and flagged, so the caller can report it. One malformed event is skipped with its
-reason; the rest of the document still counts.
+know is kept and flagged, so the caller can report it. An event without a readable EventId,
+EventType or EventStatus cannot be identified and is skipped with its reason; the rest of the
+document still counts. Any other odd field (NotBefore as a number, Resources as a string, a
+non-string Description, ...) keeps the event and is listed in `oddities`; such an event has no
+deadline to trust (`not_before` None: act now), unreadable Resources mean "may name this VM", and
+callers never acknowledge it, because they cannot be sure whom it releases.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
+
+from rebalancer.vocabulary import EventType
 
 KNOWN_FIELDS = frozenset(
     {
@@ -30,14 +36,6 @@ KNOWN_FIELDS = frozenset(
         "DurationInSeconds",
     }
 )
-
-
-class EventType(StrEnum):
-    FREEZE = "Freeze"
-    REBOOT = "Reboot"
-    REDEPLOY = "Redeploy"
-    PREEMPT = "Preempt"
-    TERMINATE = "Terminate"
 
 
 class EventStatus(StrEnum):
@@ -62,6 +60,8 @@ class ScheduledEvent:
     event_source: str = ""
     duration_seconds: int | None = None  # -1 in the document means unknown; kept as -1
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    oddities: tuple[str, ...] = ()  # fields that were present but not of the documented shape
+    resources_unreadable: bool = False  # Resources could not be read: it may name this VM
 
     @property
     def known_type(self) -> bool:
@@ -123,7 +123,7 @@ def parse_document(body: bytes | str) -> Document:
     for index, raw in enumerate(raw_events):
         try:
             events.append(_parse_event(raw))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             skipped.append(f"event {index}: {exc}")
     return Document(incarnation=incarnation, events=tuple(events), skipped=tuple(skipped))
 
@@ -134,29 +134,57 @@ def _parse_event(raw: object) -> ScheduledEvent:
     event_id = _required_str(raw, "EventId")
     event_type = _required_str(raw, "EventType")
     status = _required_str(raw, "EventStatus")
-    resources = raw.get("Resources", [])
-    if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
-        raise ValueError(f"{event_id}: Resources is not a list of names")
-    not_before_raw = _optional_str(raw, "NotBefore", event_id)
+    oddities: list[str] = []
+    resources, resources_unreadable = _resources(raw.get("Resources", []), oddities)
+    not_before_value = raw.get("NotBefore")
+    not_before_raw = _optional_str(raw, "NotBefore", oddities)
+    if not isinstance(not_before_value, str | None):
+        # Present but not text: an unreadable deadline ("act now"), never "no deadline".
+        not_before_raw = f"<{type(not_before_value).__name__}>"
+    not_before = parse_not_before(not_before_raw)
     duration = raw.get("DurationInSeconds")
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int)):
+        oddities.append("DurationInSeconds is not an integer")
         try:
             duration = int(str(duration))
         except ValueError:
             duration = None  # an odd duration never makes the event unreadable
+    resource_type = _optional_str(raw, "ResourceType", oddities) or "VirtualMachine"
+    description = _optional_str(raw, "Description", oddities)
+    event_source = _optional_str(raw, "EventSource", oddities)
+    if oddities:
+        # A document that breaks its own schema is not trusted for a deadline either: act now.
+        not_before = None
+        not_before_raw = not_before_raw or "<unknown>"
     return ScheduledEvent(
         event_id=event_id,
         event_type=event_type,
         status=status,
-        resources=tuple(resources),
-        resource_type=_optional_str(raw, "ResourceType", event_id) or "VirtualMachine",
-        not_before=parse_not_before(not_before_raw),
+        resources=resources,
+        resource_type=resource_type,
+        not_before=not_before,
         not_before_raw=not_before_raw,
-        description=_optional_str(raw, "Description", event_id),
-        event_source=_optional_str(raw, "EventSource", event_id),
+        description=description,
+        event_source=event_source,
         duration_seconds=duration,
         extra={k: v for k, v in raw.items() if k not in KNOWN_FIELDS},
+        oddities=tuple(oddities),
+        resources_unreadable=resources_unreadable,
     )
+
+
+def _resources(value: object, oddities: list[str]) -> tuple[tuple[str, ...], bool]:
+    """The VM names of an event, and whether they could not be read (then it may name us)."""
+    if isinstance(value, list) and all(isinstance(name, str) for name in value):
+        return tuple(value), False
+    if isinstance(value, str):
+        oddities.append("Resources is a string, not a list")
+        return tuple(name for name in value.replace(",", " ").split() if name), False
+    if isinstance(value, list):
+        oddities.append("Resources has entries that are not names")
+        return tuple(name for name in value if isinstance(name, str)), True
+    oddities.append(f"Resources is a {type(value).__name__}, not a list")
+    return (), True
 
 
 def _required_str(raw: dict[str, Any], key: str) -> str:
@@ -166,12 +194,13 @@ def _required_str(raw: dict[str, Any], key: str) -> str:
     return value.strip()
 
 
-def _optional_str(raw: dict[str, Any], key: str, event_id: str) -> str:
+def _optional_str(raw: dict[str, Any], key: str, oddities: list[str]) -> str:
     value = raw.get(key)
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise ValueError(f"{event_id}: {key} is not a string")
+        oddities.append(f"{key} is a {type(value).__name__}, not a string")
+        return ""
     return value
 
 

@@ -6,6 +6,7 @@ import asyncio
 import socket
 import uuid
 
+from rebalancer import __version__
 from rebalancer.clock import SystemClock
 from rebalancer.config import ControllerSettings
 from rebalancer.controller.reconciler import Controller
@@ -28,6 +29,7 @@ def run_controller(settings: ControllerSettings) -> int:
             timeout_seconds=settings.kube_timeout_seconds,
             qps=settings.client_qps,
             burst=settings.client_burst,
+            user_agent=f"spot-rebalancer/{__version__} (controller; {identity})",
         )
         controller = Controller(
             settings=settings,

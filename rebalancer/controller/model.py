@@ -7,18 +7,26 @@ slow and large; these hold only what a decision needs.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from rebalancer import names
 from rebalancer.controller.scheduling import Taint
+from rebalancer.names import (
+    DELETION_COST,
+    GPU_RESOURCE,
+    MIRROR_ANNOTATION,
+    OPT_OUT_ANNOTATION,
+    ORIGINAL_COST_ANNOTATION,
+    SURGE_ANNOTATION,
+)
 from rebalancer.notices import Notice, notices_of
+from rebalancer.timefmt import parse_iso
 
-GPU_RESOURCE = "nvidia.com/gpu"
-DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-OPT_OUT_ANNOTATION = f"{names.PREFIX}/ignore"
+# A record on a workload naming more replicas than this is not ours: never obeyed.
+MAX_RECORD_REPLICAS = 10_000
 
 
 def parse_quantity(value: object) -> float:
@@ -66,6 +74,7 @@ class NodeInfo:
     skipped: tuple[str, ...] = ()
     resource_version: str = ""
     raw_taints: tuple[Mapping[str, Any], ...] = ()  # as the API has them (timeAdded included)
+    uid: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """The parts of the Node our patches read, in the API's shape (cached, not fresh)."""
@@ -127,6 +136,7 @@ class NodeInfo:
             skipped=found.skipped,
             resource_version=str(meta.get("resourceVersion", "")),
             raw_taints=tuple(dict(t) for t in spec.get("taints") or []),
+            uid=str(meta.get("uid", "")),
         )
 
 
@@ -152,6 +162,7 @@ class PodInfo:
     mirror: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
     grace_seconds: int = 30
+    deletion_at: datetime | None = None  # a terminating pod is killed by then (deletionTimestamp)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -197,11 +208,8 @@ class PodInfo:
             mirror=MIRROR_ANNOTATION in annotations,
             labels=dict(meta.get("labels") or {}),
             grace_seconds=int(spec.get("terminationGracePeriodSeconds", 30) or 0),
+            deletion_at=parse_iso(meta.get("deletionTimestamp")),
         )
-
-
-ORIGINAL_COST_ANNOTATION = f"{names.PREFIX}/original-deletion-cost"
-SURGE_ANNOTATION = f"{names.PREFIX}/surge"
 
 
 @dataclass(frozen=True)
@@ -233,15 +241,112 @@ class Surge:
 
     @classmethod
     def from_json(cls, text: str) -> Surge:
-        data = json.loads(text)
-        return cls(
-            base_replicas=int(data["baseReplicas"]),
-            added=int(data["added"]),
-            event_ids=tuple(str(e) for e in data.get("eventIds") or []),
-            doomed_pods=tuple(str(p) for p in data.get("doomedPods") or []),
-            deadline=data.get("deadline"),
-            completed=bool(data.get("completed", False)),
+        """Parse and bound-check a record; ValueError for anything we would not have written."""
+        data = _record_object(text)
+        record = cls(
+            base_replicas=_count(data, "baseReplicas"),
+            added=_count(data, "added"),
+            event_ids=_strings(data, "eventIds"),
+            doomed_pods=_strings(data, "doomedPods"),
+            deadline=_optional_str(data, "deadline"),
+            completed=data.get("completed", False) is True,
         )
+        if record.added > len(record.doomed_pods):
+            raise ValueError("more replicas added than pods it replaces")
+        return record
+
+
+@dataclass(frozen=True)
+class ReturnRecord:
+    """What we recorded on a Deployment when a return to spot started (see returns.py)."""
+
+    base_replicas: int
+    retire: str  # "namespace/name" of the on-demand pod to remove
+    pool: str
+    started_at: str  # RFC 3339
+    known_pods: tuple[str, ...]  # pod names that existed when it started
+    completed: bool = False
+    # Completed by giving up: the scale-back removes the new pod, not the one to retire, so the
+    # record is kept until the new pod is gone (and then forgotten).
+    gave_up: bool = False
+
+    @property
+    def retire_name(self) -> str:
+        return self.retire.split("/", 1)[-1]
+
+    def leaving(self, pods: Iterable[PodInfo]) -> list[PodInfo]:
+        """The pods a completed return is still waiting for the ReplicaSet to remove."""
+        if self.gave_up:
+            return [p for p in pods if p.name not in self.known_pods]
+        return [p for p in pods if p.name == self.retire_name]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "baseReplicas": self.base_replicas,
+                "retire": self.retire,
+                "pool": self.pool,
+                "startedAt": self.started_at,
+                "knownPods": list(self.known_pods),
+                "completed": self.completed,
+                "gaveUp": self.gave_up,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ReturnRecord:
+        """Parse and bound-check a record; ValueError for anything we would not have written."""
+        data = _record_object(text)
+        retire, pool, started = (data.get(k) for k in ("retire", "pool", "startedAt"))
+        if not all(isinstance(v, str) for v in (retire, pool, started)):
+            raise ValueError("retire, pool and startedAt must be strings")
+        return cls(
+            base_replicas=_count(data, "baseReplicas"),
+            retire=str(retire),
+            pool=str(pool),
+            started_at=str(started),
+            known_pods=_strings(data, "knownPods"),
+            completed=data.get("completed", False) is True,
+            gave_up=data.get("gaveUp", False) is True,
+        )
+
+
+def _record_object(text: str) -> dict[str, Any]:
+    """A record's JSON object. Any failure (depth, size, numbers) is a ValueError."""
+    if len(text) > 64 * 1024:
+        raise ValueError("record larger than 64 KiB")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"not JSON: {type(error).__name__}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+def _count(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    if type(value) is not int or not 0 <= value <= MAX_RECORD_REPLICAS:
+        raise ValueError(f"{key} is not a whole number from 0 to {MAX_RECORD_REPLICAS}")
+    return value
+
+
+def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = data.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key} is not a list of strings")
+    if len(value) > MAX_RECORD_REPLICAS:
+        raise ValueError(f"{key} is too long")
+    return tuple(value)
+
+
+def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key} is not a string")
+    return value
 
 
 @dataclass(frozen=True)
@@ -258,6 +363,7 @@ class WorkloadInfo:
     surge_unreadable: bool = False
     resource_version: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    uid: str = ""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -281,7 +387,7 @@ class WorkloadInfo:
         if SURGE_ANNOTATION in annotations:
             try:
                 surge = Surge.from_json(annotations[SURGE_ANNOTATION])
-            except (ValueError, KeyError, TypeError):
+            except ValueError:
                 unreadable = True
         return cls(
             kind=kind,
@@ -300,4 +406,5 @@ class WorkloadInfo:
             surge_unreadable=unreadable,
             resource_version=str(meta.get("resourceVersion", "")),
             labels=dict(meta.get("labels") or {}),
+            uid=str(meta.get("uid", "")),
         )

@@ -7,12 +7,12 @@ the load-balancer label), so `restore` undoes exactly what `cordon` did and noth
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from rebalancer import names
-from rebalancer.controller.planner import (
+from rebalancer.names import (
     ADDED_LB_EXCLUSION,
     COOLDOWN_TAINT,
     COOLDOWN_UNTIL,
@@ -21,8 +21,10 @@ from rebalancer.controller.planner import (
     LB_EXCLUSION_LABEL,
     WAS_UNSCHEDULABLE,
 )
+from rebalancer.timefmt import iso
 
 Node = Mapping[str, Any]
+Builder = Callable[[Node], dict[str, Any] | None]
 
 
 def _parts(node: Node) -> tuple[dict[str, str], dict[str, str], list[dict[str, Any]], bool]:
@@ -36,7 +38,7 @@ def _parts(node: Node) -> tuple[dict[str, str], dict[str, str], list[dict[str, A
     )
 
 
-def cordon(event_id: str, event_type: str) -> Any:
+def cordon(event_id: str, event_type: str) -> Builder:
     def build(node: Node) -> dict[str, Any] | None:
         annotations, labels, taints, unschedulable = _parts(node)
         has_taint = any(t.get("key") == EVICTING_TAINT for t in taints)
@@ -81,7 +83,7 @@ def restore(node: Node) -> dict[str, Any] | None:
     return patch
 
 
-def mark_drained(event_id: str) -> Any:
+def mark_drained(event_id: str) -> Builder:
     def build(node: Node) -> dict[str, Any] | None:
         annotations, _, _, _ = _parts(node)
         current = [p.strip() for p in annotations.get(names.DRAINED_FOR_ANNOTATION, "").split(",")]
@@ -94,8 +96,8 @@ def mark_drained(event_id: str) -> Any:
     return build
 
 
-def start_cooldown(until: datetime) -> Any:
-    stamp = until.strftime("%Y-%m-%dT%H:%M:%SZ")
+def start_cooldown(until: datetime) -> Builder:
+    stamp = iso(until)
 
     def build(node: Node) -> dict[str, Any] | None:
         annotations, _, taints, _ = _parts(node)

@@ -20,76 +20,64 @@ On a notice for a node (policy "failover"):
 6. taint the other spot nodes of the same pool and zone PreferNoSchedule for a cool-down, so
    replacements prefer capacity that is not being evicted.
 Policy "drain" does 1, 4 and 5 only. When the notice disappears, everything is undone.
+Every notice not yet in the eviction history is written into it (`RecordHistory`); the cool-down
+and the return to spot's quiet time are read from that history, so they survive a new leader.
+
+`plan` is called once per pass and returns the actions in steps: the actions of one step are
+independent and may run at once; a step starts when the one before it has finished.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 
 from rebalancer import names
+from rebalancer.controller.actions import (
+    Action,
+    Cordon,
+    Delete,
+    EndCooldown,
+    Evict,
+    FinishReturn,
+    ForgetSurge,
+    MarkDrained,
+    RecordHistory,
+    ReportBlocked,
+    Restore,
+    ScaleBack,
+    ScaleUp,
+    SetDeletionCost,
+    StartCooldown,
+    WorkloadBasis,
+)
+from rebalancer.controller.history import WINDOWS, Entry
 from rebalancer.controller.model import NodeInfo, PodInfo, Surge, WorkloadInfo
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
 from rebalancer.controller.returns import (
     LOWEST,
-    FinishReturn,
-    ForgetReturn,
-    LowerCost,
     ReturnSettings,
-    StartReturn,
     active_record,
+    lower_cost,
     plan_returns,
     pods_in_play,
 )
+from rebalancer.controller.snapshot import Snapshot, WorkloadKey
 from rebalancer.notices import Notice
 from rebalancer.timefmt import iso, parse_iso
+from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, MANUAL, EventType, Policy, Reason
 
-LOWEST_DELETION_COST = LOWEST
-
-CORDONED_FOR = f"{names.PREFIX}/cordoned-for"
-WAS_UNSCHEDULABLE = f"{names.PREFIX}/was-unschedulable"
-ADDED_LB_EXCLUSION = f"{names.PREFIX}/added-lb-exclusion"
-COOLDOWN_UNTIL = f"{names.PREFIX}/cooldown-until"
-EVICTING_TAINT = f"{names.PREFIX}/evicting"
-COOLDOWN_TAINT = f"{names.PREFIX}/cooldown"
-LB_EXCLUSION_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
-
-
-class Policy(StrEnum):
-    FAILOVER = "failover"  # surge replacements, then drain
-    DRAIN = "drain"  # cordon and drain only
-    NONE = "none"
-
-
-class Reason(StrEnum):
-    NOTICE = "Notice"
-    REPLACEMENTS_READY = "ReplacementsReady"
-    DOOMED_GONE = "DoomedPodsGone"
-    DEADLINE = "DeadlineNear"
-    CANCELLED = "NoticeGone"
-    REPLICAS_CHANGED = "ReplicasChangedByOthers"
-    DRAINED = "Drained"
-    COOLDOWN = "PoolBeingEvicted"
-    COOLDOWN_OVER = "CooldownOver"
-    NO_ON_DEMAND_POOL = "NoCompatibleOnDemandPool"
-    UNREADABLE_RECORD = "UnreadableSurgeRecord"
+# Cool-down taints written per pass: a wave's cordons and surges (planned in the next pass) must
+# never queue behind them for the request budget.
+STEERING_PER_PASS = 10
+MAX_COOLDOWN_FACTOR = 4
 
 
 @dataclass(frozen=True)
 class Settings:
-    event_policy: Mapping[str, Policy] = field(
-        default_factory=lambda: {
-            "Preempt": Policy.FAILOVER,
-            "Terminate": Policy.FAILOVER,
-            "Manual": Policy.FAILOVER,
-            "Redeploy": Policy.DRAIN,
-            "Reboot": Policy.DRAIN,
-            "Freeze": Policy.NONE,
-        }
-    )
+    event_policy: Mapping[str, Policy] = field(default_factory=lambda: dict(DEFAULT_EVENT_POLICY))
     unknown_event_policy: Policy = Policy.NONE
     deadline_margin_seconds: float = 5.0  # delete what remains this long before the deadline
     act_now_grace_seconds: int = 5  # grace of deletions when the deadline is unknown or past
@@ -100,199 +88,57 @@ class Settings:
     returns: ReturnSettings = field(default_factory=ReturnSettings)
     # Pools that may have no Node (REBALANCER_POOLS), for the fail-over check.
     declared_pools: Mapping[str, Pool] = field(default_factory=dict)
+    record_history: bool = True
 
     def policy_for(self, event_type: str) -> Policy:
         return self.event_policy.get(event_type, self.unknown_event_policy)
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    now: datetime
-    nodes: Mapping[str, NodeInfo]
-    pods: Mapping[tuple[str, str], PodInfo]
-    workloads: Mapping[tuple[str, str, str], WorkloadInfo]
-    replicaset_owners: Mapping[tuple[str, str], str]  # (namespace, replicaset) -> deployment
-    # Preempt notices per (pool, zone) in the last hour, this one included.
-    recent_evictions: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    # Seconds since each pool's last Preempt (at most since this process started watching).
-    pool_quiet_seconds: Mapping[str, float] = field(default_factory=dict)
-
-
-# ---- actions ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cordon:
-    node: str
-    event_id: str
-    event_type: str
-    reason: Reason = Reason.NOTICE
-
-
-@dataclass(frozen=True)
-class Restore:
-    """Undo our cordon, taint and label on a node whose notice is gone."""
-
-    node: str
-    event_id: str
-    reason: Reason = Reason.CANCELLED
-
-
-@dataclass(frozen=True)
-class ScaleUp:
-    workload: tuple[str, str, str]
-    replicas: int
-    record: Surge
-    reason: Reason = Reason.NOTICE
-
-
-@dataclass(frozen=True)
-class ScaleBack:
-    """Set replicas back (None: leave them, someone else changed them) and mark the record done."""
-
-    workload: tuple[str, str, str]
-    replicas: int | None
-    reason: Reason
-
-
-@dataclass(frozen=True)
-class ForgetSurge:
-    """Drop a completed surge record once none of its doomed pods exists any more."""
-
-    workload: tuple[str, str, str]
-    reason: Reason = Reason.DOOMED_GONE
-
-
-@dataclass(frozen=True)
-class SetDeletionCost:
-    pod: tuple[str, str]
-    cost: str | None  # None: remove the annotation
-    save_original: str | None = None  # store this as the original before lowering
-    restore: bool = False
-
-
-@dataclass(frozen=True)
-class Evict:
-    pod: tuple[str, str]
-    uid: str
-    node: str
-    event_id: str
-
-
-@dataclass(frozen=True)
-class Delete:
-    pod: tuple[str, str]
-    uid: str
-    node: str
-    event_id: str
-    grace_seconds: int
-    reason: Reason = Reason.DEADLINE
-
-
-@dataclass(frozen=True)
-class MarkDrained:
-    node: str
-    event_id: str
-    reason: Reason = Reason.DRAINED
-
-
-@dataclass(frozen=True)
-class StartCooldown:
-    node: str
-    until: datetime
-    reason: Reason = Reason.COOLDOWN
-
-
-@dataclass(frozen=True)
-class EndCooldown:
-    node: str
-    reason: Reason = Reason.COOLDOWN_OVER
-
-
-@dataclass(frozen=True)
-class ReportBlocked:
-    workload: tuple[str, str, str]
-    detail: str
-    reason: Reason = Reason.NO_ON_DEMAND_POOL
-
-
-Action = (
-    Cordon
-    | Restore
-    | ScaleUp
-    | ScaleBack
-    | ForgetSurge
-    | SetDeletionCost
-    | Evict
-    | Delete
-    | MarkDrained
-    | StartCooldown
-    | EndCooldown
-    | ReportBlocked
-    | StartReturn
-    | FinishReturn
-    | ForgetReturn
-)
-
-
-@dataclass(frozen=True)
 class Plan:
-    actions: tuple[Action, ...]
+    steps: tuple[tuple[Action, ...], ...]
     active: Mapping[str, Notice]  # node -> the notice acted on
+    managed: frozenset[WorkloadKey] = frozenset()  # failed over make-before-break
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        return tuple(action for step in self.steps for action in step)
 
 
-# ---- planning --------------------------------------------------------------------------------
+# Cordons, surges and the history first (each starts a clock: the node stops taking pods, the
+# replacements start loading); pod costs and deadline deletions before any scale-back, which
+# must find the doomed pods already marked or gone; scale-backs; evictions, marks and the rest.
+STEPS: tuple[tuple[type, ...], ...] = (
+    (Cordon, Restore, ScaleUp, RecordHistory),
+    (SetDeletionCost, Delete),
+    (ScaleBack, FinishReturn),
+)
 
 
 def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     active = active_notices(snapshot, settings)
-    pods_by_node: dict[str, list[PodInfo]] = defaultdict(list)
-    pods_by_workload: dict[tuple[str, str, str], list[PodInfo]] = defaultdict(list)
-    for pod in snapshot.pods.values():
-        if pod.node_name:
-            pods_by_node[pod.node_name].append(pod)
-        workload = workload_of(snapshot, pod)
-        if workload is not None:
-            pods_by_workload[workload.key].append(pod)
+    chosen = frozenset(w.key for w in snapshot.workloads.values() if managed(w, settings))
     actions: list[Action] = []
+    actions += _record_history(snapshot, settings)
     actions += _cordon_and_restore(snapshot, active)
-    surge_actions, surged_pods = _surges(snapshot, settings, active, pods_by_node)
+    surge_actions, surged_pods = _surges(snapshot, settings, active)
     actions += surge_actions
-    actions += _scale_backs(snapshot, settings, active, pods_by_workload)
-    actions += _drain(snapshot, settings, active, pods_by_node, surged_pods)
-    actions += _cooldowns(snapshot, settings, active)
-    in_play = {
-        key
-        for workload in snapshot.workloads.values()
-        for key in pods_in_play(workload, pods_by_workload.get(workload.key, []))
-    }
-    actions += _restore_deletion_costs(snapshot, active, in_play)
-    actions += _returns(snapshot, settings, active, pods_by_node, pods_by_workload)
-    return Plan(actions=tuple(actions), active=active)
-
-
-def _returns(
-    snapshot: Snapshot,
-    settings: Settings,
-    active: Mapping[str, Notice],
-    pods_by_node: Mapping[str, list[PodInfo]],
-    pods_by_workload: Mapping[tuple[str, str, str], list[PodInfo]],
-) -> list[Action]:
-    planned = plan_returns(
-        now=snapshot.now,
-        nodes=snapshot.nodes,
-        pods_by_node=pods_by_node,
-        pods_by_workload=pods_by_workload,
-        workloads=snapshot.workloads,
-        managed={w.key for w in snapshot.workloads.values() if managed(w, settings)},
-        active_nodes=set(active),
-        quiet=snapshot.pool_quiet_seconds,
-        settings=settings.returns,
+    actions += _scale_backs(snapshot, settings, active)
+    actions += _drain(snapshot, settings, active, surged_pods)
+    actions += _cooldowns(snapshot, settings, active)[:STEERING_PER_PASS]
+    actions += _restore_deletion_costs(snapshot, active)
+    actions += plan_returns(
+        snapshot, managed=set(chosen), active_nodes=set(active), settings=settings.returns
     )
-    return [
-        SetDeletionCost(a.pod, LOWEST, save_original=a.original) if isinstance(a, LowerCost) else a
-        for a in planned
-    ]
+    return Plan(steps=_in_steps(actions), active=active, managed=chosen)
+
+
+def _in_steps(actions: list[Action]) -> tuple[tuple[Action, ...], ...]:
+    steps: list[list[Action]] = [[] for _ in range(len(STEPS) + 1)]
+    for action in actions:
+        index = next((i for i, kinds in enumerate(STEPS) if isinstance(action, kinds)), len(STEPS))
+        steps[index].append(action)
+    return tuple(tuple(step) for step in steps if step)
 
 
 def active_notices(snapshot: Snapshot, settings: Settings) -> dict[str, Notice]:
@@ -316,31 +162,76 @@ def grace_for(pod: PodInfo, notice: Notice, now: datetime, settings: Settings) -
     return max(0, min(pod.grace_seconds, int(notice.seconds_left(now)) - 1))
 
 
+# ---- the eviction history --------------------------------------------------------------------
+
+
+def new_entries(snapshot: Snapshot) -> list[Entry]:
+    """Notices on nodes that the history does not know yet (every type: the risk model wants
+    them all; counts look at Preempts)."""
+    known = snapshot.history.known()
+    entries = []
+    for node in snapshot.nodes.values():
+        for notice in node.notices:
+            if notice.event_id in known or notice.event_type == MANUAL:
+                continue
+            entries.append(
+                Entry(
+                    event_id=notice.event_id,
+                    event_type=notice.event_type,
+                    node=node.name,
+                    pool=node.pool,
+                    zone=node.zone,
+                    sku=node.sku,
+                    spot=node.spot,
+                    first_seen=min(notice.seen_at or snapshot.now, snapshot.now),
+                )
+            )
+    return sorted(entries, key=lambda e: (e.first_seen, e.event_id))
+
+
+def _record_history(snapshot: Snapshot, settings: Settings) -> list[Action]:
+    new = new_entries(snapshot)
+    history = snapshot.history
+    if not settings.record_history or (history.since is not None and not new):
+        return []
+    # No record yet (or an unreadable one): start it now, so the quiet time counts from here.
+    return [RecordHistory(history.with_entries(new, now=snapshot.now), tuple(new))]
+
+
+def preempts_last_hour(snapshot: Snapshot, pool: str, zone: str) -> int:
+    """Preempt notices of a pool and zone in the last hour: the history's, and the ones this
+    pass sees that it has not recorded yet."""
+    window = WINDOWS["1h"]
+    recorded = snapshot.history.preempt_count(pool, zone, now=snapshot.now, window=window)
+    pending = sum(
+        1
+        for e in new_entries(snapshot)
+        if e.preempt and (e.pool, e.zone) == (pool, zone) and snapshot.now - e.first_seen <= window
+    )
+    return recorded + pending
+
+
+# ---- cordon, surge, scale back, drain --------------------------------------------------------
+
+
 def _cordon_and_restore(snapshot: Snapshot, active: Mapping[str, Notice]) -> list[Action]:
     actions: list[Action] = []
     for name, node in snapshot.nodes.items():
-        recorded = node.annotations.get(CORDONED_FOR)
+        recorded = node.annotations.get(names.CORDONED_FOR)
         notice = active.get(name)
         if notice is not None and recorded is None:
             actions.append(
-                Cordon(node=name, event_id=notice.event_id, event_type=notice.event_type)
+                Cordon(
+                    name,
+                    notice.event_id,
+                    notice.event_type,
+                    basis=node.as_json(),
+                    uid=node.uid,
+                )
             )
         elif notice is None and recorded is not None:
-            actions.append(Restore(node=name, event_id=recorded))
+            actions.append(Restore(name, recorded, basis=node.as_json(), uid=node.uid))
     return actions
-
-
-def workload_of(snapshot: Snapshot, pod: PodInfo) -> WorkloadInfo | None:
-    if pod.owner is None:
-        return None
-    if pod.owner.kind == "ReplicaSet":
-        deployment = snapshot.replicaset_owners.get((pod.namespace, pod.owner.name))
-        if deployment is None:
-            return None
-        return snapshot.workloads.get(("Deployment", pod.namespace, deployment))
-    if pod.owner.kind == "StatefulSet":
-        return snapshot.workloads.get(("StatefulSet", pod.namespace, pod.owner.name))
-    return None
 
 
 def managed(workload: WorkloadInfo | None, settings: Settings) -> bool:
@@ -357,19 +248,26 @@ def _doomed(pod: PodInfo) -> bool:
     return not (pod.daemonset or pod.mirror or pod.finished or pod.deleting)
 
 
+def _terminates_too_late(pod: PodInfo, notice: Notice, now: datetime, settings: Settings) -> bool:
+    """A terminating pod that will still run when the node must be empty: one second before the
+    deadline, or, to act now, after the short grace period deletions then get (`grace_for`)."""
+    if not pod.deleting or pod.daemonset or pod.mirror or pod.deletion_at is None:
+        return False
+    if notice.act_now or notice.deadline is None:
+        return pod.deletion_at > now + timedelta(seconds=settings.act_now_grace_seconds + 1)
+    return pod.deletion_at > notice.deadline - timedelta(seconds=1)
+
+
 def _surges(
-    snapshot: Snapshot,
-    settings: Settings,
-    active: Mapping[str, Notice],
-    pods_by_node: Mapping[str, list[PodInfo]],
+    snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice]
 ) -> tuple[list[Action], set[tuple[str, str]]]:
-    """Surge Deployments with doomed replicas; scale back the surges whose work is done."""
-    doomed_by_workload: dict[tuple[str, str, str], list[tuple[PodInfo, Notice]]] = defaultdict(list)
+    """Surge Deployments with doomed replicas (a new surge, or a wave added to one)."""
+    doomed_by_workload: dict[WorkloadKey, list[tuple[PodInfo, Notice]]] = defaultdict(list)
     for node_name, notice in active.items():
         if settings.policy_for(notice.event_type) != Policy.FAILOVER:
             continue
-        for pod in pods_by_node.get(node_name, []):
-            workload = workload_of(snapshot, pod)
+        for pod in snapshot.pods_by_node.get(node_name, []):
+            workload = snapshot.workload_of(pod)
             if (
                 _doomed(pod)
                 and workload is not None
@@ -387,6 +285,7 @@ def _surges(
     )
     for key, doomed in sorted(doomed_by_workload.items()):
         workload = snapshot.workloads[key]
+        basis = WorkloadBasis.of(workload)
         if active_record(workload) is not None:
             # A return in progress gives up this pass (a notice touches it); surge next pass,
             # from the replica count it leaves.
@@ -394,54 +293,64 @@ def _surges(
             continue
         if workload.surge_unreadable:
             # Without the record we cannot scale back exactly: drain these pods plainly.
-            actions.append(ReportBlocked(key, "surge record unreadable", Reason.UNREADABLE_RECORD))
+            actions.append(
+                ReportBlocked(
+                    key, "surge record unreadable", Reason.UNREADABLE_RECORD, workload.uid
+                )
+            )
             continue
         handled.update(pod.key for pod, _ in doomed)
         names_now = tuple(sorted(f"{p.namespace}/{p.name}" for p, _ in doomed))
         earliest = min((n for _, n in doomed), key=_deadline_key)
         deadline = None if earliest.act_now or earliest.deadline is None else iso(earliest.deadline)
         events = tuple(sorted({n.event_id for _, n in doomed}))
-        if workload.surge is not None and workload.surge.completed:
-            # Pods of a finished surge are on their way out; only new doomed pods need a surge.
-            old = workload.surge
-            fresh = [name for name in names_now if name not in old.doomed_pods]
-            if fresh:
-                record = Surge(
-                    workload.replicas,
-                    len(fresh),
-                    events,
-                    tuple(sorted(set(old.doomed_pods) | set(fresh))),
-                    deadline,
-                )
-                actions.append(ScaleUp(key, workload.replicas + len(fresh), record))
-        elif workload.surge is None:
+        old = workload.surge
+        if old is None:
             record = Surge(workload.replicas, len(names_now), events, names_now, deadline)
-            actions.append(ScaleUp(key, workload.replicas + len(names_now), record))
+            actions.append(_scale_up(workload, basis, record, len(names_now)))
             fallback = on_demand_fallback(
                 workload.template_spec, pools, gpus=workload.gpus_per_replica
             )
             if not fallback.pools:
-                actions.append(ReportBlocked(key, fallback.blocked_reason))
-        else:
-            new = [name for name in names_now if name not in workload.surge.doomed_pods]
-            if new:  # a wave: more replicas of the same workload are now doomed
-                old = workload.surge
-                record = Surge(
-                    old.base_replicas,
-                    old.added + len(new),
-                    tuple(sorted(set(old.event_ids) | set(events))),
-                    tuple(sorted(set(old.doomed_pods) | set(new))),
-                    min_deadline(old.deadline, deadline),
+                actions.append(
+                    ReportBlocked(
+                        key, fallback.blocked_reason, Reason.NO_ON_DEMAND_POOL, workload.uid
+                    )
                 )
-                actions.append(ScaleUp(key, workload.replicas + len(new), record))
+            continue
+        fresh = [name for name in names_now if name not in old.doomed_pods]
+        if not fresh:
+            continue
+        if old.completed:
+            # Pods of a finished surge are on their way out: keep naming them, so they are never
+            # taken for new doomed pods, and surge for the new ones only, from today's count.
+            record = Surge(
+                workload.replicas,
+                len(fresh),
+                events,
+                tuple(sorted({*old.doomed_pods, *fresh})),
+                deadline,
+            )
+        else:  # a wave: more replicas of the same workload are now doomed
+            record = Surge(
+                old.base_replicas,
+                old.added + len(fresh),
+                tuple(sorted({*old.event_ids, *events})),
+                tuple(sorted({*old.doomed_pods, *fresh})),
+                min_deadline(old.deadline, deadline),
+            )
+        actions.append(_scale_up(workload, basis, record, len(fresh)))
     return actions, handled
 
 
+def _scale_up(workload: WorkloadInfo, basis: WorkloadBasis, record: Surge, added: int) -> ScaleUp:
+    return ScaleUp(
+        workload.key, replicas=workload.replicas + added, record=record, added=added, basis=basis
+    )
+
+
 def _scale_backs(
-    snapshot: Snapshot,
-    settings: Settings,
-    active: Mapping[str, Notice],
-    pods_by_workload: Mapping[tuple[str, str, str], list[PodInfo]],
+    snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice]
 ) -> list[Action]:
     """Finish each recorded surge whose replacements are Ready, or whose time is up."""
     actions: list[Action] = []
@@ -450,11 +359,12 @@ def _scale_backs(
         surge = workload.surge
         if surge is None:
             continue
+        basis = WorkloadBasis.of(workload)
         doomed_names = set(surge.doomed_pods)
-        pods = pods_by_workload.get(key, [])
+        pods = snapshot.pods_by_workload.get(key, [])
         if surge.completed:
             if not any(f"{pod.namespace}/{pod.name}" in doomed_names for pod in pods):
-                actions.append(ForgetSurge(key))
+                actions.append(ForgetSurge(key, basis=basis))
             continue
         alive = [
             pod
@@ -478,20 +388,17 @@ def _scale_backs(
             lowered = [pod for pod in alive if pod.original_deletion_cost is not None]
             for pod in lowered:
                 original = pod.original_deletion_cost or None
-                actions.append(SetDeletionCost(pod.key, original, restore=True))
+                actions.append(
+                    SetDeletionCost(pod.key, original, restore=True, reason=Reason.CANCELLED)
+                )
             if lowered:
                 continue
             reason = Reason.CANCELLED
         elif ready_elsewhere >= surge.base_replicas:
             # Lowered only now, off the notice's critical path: the cost matters only to the
             # ReplicaSet's choice when we scale back, which waits for it.
-            unmarked = [pod for pod in alive if pod.deletion_cost != LOWEST_DELETION_COST]
-            for pod in unmarked:
-                actions.append(
-                    SetDeletionCost(
-                        pod.key, LOWEST_DELETION_COST, save_original=pod.deletion_cost or ""
-                    )
-                )
+            unmarked = [pod for pod in alive if pod.deletion_cost != LOWEST]
+            actions += [lower_cost(pod, Reason.REPLACEMENTS_READY) for pod in unmarked]
             if unmarked:
                 continue
             reason = Reason.REPLACEMENTS_READY
@@ -512,11 +419,16 @@ def _scale_backs(
                         )
         if reason is None:
             continue
+        # A completed record keeps its doomed pods out of later surges and drains until they are
+        # gone, which after a scale-back they soon are. After a cancellation they stay, serving,
+        # and nothing of the surge is doomed any more: drop the record, or those pods would be
+        # neither surged for, nor evicted, nor deleted when a later notice dooms their node.
+        record = None if reason == Reason.CANCELLED else replace(surge, completed=True)
         if workload.replicas != surge.base_replicas + surge.added:
             # An HPA or a person changed replicas since the surge: drop our record, do not fight.
-            actions.append(ScaleBack(key, None, Reason.REPLICAS_CHANGED))
+            actions.append(ScaleBack(key, None, Reason.REPLICAS_CHANGED, record, basis=basis))
         else:
-            actions.append(ScaleBack(key, surge.base_replicas, reason))
+            actions.append(ScaleBack(key, surge.base_replicas, reason, record, basis=basis))
     return actions
 
 
@@ -524,39 +436,51 @@ def _drain(
     snapshot: Snapshot,
     settings: Settings,
     active: Mapping[str, Notice],
-    pods_by_node: Mapping[str, list[PodInfo]],
     surged: set[tuple[str, str]],
 ) -> list[Action]:
     actions: list[Action] = []
     for node_name, notice in sorted(active.items()):
         node = snapshot.nodes[node_name]
-        on_node = pods_by_node.get(node_name, [])
+        on_node = snapshot.pods_by_node.get(node_name, [])
         remaining = [pod for pod in on_node if _doomed(pod)]
         near = deadline_near(notice, snapshot.now, settings)
         for pod in remaining:
             if pod.key in surged:
                 continue  # replaced make-before-break; removed by the scale-back
+            grace = grace_for(pod, notice, snapshot.now, settings)
             if near:
-                grace = grace_for(pod, notice, snapshot.now, settings)
                 actions.append(Delete(pod.key, pod.uid, node_name, notice.event_id, grace))
             else:
-                actions.append(Evict(pod.key, pod.uid, node_name, notice.event_id))
+                # A grace period longer than the time left is cut to fit: the pod must be gone
+                # before Azure takes the VM, not merely terminating.
+                shorter = grace if grace < pod.grace_seconds else None
+                actions.append(
+                    Evict(pod.key, pod.uid, node_name, notice.event_id, grace_seconds=shorter)
+                )
+        for pod in on_node:
+            if _terminates_too_late(pod, notice, snapshot.now, settings):
+                # Already terminating (evicted by someone else, scaled away) with a grace period
+                # that ends after the deadline: a second delete may shorten it, never lengthen it.
+                grace = grace_for(pod, notice, snapshot.now, settings)
+                actions.append(Delete(pod.key, pod.uid, node_name, notice.event_id, grace))
         drained_for = node.annotations.get(names.DRAINED_FOR_ANNOTATION, "")
         marked = {part.strip().upper() for part in drained_for.split(",") if part.strip()}
         # Drained means gone, not merely terminating: Azure may take the VM once we say so.
         terminating = any(pod.deleting and not pod.daemonset for pod in on_node)
         if not remaining and not terminating and notice.event_id.upper() not in marked:
-            actions.append(MarkDrained(node_name, notice.event_id))
+            actions.append(
+                MarkDrained(node_name, notice.event_id, basis=node.as_json(), uid=node.uid)
+            )
     return actions
 
 
-MAX_COOLDOWN_FACTOR = 4
+# ---- steering away from an evicted pool ------------------------------------------------------
 
 
 def cooldown_for(snapshot: Snapshot, settings: Settings, node: NodeInfo) -> float:
     """The base cool-down, times the pool's Preempt notices in the last hour (at most 4x): a pool
     that keeps being evicted is avoided for longer."""
-    count = snapshot.recent_evictions.get((node.pool, node.zone), 1)
+    count = preempts_last_hour(snapshot, node.pool, node.zone)
     return settings.cooldown_seconds * min(MAX_COOLDOWN_FACTOR, max(1, count))
 
 
@@ -567,7 +491,7 @@ def _cooldowns(
     evicted_groups: dict[tuple[str, str], datetime] = {}
     for node_name, notice in active.items():
         node = snapshot.nodes[node_name]
-        if node.spot and notice.event_type in ("Preempt", "Manual"):
+        if node.spot and notice.event_type in (EventType.PREEMPT, MANUAL):
             started = notice.seen_at or snapshot.now
             until = started + timedelta(seconds=cooldown_for(snapshot, settings, node))
             group = (node.pool, node.zone)
@@ -576,19 +500,22 @@ def _cooldowns(
     for name, node in sorted(snapshot.nodes.items()):
         if name in active or not node.spot:
             continue
-        current = parse_iso(node.annotations.get(COOLDOWN_UNTIL))
+        current = parse_iso(node.annotations.get(names.COOLDOWN_UNTIL))
         wanted = evicted_groups.get((node.pool, node.zone))
         if wanted is not None and (current is None or current < wanted):
-            actions.append(StartCooldown(name, wanted))
+            actions.append(StartCooldown(name, wanted, basis=node.as_json(), uid=node.uid))
         elif wanted is None and current is not None and current <= snapshot.now:
-            actions.append(EndCooldown(name))
+            actions.append(EndCooldown(name, basis=node.as_json(), uid=node.uid))
     return actions
 
 
-def _restore_deletion_costs(
-    snapshot: Snapshot, active: Mapping[str, Notice], in_play: set[tuple[str, str]]
-) -> list[Action]:
+def _restore_deletion_costs(snapshot: Snapshot, active: Mapping[str, Notice]) -> list[Action]:
     """Pods we lowered that are no longer doomed (the notice was cancelled) get their cost back."""
+    in_play = {
+        key
+        for workload in snapshot.workloads.values()
+        for key in pods_in_play(workload, snapshot.pods_by_workload.get(workload.key, []))
+    }
     in_surge = {
         pod
         for workload in snapshot.workloads.values()
@@ -604,7 +531,9 @@ def _restore_deletion_costs(
         if pod.key in in_play:
             continue
         original = pod.original_deletion_cost or None
-        actions.append(SetDeletionCost(pod.key, original, restore=True))
+        actions.append(
+            SetDeletionCost(pod.key, original, restore=True, reason=Reason.COST_RESTORED)
+        )
     return actions
 
 

@@ -19,56 +19,27 @@ moved.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from rebalancer import names
-from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
+from rebalancer.controller.actions import (
+    Action,
+    FinishReturn,
+    ForgetReturn,
+    SetDeletionCost,
+    StartReturn,
+    WorkloadBasis,
+)
+from rebalancer.controller.model import NodeInfo, PodInfo, ReturnRecord, WorkloadInfo
 from rebalancer.controller.pools import Pool, pools_of
 from rebalancer.controller.scheduling import untolerated
+from rebalancer.controller.snapshot import Snapshot, WorkloadKey
+from rebalancer.names import COOLDOWN_UNTIL, RETURN_ANNOTATION, RETURN_BACKOFF_ANNOTATION
 from rebalancer.timefmt import iso, parse_iso
+from rebalancer.vocabulary import Reason
 
-RETURN_ANNOTATION = f"{names.PREFIX}/return"
-RETURN_BACKOFF_ANNOTATION = f"{names.PREFIX}/return-backoff-until"
-COOLDOWN_UNTIL = f"{names.PREFIX}/cooldown-until"
-
-
-@dataclass(frozen=True)
-class ReturnRecord:
-    base_replicas: int
-    retire: str  # "namespace/name" of the on-demand pod to remove
-    pool: str
-    started_at: str  # RFC 3339
-    known_pods: tuple[str, ...]  # pod names that existed when it started
-    completed: bool = False
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "baseReplicas": self.base_replicas,
-                "retire": self.retire,
-                "pool": self.pool,
-                "startedAt": self.started_at,
-                "knownPods": list(self.known_pods),
-                "completed": self.completed,
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> ReturnRecord:
-        data = json.loads(text)
-        return cls(
-            base_replicas=int(data["baseReplicas"]),
-            retire=str(data["retire"]),
-            pool=str(data["pool"]),
-            started_at=str(data["startedAt"]),
-            known_pods=tuple(str(p) for p in data.get("knownPods") or []),
-            completed=bool(data.get("completed", False)),
-        )
+LOWEST = "-2147483648"  # the lowest pod-deletion-cost: the ReplicaSet's first choice
 
 
 @dataclass(frozen=True)
@@ -88,101 +59,60 @@ def in_window(window: tuple[int, int] | None, now: datetime) -> bool:
     return start <= minute < end if start <= end else minute >= start or minute < end
 
 
-@dataclass(frozen=True)
-class StartReturn:
-    workload: tuple[str, str, str]
-    replicas: int
-    record: ReturnRecord
-    resource_version: str = ""
-
-
-@dataclass(frozen=True)
-class FinishReturn:
-    """Scale back (None: leave replicas) and mark the record done; `backoff_until` on a give-up."""
-
-    workload: tuple[str, str, str]
-    replicas: int | None
-    reason: str
-    backoff_until: datetime | None = None
-
-
-@dataclass(frozen=True)
-class ForgetReturn:
-    workload: tuple[str, str, str]
-
-
-@dataclass(frozen=True)
-class LowerCost:
+def lower_cost(pod: PodInfo, reason: Reason) -> SetDeletionCost:
     """Make this pod the ReplicaSet's first choice when it scales down."""
-
-    pod: tuple[str, str]
-    original: str
-
-
-LOWEST = "-2147483648"
-
-
-ReturnAction = StartReturn | FinishReturn | ForgetReturn | LowerCost
+    return SetDeletionCost(pod.key, LOWEST, save_original=pod.deletion_cost or "", reason=reason)
 
 
 def plan_returns(
+    snapshot: Snapshot,
     *,
-    now: datetime,
-    nodes: Mapping[str, NodeInfo],
-    pods_by_node: Mapping[str, list[PodInfo]],
-    pods_by_workload: Mapping[tuple[str, str, str], list[PodInfo]],
-    workloads: Mapping[tuple[str, str, str], WorkloadInfo],
-    managed: set[tuple[str, str, str]],
+    managed: set[WorkloadKey],
     active_nodes: set[str],
-    quiet: Mapping[str, float],
     settings: ReturnSettings,
-) -> list[ReturnAction]:
+) -> list[Action]:
     """Actions that move replicas back to spot, or finish and undo moves in progress."""
+    nodes = snapshot.nodes
     pools = pools_of(nodes.values())
-    actions: list[ReturnAction] = []
+    actions: list[Action] = []
     in_flight = 0
-    for key, workload in sorted(workloads.items()):
-        record = _record(workload)
+    for key, workload in sorted(snapshot.workloads.items()):
+        record = read_record(workload)
         if record is None:
             continue
+        pods = snapshot.pods_by_workload.get(key, [])
         if record.completed:
-            retire = record.retire.split("/", 1)[1]
-            if not any(p.name == retire for p in pods_by_workload.get(key, [])):
-                actions.append(ForgetReturn(key))
+            if not record.leaving(pods):
+                actions.append(ForgetReturn(key, basis=WorkloadBasis.of(workload)))
             continue
         in_flight += 1
-        actions += _progress(
-            now, key, workload, record, pods_by_workload.get(key, []), nodes, active_nodes, settings
-        )
-    if not settings.enabled or not in_window(settings.window, now):
+        actions += _progress(snapshot.now, workload, record, pods, nodes, active_nodes, settings)
+    if not settings.enabled or not in_window(settings.window, snapshot.now):
         return actions
-    for key, workload in sorted(workloads.items()):
+    for key, workload in sorted(snapshot.workloads.items()):
         if in_flight >= settings.max_concurrent:
             break
         if key not in managed or workload.kind != "Deployment":
             continue
-        if _record(workload) is not None or workload.surge is not None:
+        if RETURN_ANNOTATION in workload.annotations or workload.surge is not None:
             continue
         backoff = parse_iso(workload.annotations.get(RETURN_BACKOFF_ANNOTATION))
-        if backoff is not None and now < backoff:
+        if backoff is not None and snapshot.now < backoff:
             continue
-        start = _start(
-            now, key, workload, pods_by_workload.get(key, []), nodes, pods_by_node, pools,
-            active_nodes, quiet, settings,
-        )  # fmt: skip
+        start = _start(snapshot, workload, pools, active_nodes, settings)
         if start is not None:
             actions.append(start)
             in_flight += 1
     return actions
 
 
-def _record(workload: WorkloadInfo) -> ReturnRecord | None:
+def read_record(workload: WorkloadInfo) -> ReturnRecord | None:
     raw = workload.annotations.get(RETURN_ANNOTATION)
     if raw is None:
         return None
     try:
         return ReturnRecord.from_json(raw)
-    except (ValueError, KeyError, TypeError):
+    except ValueError:
         return None
 
 
@@ -192,17 +122,14 @@ def _free_gpus(node: NodeInfo, pods_by_node: Mapping[str, list[PodInfo]]) -> int
 
 
 def _start(
-    now: datetime,
-    key: tuple[str, str, str],
+    snapshot: Snapshot,
     workload: WorkloadInfo,
-    pods: list[PodInfo],
-    nodes: Mapping[str, NodeInfo],
-    pods_by_node: Mapping[str, list[PodInfo]],
     pools: Mapping[str, Pool],
     active_nodes: set[str],
-    quiet: Mapping[str, float],
     settings: ReturnSettings,
 ) -> StartReturn | None:
+    now, nodes = snapshot.now, snapshot.nodes
+    pods = snapshot.pods_by_workload.get(workload.key, [])
     live = [p for p in pods if not p.deleting and not p.finished]
     ready = [p for p in live if p.ready]
     if len(ready) < workload.replicas or len(live) != workload.replicas:
@@ -213,7 +140,7 @@ def _start(
     for pool in sorted(pools.values(), key=lambda p: p.name):
         if not pool.spot or pool.problems_for(workload.template_spec, workload.gpus_per_replica):
             continue
-        if quiet.get(pool.name, 0.0) < settings.quiet_seconds:
+        if snapshot.history.quiet_seconds(pool.name, now) < settings.quiet_seconds:
             continue
         members = [nodes[n] for n in pool.nodes if n in nodes]
         if any(n.name in active_nodes for n in members):
@@ -229,7 +156,7 @@ def _start(
             if n.ready
             and not n.unschedulable
             and not untolerated(tolerations, n.taints)
-            and _free_gpus(n, pods_by_node) >= max(1, workload.gpus_per_replica)
+            and _free_gpus(n, snapshot.pods_by_node) >= max(1, workload.gpus_per_replica)
         ]
         if not room:
             continue
@@ -241,63 +168,68 @@ def _start(
             started_at=iso(now),
             known_pods=tuple(sorted(p.name for p in pods)),
         )
-        return StartReturn(key, workload.replicas + 1, record, workload.resource_version)
+        return StartReturn(
+            workload.key, replicas=workload.replicas + 1, record=record,
+            basis=WorkloadBasis.of(workload),
+        )  # fmt: skip
     return None
 
 
 def _progress(
     now: datetime,
-    key: tuple[str, str, str],
     workload: WorkloadInfo,
     record: ReturnRecord,
     pods: list[PodInfo],
     nodes: Mapping[str, NodeInfo],
     active_nodes: set[str],
     settings: ReturnSettings,
-) -> list[ReturnAction]:
-    backoff = now + timedelta(seconds=settings.quiet_seconds)
+) -> list[Action]:
+    key, basis = workload.key, WorkloadBasis.of(workload)
+    done = replace(record, completed=True)
     if workload.replicas != record.base_replicas + 1:
-        return [FinishReturn(key, None, "ReplicasChangedByOthers")]
+        # Someone else owns the count now: nothing of ours is in play any more.
+        return [FinishReturn(key, None, Reason.REPLICAS_CHANGED, None, basis=basis)]
     new = [p for p in pods if p.name not in record.known_pods and not p.deleting]
-    retire_name = record.retire.split("/", 1)[1]
-    retire = next((p for p in pods if p.name == retire_name and not p.deleting), None)
+    retire = next((p for p in pods if p.name == record.retire_name and not p.deleting), None)
     pool_nodes = [n for n in nodes.values() if n.pool == record.pool]
     # A notice in the target pool, or on any node of this workload (its failover comes first).
     notice = any(n.name in active_nodes for n in pool_nodes) or any(
         p.node_name in active_nodes for p in pods
     )
 
-    def give_up(reason: str) -> list[ReturnAction]:
-        unmarked: list[ReturnAction] = [
-            LowerCost(p.key, p.deletion_cost or "") for p in new if p.deletion_cost != LOWEST
-        ]
+    def give_up(reason: Reason) -> list[Action]:
+        unmarked: list[Action] = [lower_cost(p, reason) for p in new if p.deletion_cost != LOWEST]
         if unmarked:
             return unmarked  # the new pod first, so the scale-back removes it
-        return [FinishReturn(key, record.base_replicas, reason, backoff)]
+        backoff = now + timedelta(seconds=settings.quiet_seconds)
+        gave_up = replace(done, gave_up=True)
+        return [
+            FinishReturn(
+                key, record.base_replicas, reason, gave_up, backoff_until=backoff, basis=basis
+            )
+        ]
 
     if notice:
-        return give_up("NoticeDuringReturn")
+        return give_up(Reason.NOTICE_DURING_RETURN)
     landed = [p for p in new if p.node_name]
     if any(p.node_name in nodes and not nodes[p.node_name].spot for p in landed):
-        return give_up("LandedOnDemand")
+        return give_up(Reason.LANDED_ON_DEMAND)
     if retire is None:
-        return [FinishReturn(key, record.base_replicas, "RetiredPodGone")]
+        return [
+            FinishReturn(key, record.base_replicas, Reason.RETIRED_POD_GONE, done, basis=basis)
+        ]  # fmt: skip
     if any(p.ready for p in landed):
         if retire.deletion_cost != LOWEST:
-            return [LowerCost(retire.key, retire.deletion_cost or "")]
-        return [FinishReturn(key, record.base_replicas, "ReturnedToSpot")]
+            return [lower_cost(retire, Reason.RETURNED)]
+        return [FinishReturn(key, record.base_replicas, Reason.RETURNED, done, basis=basis)]
     started = parse_iso(record.started_at) or now
     if (now - started).total_seconds() > settings.pending_timeout_seconds:
-        return give_up("SpotReplicaNotReady")
+        return give_up(Reason.SPOT_NOT_READY)
     return []
 
 
-def complete(record: ReturnRecord) -> ReturnRecord:
-    return replace(record, completed=True)
-
-
 def active_record(workload: WorkloadInfo) -> ReturnRecord | None:
-    record = _record(workload)
+    record = read_record(workload)
     return None if record is None or record.completed else record
 
 
@@ -305,10 +237,9 @@ def pods_in_play(workload: WorkloadInfo, pods: list[PodInfo]) -> set[tuple[str, 
     """The pods a return is working on: their deletion costs are its business. A finished
     return keeps its retired pod until the ReplicaSet has removed it (restoring that pod's cost
     first would let the ReplicaSet remove another one)."""
-    record = _record(workload)
+    record = read_record(workload)
     if record is None:
         return set()
-    retire = record.retire.split("/", 1)[1]
     if record.completed:
-        return {p.key for p in pods if p.name == retire}
-    return {p.key for p in pods if p.name == retire or p.name not in record.known_pods}
+        return {p.key for p in record.leaving(pods)}
+    return {p.key for p in pods if p.name == record.retire_name or p.name not in record.known_pods}

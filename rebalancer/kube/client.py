@@ -44,8 +44,13 @@ class KubeClient:
         timeout_seconds: float = 10.0,
         qps: float | None = None,
         burst: int | None = None,
+        user_agent: str = "",
     ) -> KubeClient:
-        """In-cluster credentials in a pod, else the kubeconfig given or $KUBECONFIG."""
+        """In-cluster credentials in a pod, else the kubeconfig given or $KUBECONFIG.
+
+        `user_agent` names the caller in the API server's audit log (client-go sends
+        `<binary>/<version>`; we add the component and the replica's identity, so the writes of
+        two controller replicas can be told apart)."""
         configuration = k8s_client.Configuration()
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -54,9 +59,10 @@ class KubeClient:
                 config_file=kubeconfig, client_configuration=configuration
             )
         limiter = TokenBucket(qps, burst or max(1, int(2 * qps))) if qps else None
-        return cls(
-            k8s_client.ApiClient(configuration), timeout_seconds=timeout_seconds, limiter=limiter
-        )
+        api = k8s_client.ApiClient(configuration)
+        if user_agent:
+            api.user_agent = user_agent
+        return cls(api, timeout_seconds=timeout_seconds, limiter=limiter)
 
     async def close(self) -> None:
         await self._api.close()

@@ -7,10 +7,10 @@ from typing import Any
 
 
 class KubeError(Exception):
-    """An API call that failed. `kind` is a bounded metric label."""
+    """An API call that failed. `kind` is a bounded metric label; `retryable`: the same call may
+    succeed if sent again (after `retry_after` seconds, when the server said so)."""
 
     kind = "error"
-    retryable = False
 
     def __init__(
         self,
@@ -27,14 +27,23 @@ class KubeError(Exception):
         self.retry_after = retry_after
         self.body = body or {}
 
+    @property
+    def retryable(self) -> bool:
+        return False
+
 
 class NotFound(KubeError):
     kind = "not_found"
 
 
 class Conflict(KubeError):
+    """The object changed since it was read: read it again, check again, write again."""
+
     kind = "conflict"
-    retryable = True
+
+    @property
+    def retryable(self) -> bool:
+        return True
 
 
 class Gone(KubeError):
@@ -47,7 +56,11 @@ class TooManyRequests(KubeError):
     """Rate limited, or an eviction blocked by a PodDisruptionBudget (`is_disruption_budget`)."""
 
     kind = "too_many_requests"
-    retryable = True
+
+    @property
+    def retryable(self) -> bool:
+        # A PodDisruptionBudget's refusal stands until pods become Ready: the next pass asks again.
+        return not self.is_disruption_budget
 
     @property
     def is_disruption_budget(self) -> bool:
@@ -68,14 +81,20 @@ class Invalid(KubeError):
 
 class ServerError(KubeError):
     kind = "server_error"
-    retryable = True
+
+    @property
+    def retryable(self) -> bool:
+        return True
 
 
 class Unavailable(KubeError):
     """No answer: connection refused, reset, or timed out."""
 
     kind = "unavailable"
-    retryable = True
+
+    @property
+    def retryable(self) -> bool:
+        return True
 
 
 _BY_STATUS: dict[int, type[KubeError]] = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -29,8 +29,12 @@ class EventRecorder:
         burst: int = 25,
         capacity: int = 1000,
         flush_seconds: float = 2.0,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         self._writer = writer
+        # Events describe what this replica did while it held the Lease: once it may have lost
+        # it (paused, cut off), what is still queued is dropped rather than written late.
+        self._fence = fence or (lambda: True)
         self._flush_seconds = flush_seconds
         self._bucket = TokenBucket(qps, burst)
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=capacity)
@@ -90,6 +94,9 @@ class EventRecorder:
         self.dropped += queued - (self.written + self.failed - done_before)
 
     async def _write(self, event: dict[str, Any]) -> None:
+        if not self._fence():
+            self.failed += 1
+            return
         try:
             await self._writer.record_event(**event, limited=False)
             self.written += 1

@@ -4,6 +4,10 @@ One `Informer` per resource: list (in chunks), then watch from the list's resour
 bookmarks and a server-side timeout; re-list on 410 Gone or a watch ERROR; reconnect with backoff
 when the connection drops. `synced` is set after the first complete list: nothing may decide
 before that. Every change calls `on_change`, so the controller can plan at once.
+
+Each object is projected on its own: an object whose projection raises (a hostile annotation, a
+value out of range) is skipped, reported once per object and resourceVersion through `on_skip`,
+and never stops the cache; a modified object that cannot be read keeps its last readable view.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ class Informer(Generic[T]):
         page_size: int = 500,
         backoff: Backoff | None = None,
         log: Any = None,
+        query: Mapping[str, str] | None = None,
+        on_skip: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.path = path
@@ -55,6 +61,9 @@ class Informer(Generic[T]):
         self._page_size = page_size
         self._backoff = backoff or Backoff(initial_seconds=0.2, max_seconds=10.0)
         self._log = log
+        self._query = dict(query or {})
+        self._on_skip = on_skip or (lambda name: None)
+        self._skipped: set[tuple[Key, str]] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         attempt = 0
@@ -84,12 +93,14 @@ class Informer(Generic[T]):
         items: dict[Key, T] = {}
         token = ""
         while True:
-            query = {"limit": str(self._page_size)}
+            query = {**self._query, "limit": str(self._page_size)}
             if token:
                 query["continue"] = token
             page = await self.client.request("GET", self.path, query=query)
             for obj in page.get("items") or []:
-                items[object_key(obj)] = self.project(obj)
+                projected = self._project(obj)
+                if projected is not None:
+                    items[object_key(obj)] = projected[0]
             meta = page.get("metadata") or {}
             token = str(meta.get("continue") or "")
             if not token:
@@ -101,6 +112,7 @@ class Informer(Generic[T]):
 
     async def _watch(self, stop: asyncio.Event) -> None:
         query = {
+            **self._query,
             "watch": "true",
             "resourceVersion": self.resource_version,
             "allowWatchBookmarks": "true",
@@ -153,5 +165,30 @@ class Informer(Generic[T]):
         if kind == "DELETED":
             self.items.pop(key, None)
         elif kind in ("ADDED", "MODIFIED"):
-            self.items[key] = self.project(obj)
+            projected = self._project(obj)
+            if projected is None:
+                return
+            self.items[key] = projected[0]
         self._on_change()
+
+    def _project(self, obj: Mapping[str, Any]) -> tuple[T] | None:
+        """(the view of `obj`,) or None when it cannot be read (reported once per version)."""
+        try:
+            return (self.project(obj),)
+        except Exception as error:  # any object, however hostile, must not stop the cache
+            key = object_key(obj)
+            version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            if (key, version) not in self._skipped:
+                if len(self._skipped) > 10_000:
+                    self._skipped.clear()
+                self._skipped.add((key, version))
+                self._on_skip(self.name)
+                if self._log is not None:
+                    self._log.warning(
+                        "object skipped: cannot be read",
+                        informer=self.name,
+                        object="/".join(part for part in key if part),
+                        resource_version=version,
+                        error=f"{type(error).__name__}: {str(error)[:200]}",
+                    )
+            return None

@@ -5,6 +5,10 @@
 - Updates are PUTs of the object last read, so its resourceVersion makes a race a 409 Conflict.
 - A leader that cannot renew within `renew_deadline` steps down; on shutdown it releases the lease
   (empty holder, duration 1 s) so the other replica takes over at once.
+- Fencing: `may_write()` is true only while this replica leads and its last successful renewal
+  started less than `renew_deadline` ago by its own clock (the others wait `lease_duration` from
+  when they saw that renewal, which is later). A process that was paused, or whose renewals
+  fail, stops writing before anyone else may start, whatever its loop was doing.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class LeaderElector:
         self._observed: dict[str, Any] | None = None  # the whole Lease object last read
         self._observed_spec: dict[str, Any] | None = None
         self._observed_at = 0.0
+        self._renewed_at: float | None = None  # start of the last successful acquire or renew
         self.leading = asyncio.Event()
         self.transitions = 0
         self.holder: str = ""
@@ -59,6 +64,14 @@ class LeaderElector:
     @property
     def is_leader(self) -> bool:
         return self.leading.is_set()
+
+    def lease_fresh(self) -> bool:
+        """This replica renewed the lease recently enough that nobody else can hold it yet."""
+        renewed = self._renewed_at
+        return renewed is not None and self._clock.monotonic() - renewed < self._renew_deadline
+
+    def may_write(self) -> bool:
+        return self.is_leader and self.lease_fresh()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Campaign, lead while renewals succeed, campaign again; release when stopped."""
@@ -84,6 +97,13 @@ class LeaderElector:
                 await self.release()
 
     async def try_acquire_or_renew(self) -> bool:
+        started = self._clock.monotonic()
+        if await self._acquire_or_renew():
+            self._renewed_at = started
+            return True
+        return False
+
+    async def _acquire_or_renew(self) -> bool:
         now = self._clock.now()
         try:
             lease = await self._client.request("GET", f"{self._path}/{self._name}")
@@ -118,7 +138,7 @@ class LeaderElector:
 
     async def release(self) -> None:
         """Give the lease up: an empty holder lets the other replica take it at once."""
-        self.leading.clear()
+        self.leading.clear()  # no more actions; Events already queued may still go (lease_fresh)
         if self._observed is None:
             return
         now = micro_time(self._clock.now())
@@ -189,6 +209,7 @@ class LeaderElector:
 
     def _lost_leadership(self, why: str) -> None:
         self.leading.clear()
+        self._renewed_at = None
         if self._log is not None:
             self._log.warning("stopped leading", identity=self.identity, reason=why)
 

@@ -1,8 +1,9 @@
 """The controller's writes, each safe to repeat and each guarded against racing other writers.
 
-Read-modify-write of a Node goes through `update_node`: GET, build a merge patch from what was
-read, send it with the resourceVersion read (a merge patch carrying `metadata.resourceVersion`
-fails with 409 if the object changed meanwhile), and try again from a fresh read on conflict.
+Read-modify-write of a Node goes through `update_node`: GET (or take the copy given), build a merge
+patch from it, send it with that resourceVersion (a merge patch carrying `metadata.resourceVersion`
+fails with 409 if the object changed meanwhile). Each method is one attempt: retries are the
+caller's (`rebalancer.retry`).
 Pods are evicted through `pods/eviction` (PodDisruptionBudgets apply) or deleted with a UID
 precondition, so a replacement that reuses the name is never hit. "Already gone" is success.
 """
@@ -16,8 +17,6 @@ from urllib.parse import quote
 
 from rebalancer.kube.client import MERGE, KubeClient
 from rebalancer.kube.errors import Conflict, NotFound
-
-CONFLICT_RETRIES = 5
 
 WORKLOAD_PATHS = {
     "Deployment": "/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
@@ -39,35 +38,40 @@ class Writer:
         build_patch: Callable[[Mapping[str, Any]], dict[str, Any] | None],
         *,
         current: Mapping[str, Any] | None = None,
-    ) -> bool:
-        """Apply `build_patch(node)` with optimistic concurrency; False if the node is gone.
+    ) -> bool | None:
+        """Apply `build_patch(node)` guarded by the node's resourceVersion.
 
-        `build_patch` returns None when the node is already as wanted (nothing is written).
-        `current` (the node as the cache has it, with its resourceVersion) saves the first GET;
-        if the cache was stale the patch fails with 409 and the next try reads the node afresh.
+        True: written; None: the node already looked as wanted (nothing written); False: the node
+        is gone. `current` (the node as the cache has it) saves the GET; if it was stale the
+        patch fails with 409 (Conflict), and a retry without it reads the node afresh.
         """
         path = f"/api/v1/nodes/{_q(name)}"
-        for attempt in range(CONFLICT_RETRIES):
-            try:
-                node = current if current is not None else await self._client.request("GET", path)
-            except NotFound:
-                return False
-            current = None
-            patch = build_patch(node)
-            if patch is None:
-                return True
-            patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"][
-                "resourceVersion"
-            ]
-            try:
-                await self._client.request("PATCH", path, body=patch, content_type=MERGE)
-                return True
-            except NotFound:
-                return False
-            except Conflict:
-                if attempt == CONFLICT_RETRIES - 1:
-                    raise
-        return False
+        try:
+            node = current if current is not None else await self._client.request("GET", path)
+        except NotFound:
+            return False
+        patch = build_patch(node)
+        if patch is None:
+            return None
+        patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
+        try:
+            await self._client.request("PATCH", path, body=patch, content_type=MERGE)
+        except NotFound:
+            return False
+        return True
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        try:
+            result: dict[str, Any] = await self._client.request("GET", path)
+        except NotFound:
+            return None
+        return result
+
+    async def put(self, path: str, body: Mapping[str, Any]) -> None:
+        await self._client.request("PUT", path, body=dict(body))
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> None:
+        await self._client.request("POST", path, body=dict(body))
 
     async def patch_workload(
         self, kind: str, namespace: str, name: str, patch: dict[str, Any]
@@ -102,14 +106,20 @@ class Writer:
             return False
         return True
 
-    async def evict(self, namespace: str, name: str, uid: str) -> bool:
-        """POST pods/eviction; raises TooManyRequests when a PDB blocks it. False: already gone."""
+    async def evict(
+        self, namespace: str, name: str, uid: str, grace_seconds: int | None = None
+    ) -> bool:
+        """POST pods/eviction; raises TooManyRequests when a PDB blocks it. False: already gone.
+        `grace_seconds` shortens the pod's own grace period (None: keep it)."""
         path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}/eviction"
+        options: dict[str, Any] = {"preconditions": {"uid": uid}}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = max(0, grace_seconds)
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
-            "deleteOptions": {"preconditions": {"uid": uid}},
+            "deleteOptions": options,
         }
         try:
             await self._client.request("POST", path, body=body)
@@ -152,7 +162,7 @@ class Writer:
                 "generateName": f"{regarding.get('name', 'object')}.",
                 "namespace": namespace,
             },
-            "involvedObject": dict(regarding),
+            "involvedObject": {k: v for k, v in regarding.items() if v},
             "reason": reason,
             "message": message[:1024],
             "type": event_type,
@@ -163,4 +173,6 @@ class Writer:
             "reportingComponent": component,
             "reportingInstance": component,
         }
-        await self._client.request("POST", f"/api/v1/namespaces/{_q(namespace)}/events", body=body)
+        await self._client.request(
+            "POST", f"/api/v1/namespaces/{_q(namespace)}/events", body=body, limited=limited
+        )

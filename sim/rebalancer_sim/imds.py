@@ -11,9 +11,10 @@ set with one fault domain, which only sees its own); more than 5 requests per se
 get 429. Fields are omitted for older api-versions as the release notes say.
 
 A control API under `/control/` schedules, cancels and lists events and injects faults (slow
-answers, error statuses, garbage bodies); `ImdsEmulator` offers the same as Python methods for
-in-process use (the cluster emulator, tests). State is computed from the clock on each request,
-so a `ManualClock` drives it in virtual time.
+answers, error statuses with an optional Retry-After (`retryAfter`), garbage bodies);
+`ImdsEmulator` offers the same as Python methods for in-process use (the cluster emulator,
+tests). State is computed from the clock on each request, so a `ManualClock` drives it in
+virtual time.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class Fault:
     remaining: int | None = None  # requests left; None = until `until`
     until: datetime | None = None
     body: str = ""
+    retry_after: str | None = None  # a Retry-After header on a status fault, as sent
 
 
 @dataclass
@@ -157,6 +159,9 @@ class ImdsEmulator:
         self.clock = clock or SystemClock()
         self.vms: dict[str, EmulatedVm] = {}
         self.events: dict[str, EmulatedEvent] = {}
+        # Requests per real second before a 429; None turns the limit off, for a test that runs
+        # a client in virtual time and checks its rate on the virtual clock instead.
+        self.rate_limit_per_second: int | None = RATE_LIMIT_PER_SECOND
 
     # ---- Python control API -------------------------------------------------------------------
 
@@ -232,6 +237,7 @@ class ImdsEmulator:
         count: int | None = None,
         seconds: float | None = None,
         body: str = "",
+        retry_after: str | None = None,
     ) -> None:
         if kind not in ("status", "slow", "garbage"):
             raise ValueError(f"unknown fault kind {kind!r}")
@@ -247,6 +253,7 @@ class ImdsEmulator:
                 remaining=count,
                 until=until,
                 body=body,
+                retry_after=retry_after,
             )
         )
 
@@ -331,7 +338,8 @@ class ImdsEmulator:
         vm.recent_requests.append(now)
         while vm.recent_requests and vm.recent_requests[0] <= now - 1.0:
             vm.recent_requests.popleft()
-        if len(vm.recent_requests) > RATE_LIMIT_PER_SECOND:
+        limit = self.rate_limit_per_second
+        if limit is not None and len(vm.recent_requests) > limit:
             vm.throttled += 1
             return web.json_response({"error": "Too many requests"}, status=429)
         if request.headers.get("Metadata", "").lower() != "true":
@@ -358,7 +366,10 @@ class ImdsEmulator:
             if fault.kind == "slow":
                 await asyncio.sleep(fault.delay_seconds)
             elif fault.kind == "status":
-                return web.json_response({"error": f"injected {fault.status}"}, status=fault.status)
+                headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
+                return web.json_response(
+                    {"error": f"injected {fault.status}"}, status=fault.status, headers=headers
+                )
             elif fault.kind == "garbage":
                 return web.Response(
                     text=fault.body or '{"DocumentIncarnation": "x", "Eve',
@@ -471,6 +482,7 @@ class ImdsEmulator:
                 count=body.get("count"),
                 seconds=body.get("seconds"),
                 body=str(body.get("body", "")),
+                retry_after=None if body.get("retryAfter") is None else str(body["retryAfter"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise web.HTTPBadRequest(text=f"bad fault: {exc}") from None

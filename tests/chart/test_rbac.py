@@ -37,11 +37,11 @@ from rebalancer.agent.agent import Agent
 from rebalancer.azure.imds import ImdsClient
 from rebalancer.clock import ManualClock, SystemClock
 from rebalancer.config import AgentSettings, ControllerSettings
-from rebalancer.controller.planner import COOLDOWN_UNTIL
 from rebalancer.controller.reconciler import Controller
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.nodes import NodeApi
 from rebalancer.metrics import AgentMetrics, ControllerMetrics
+from rebalancer.names import COOLDOWN_UNTIL
 from rebalancer.node_signal import CONDITION_TYPE, DRAINED_FOR_ANNOTATION
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
@@ -438,24 +438,31 @@ async def test_controller_rbac_is_exactly_what_the_controller_calls(
     tools: Tools, tmp_path: Path
 ) -> None:
     run = await recorded_controller_calls(tmp_path)
+
+    def own(path: str) -> bool:
+        return "/leases" in path or "/configmaps" in path
+
     lease_calls = {
         permission(Recorded(method, path, "", None), query)
         for method, path, query in run.requests
-        if "/leases" in path
+        if own(path)
     }
     cluster_calls = {
         permission(Recorded(method, path, "", None), query)
         for method, path, query in run.requests
-        if "/leases" not in path
+        if not own(path)
     }
-    # Leader election stays in the release namespace: a Role there suffices, no ClusterRole rule.
-    assert all(
-        _in_namespace(path, run.lease_namespace) for _, path, _ in run.requests if "/leases" in path
-    )
+    # Leader election and the eviction history stay in the release namespace: a Role there
+    # suffices, no ClusterRole rule.
+    assert all(_in_namespace(path, run.lease_namespace) for _, path, _ in run.requests if own(path))
     assert lease_calls == {
         ("coordination.k8s.io", "leases", "get"),
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "update"),
+        ("", "configmaps", "list"),
+        ("", "configmaps", "watch"),
+        ("", "configmaps", "create"),
+        ("", "configmaps", "update"),
     }
     for scenario in ([], ["-f", str(Path(__file__).parent / "values-everything.yaml")]):
         objects = tools.template(*scenario, namespace=RELEASE_NAMESPACE)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from rebalancer import names
 from tests.e2e.rig import Rig, running, sampling, scenario
 
 pytestmark = pytest.mark.e2e
@@ -176,3 +177,54 @@ async def test_no_flapping_while_spot_capacity_comes_and_goes(tmp_path: Path) ->
         assert len(rig.events("SpotRebalancerReturnStarted")) == settled
         assert rig.min_ready[("inference", "llm")] >= 2
         assert rig.deployment()["spec"]["replicas"] == 3
+
+
+async def test_a_new_leader_keeps_the_quiet_time_and_the_count_of_a_preempt_it_did_not_see(
+    tmp_path: Path,
+) -> None:
+    """The leader that saw the Preempt is gone; the next one takes over 30 s later. The quiet
+    time before a return counts from the Preempt (in the eviction history on the cluster), so
+    the return starts about `quiet` after it, not `quiet` after the takeover."""
+    quiet = 45
+    env = {
+        **FAST,
+        "REBALANCER_RETURN_QUIET_SECONDS": str(quiet),
+        "REBALANCER_COOLDOWN_SECONDS": "5",
+    }
+    async with running(tmp_path, with_npd()) as rig:
+        rig.start_agents()
+        rig.start_controller("controller-a", **env)
+        await rig.until_ready()
+        async with sampling(rig):
+            preempted = time.time()
+            await fail_one_over(rig)
+            rig.stop("controller-a")
+            rig.cluster.cloud.create_vm("gpuspot", delay_seconds=1)  # spot capacity is back
+            await asyncio.sleep(max(0.0, preempted + 30 - time.time()))
+            rig.start_controller("controller-b", **env)
+            await rig.wait_for_metric("controller-b", "rebalancer_controller_leader", 1, timeout=20)
+            # It never saw the Preempt, yet counts it: the history on the cluster told it.
+            evictions = (
+                'rebalancer_evictions{pool="gpuspot",sku="Standard_NC24ads_A100_v4",'
+                'zone="eastus-1",window="1h"}'
+            )
+            assert await rig.metric("controller-b", evictions) == 1
+            await rig.wait_for(
+                lambda: (
+                    names.RETURN_ANNOTATION in rig.deployment()["metadata"].get("annotations", {})
+                ),
+                timeout=60,
+                what="a return to spot",
+            )
+            started = time.time() - preempted
+            await rig.wait_for(
+                lambda: on_demand_replicas(rig) == 0 and rig.ready_count() == 3,
+                timeout=30,
+                what="the replica back on spot",
+            )
+        # Counted from the Preempt, the return may start at `quiet` (plus a pass or two); counted
+        # from the takeover it could not start before 30 + `quiet`.
+        assert quiet - 1 <= started < quiet + 15, (
+            f"return started {started:.0f} s after the Preempt"
+        )
+        assert rig.min_ready[("inference", "llm")] == 3

@@ -2,7 +2,8 @@
 
 It speaks real JSON over HTTP on 127.0.0.1 and applies the two patches the agent sends (merge
 patch of annotations; strategic merge patch of status.conditions keyed by type), records every
-request, and can fail the next requests with a chosen status and a `Status` body. The cluster
+request, and can fail the next requests with a chosen status and a `Status` body. Like the real
+API server it refuses (422 Invalid) a Node whose annotations total more than 256 KiB. The cluster
 emulator (rebalancer_sim) is the full version; this one exists to inject faults precisely.
 """
 
@@ -15,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+# apimachinery's TotalAnnotationSizeLimitB: keys and values together, in bytes.
+TOTAL_ANNOTATION_BYTES = 256 * 1024
 
 
 @dataclass
@@ -85,12 +89,21 @@ class FakeNodeApi:
         else:
             if request.content_type != "application/merge-patch+json":
                 return _status(415, "unsupported patch type")
-            annotations = node["metadata"]["annotations"]
+            annotations = dict(node["metadata"]["annotations"])
             for key, value in body["metadata"]["annotations"].items():
                 if value is None:
                     annotations.pop(key, None)
                 else:
                     annotations[key] = value
+            size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+            if size > TOTAL_ANNOTATION_BYTES:
+                return _status(
+                    422,
+                    f'Node "{name}" is invalid: metadata.annotations: Too long: '
+                    f"must have at most {TOTAL_ANNOTATION_BYTES} bytes",
+                    reason="Invalid",
+                )
+            node["metadata"]["annotations"] = annotations
         self.resource_version += 1
         node["metadata"]["resourceVersion"] = str(self.resource_version)
         return web.json_response(node)

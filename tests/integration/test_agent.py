@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import structlog
+import structlog.testing
 
 from rebalancer.agent.agent import Agent
 from rebalancer.azure.imds import ImdsClient
@@ -36,21 +38,42 @@ PROVIDER_ID = (
 )
 
 
+class JumpClock(ManualClock):
+    """Virtual time in which a sleep is over at once: it moves the clock by its length.
+
+    `on_wake` runs after every sleep, at the virtual time the sleeper wakes up.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_wake: Callable[[], None] | None = None
+
+    async def sleep(self, seconds: float) -> None:
+        self.advance(max(0.0, seconds))
+        if self.on_wake is not None:
+            self.on_wake()
+        await asyncio.sleep(0)
+
+
 @dataclass
 class Rig:
-    clock: ManualClock
+    clock: JumpClock
     imds: ImdsEmulator
     kube: FakeNodeApi
     imds_url: str
     kubeconfig: Path
     clients: list[object]
 
-    async def agent(self, **settings: object) -> Agent:
+    async def agent(self, *, imds_min_interval: float = 0.0, **settings: object) -> Agent:
         options: dict[str, object] = {"node_name": NODE, "imds_url": f"{self.imds_url}/vms/{VM}"}
         options.update(settings)
         config = AgentSettings(**options)  # type: ignore[arg-type]
         kube = await KubeClient.connect(str(self.kubeconfig))
-        imds = ImdsClient(base_url=str(options["imds_url"]), min_interval_seconds=0.0)
+        imds = ImdsClient(
+            base_url=str(options["imds_url"]),
+            min_interval_seconds=imds_min_interval,
+            clock=self.clock,
+        )
         self.clients += [kube, imds]
         agent = Agent(
             settings=config,
@@ -79,7 +102,7 @@ class Rig:
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    clock = ManualClock()
+    clock = JumpClock()
     imds = ImdsEmulator(clock=clock)
     kube = FakeNodeApi()
     kube.add_node(NODE, PROVIDER_ID)
@@ -224,10 +247,10 @@ async def test_api_errors_lose_nothing(rig: Rig, status: int) -> None:
     agent = await rig.agent()
     event = rig.imds.schedule("Preempt", [VM])
     rig.kube.failures = [status, status]
-    await agent.tick()
+    await agent.tick()  # the annotation, then the condition: both fail, each counted
     assert not agent.readiness().ok and "cannot write the Node" in agent.readiness().reason
-    assert sample(agent, "rebalancer_agent_node_writes_total", outcome="error") == 1
-    await agent.tick()  # second injected failure
+    assert sample(agent, "rebalancer_agent_node_writes_total", outcome="error") == 2
+    assert rig.kube.condition(NODE, CONDITION_TYPE) is None
     await agent.tick()
     assert rig.condition()["status"] == "True"
     assert parse_message(rig.condition()["message"])["EventId"] == event.event_id
@@ -263,12 +286,30 @@ async def test_restart_resumes_without_duplicates(rig: Rig) -> None:
     assert rig.condition()["lastTransitionTime"] == transition
 
 
-async def test_malformed_annotation_at_start_is_skipped(rig: Rig) -> None:
-    rig.kube.nodes[NODE]["metadata"]["annotations"][EVENTS_ANNOTATION] = "{not json"
-    agent = await rig.agent()
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        "{not json",
+        "[" * 3000 + "]" * 3000,  # a RecursionError in the decoder once crashed the agent here
+        '{"vmName": ' + "[" * 3000 + "]" * 3000 + "}",
+        '{"events": [{"eventId": ' + "[" * 3000 + "]" * 3000 + "}]}",
+    ],
+    ids=["not-json", "deep-array", "deep-vm-name", "deep-event-id"],
+)
+async def test_malformed_annotation_at_start_is_skipped(rig: Rig, annotation: str) -> None:
+    rig.kube.nodes[NODE]["metadata"]["annotations"][EVENTS_ANNOTATION] = annotation
+    event = rig.imds.schedule("Preempt", [VM])
+    with structlog.testing.capture_logs() as logs:
+        agent = await rig.agent()
+        await agent.tick()
+        await agent.tick()
     assert sample(agent, "rebalancer_agent_skipped_total", reason="malformed_annotation") == 1
-    await agent.tick()
-    assert rig.annotation().events == ()
+    assert [line["event"] for line in logs].count(
+        "ignoring malformed annotation of an earlier run"
+    ) == 1
+    (published,) = rig.annotation().events
+    assert published.event_id == event.event_id
+    assert rig.condition()["status"] == "True"
 
 
 async def test_vm_name_sources(rig: Rig) -> None:
@@ -294,3 +335,196 @@ async def test_node_missing_is_reported_not_fatal(rig: Rig) -> None:
     assert not await agent._initialize()
     assert not agent.readiness().ok and "not found" in agent.readiness().reason
     assert json.loads(json.dumps(agent.liveness().ok))
+
+
+# ---- hostile or odd input (issue 12) -----------------------------------------------------------
+
+
+def kube_time(moment: object) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")  # type: ignore[attr-defined]
+
+
+async def test_retry_after_60_does_not_hold_the_poll(rig: Rig) -> None:
+    agent = await rig.agent(imds_min_interval=0.25)
+    await agent.tick()  # the first call is done: the long first-call allowance is over
+    rig.imds.add_fault(VM, "status", status=429, count=1, retry_after="60")
+    event = rig.imds.schedule("Preempt", [VM])
+    unhealthy: list[str] = []
+
+    def check_liveness() -> None:
+        if not agent.liveness().ok:
+            unhealthy.append(agent.liveness().reason)
+
+    rig.clock.on_wake = check_liveness
+    started = rig.clock.monotonic()
+    await agent.tick()
+    took = rig.clock.monotonic() - started
+    assert took <= 3.0 + 0.25, "a Retry-After is honoured for at most 3 s within a tick"
+    assert unhealthy == []
+    assert rig.condition()["status"] == "True"
+    fields = parse_message(rig.condition()["message"])
+    assert (fields["EventId"], fields["EventStatus"]) == (event.event_id, "Scheduled")
+    left = (event.not_before - rig.clock.now()).total_seconds()
+    assert left >= 30 - 3.0 - 0.25  # the notice is still useful
+
+
+async def test_persistent_429_keeps_polling_at_a_bounded_rate(rig: Rig) -> None:
+    agent = await rig.agent(imds_min_interval=0.25)
+    await agent.tick()
+    fault_seconds, budget = 20.0, 5.0  # budget: ImdsClient's retry budget per poll
+    rig.imds.add_fault(VM, "status", status=429, seconds=fault_seconds, retry_after="60")
+    rig.imds.rate_limit_per_second = None  # real time barely moves here: the rate is checked below
+    fault_ends = rig.clock.monotonic() + fault_seconds
+    unhealthy: list[str] = []
+    rig.clock.on_wake = lambda: None if agent.liveness().ok else unhealthy.append("dead")
+    event = None
+    published_at = None
+    while published_at is None and rig.clock.monotonic() < fault_ends + 30:
+        if event is None and rig.clock.monotonic() >= 5:
+            event = rig.imds.schedule("Preempt", [VM])
+        requests_before, started = rig.imds.vms[VM].requests, rig.clock.monotonic()
+        await agent.tick()
+        took = rig.clock.monotonic() - started
+        assert took <= budget + 0.25
+        assert rig.imds.vms[VM].requests - requests_before <= 5 * max(1.0, took)
+        assert not unhealthy and agent.liveness().ok
+        if rig.kube.condition(NODE, CONDITION_TYPE)["status"] == "True":  # type: ignore[index]
+            published_at = rig.clock.monotonic()
+        rig.clock.advance(1.0)  # the loop's poll interval
+    assert event is not None and published_at is not None
+    # seen within one poll (retry budget + interval) of IMDS answering again, while Scheduled
+    assert published_at <= fault_ends + budget + 1.0 + 0.25
+    fields = parse_message(rig.condition()["message"])
+    assert (fields["EventId"], fields["EventStatus"]) == (event.event_id, "Scheduled")
+
+
+def document(incarnation: int, *events: dict[str, object]) -> str:
+    return json.dumps({"DocumentIncarnation": incarnation, "Events": list(events)})
+
+
+def preempt(event_id: str, **fields: object) -> dict[str, object]:
+    event: dict[str, object] = {
+        "EventId": event_id,
+        "EventStatus": "Scheduled",
+        "EventType": "Preempt",
+        "ResourceType": "VirtualMachine",
+        "Resources": [VM],
+        "NotBefore": "Tue, 16 Mar 2027 00:58:46 GMT",
+        "Description": "",
+        "EventSource": "Platform",
+        "DurationInSeconds": -1,
+    }
+    event.update(fields)
+    return event
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("NotBefore", 1773622726),
+        ("Resources", VM),
+        ("Description", {"text": "odd"}),
+        ("Resources", 7),  # cannot tell whom it names: it may name us
+    ],
+    ids=["not-before-number", "resources-string", "description-object", "resources-number"],
+)
+async def test_a_preempt_with_an_odd_field_is_acted_on_at_once(
+    rig: Rig, field: str, value: object
+) -> None:
+    agent = await rig.agent()
+    real = rig.imds.schedule("Preempt", [VM])  # so an acknowledgement would be accepted
+    rig.kube.nodes[NODE]["metadata"]["annotations"][DRAINED_FOR_ANNOTATION] = real.event_id
+    body = document(5, preempt(real.event_id, **{field: value}))
+    polls = 3
+    rig.imds.add_fault(VM, "garbage", count=polls, body=body)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(polls):
+            await agent.tick()
+    fields = parse_message(rig.condition()["message"])
+    assert rig.condition()["status"] == "True"
+    assert fields["EventId"] == real.event_id
+    assert fields["NotBefore"] == "now"  # a NotBefore in a malformed entry is not trusted
+    (published,) = rig.annotation().events
+    assert published.oddities and published.oddities[0].startswith(field)
+    odd_lines = [line for line in logs if line["event"].startswith("event read with odd fields")]
+    assert len(odd_lines) == 1, "logged once, not on every poll"
+    assert sample(agent, "rebalancer_agent_skipped_total", reason="odd_field") == 1
+    assert rig.imds.events[real.event_id].acknowledged_by == []  # never released to Azure
+
+
+async def test_a_malformed_event_is_logged_once(rig: Rig) -> None:
+    agent = await rig.agent()
+    body = document(3, {"EventType": "Preempt", "EventStatus": "Scheduled"})  # no EventId
+    rig.imds.add_fault(VM, "garbage", count=3, body=body)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            await agent.tick()
+    assert [line["event"] for line in logs].count("skipped a malformed event") == 1
+    assert sample(agent, "rebalancer_agent_skipped_total", reason="malformed_event") == 1
+
+
+async def test_200_pending_events_stay_under_the_annotation_limit(rig: Rig) -> None:
+    agent = await rig.agent()
+    count = 200
+    events = [
+        # scheduled in order, each due sooner than the one before: the last is the most urgent
+        rig.imds.schedule(
+            "Preempt", [VM], notice_seconds=30 + count - index, description="d" * 1500
+        )
+        for index in range(count)
+    ]
+    await agent.tick()
+    raw = rig.kube.nodes[NODE]["metadata"]["annotations"][EVENTS_ANNOTATION]
+    assert len(raw.encode()) <= 32 * 1024
+    published = rig.annotation()
+    kept = [event.event_id for event in published.events]
+    assert 0 < len(kept) < count and published.omitted == count - len(kept)
+    assert set(kept) == {event.event_id for event in events[count - len(kept) :]}
+    fields = parse_message(rig.condition()["message"])
+    assert (fields["EventId"], fields["Pending"]) == (events[-1].event_id, str(count))
+    assert agent.readiness().ok
+
+
+async def test_condition_is_written_when_the_annotation_cannot_be(rig: Rig) -> None:
+    annotations = rig.kube.nodes[NODE]["metadata"]["annotations"]
+    annotations["someone.else/blob"] = "x" * (256 * 1024 - 100)  # the Node is nearly full
+    agent = await rig.agent()
+    event = rig.imds.schedule("Preempt", [VM])
+    await agent.tick()
+    assert EVENTS_ANNOTATION not in annotations
+    assert parse_message(rig.condition()["message"])["EventId"] == event.event_id
+    assert not agent.readiness().ok and "write_annotation" in agent.readiness().reason
+    patches = rig.writes()
+    await agent.tick()  # the annotation is tried again; the condition already says it all
+    assert rig.writes() == patches + 1
+    del rig.kube.nodes[NODE]["metadata"]["annotations"]["someone.else/blob"]
+    await agent.tick()
+    assert rig.annotation().events[0].event_id == event.event_id
+    assert agent.readiness().ok
+
+
+async def test_duplicate_event_ids_never_release_another_vm(rig: Rig) -> None:
+    agent = await rig.agent()
+    real = rig.imds.schedule("Preempt", [VM])
+    rig.kube.nodes[NODE]["metadata"]["annotations"][DRAINED_FOR_ANNOTATION] = real.event_id
+    body = document(
+        4,
+        preempt(real.event_id, Resources=[VM, "other-vm_9"]),
+        preempt(real.event_id, Resources=[VM]),  # the last entry names only us
+    )
+    rig.imds.add_fault(VM, "garbage", count=2, body=body)
+    await agent.tick()
+    await agent.tick()
+    assert rig.imds.events[real.event_id].acknowledged_by == []
+    (published,) = rig.annotation().events
+    assert sorted(published.resources) == sorted([VM, "other-vm_9"])
+
+
+async def test_same_incarnation_with_other_content_is_not_ignored(rig: Rig) -> None:
+    agent = await rig.agent()
+    rig.imds.add_fault(VM, "garbage", count=1, body=document(9))
+    await agent.tick()
+    assert rig.condition()["status"] == "False"
+    rig.imds.add_fault(VM, "garbage", count=1, body=document(9, preempt("DUP-INC-1")))
+    await agent.tick()
+    assert parse_message(rig.condition()["message"])["EventId"] == "DUP-INC-1"

@@ -245,3 +245,50 @@ async def test_connection_refused_is_reported() -> None:
 async def test_vm_name_from_instance_metadata(base: str) -> None:
     async with client_for(base) as client:
         assert await client.vm_name() == VM
+
+
+class JumpClock(ManualClock):
+    """Virtual time in which a sleep is over at once; records every sleep."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slept: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.advance(max(0.0, seconds))
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "cap", "longest"),
+    [("60", 3.0, 3.0), ("1", 3.0, 1.0), ("60", 1.5, 1.5)],
+)
+async def test_retry_after_is_honoured_up_to_a_cap(
+    base: str, emulator: ImdsEmulator, retry_after: str, cap: float, longest: float
+) -> None:
+    clock = JumpClock()
+    emulator.add_fault(VM, "status", status=429, count=1, retry_after=retry_after)
+    async with client_for(
+        base,
+        clock=clock,
+        min_interval_seconds=0.0,
+        max_retry_after_seconds=cap,
+        backoff=Backoff(initial_seconds=0.05, max_seconds=0.2, jitter=0.0),
+    ) as client:
+        fetch = await client.get_scheduled_events()
+    assert fetch.attempts == 2
+    assert clock.slept == [longest]
+
+
+async def test_retries_never_sleep_past_the_budget(base: str, emulator: ImdsEmulator) -> None:
+    clock = JumpClock()
+    emulator.add_fault(VM, "status", status=503, count=100, retry_after="60")
+    async with client_for(
+        base, clock=clock, min_interval_seconds=0.0, retry_budget_seconds=5.0
+    ) as client:
+        with pytest.raises(ImdsError) as error:
+            await client.get_scheduled_events()
+    assert error.value.status == 503
+    assert clock.monotonic() <= 5.0  # 3 s (the capped Retry-After), then the 2 s left
+    assert clock.slept == [3.0, 2.0]

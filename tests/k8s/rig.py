@@ -444,7 +444,8 @@ async def reset_nodes(api: AdminApi, plane: ControlPlane) -> None:
 async def kube_rig(
     plane: ControlPlane, chart: ChartRbac, workdir: Path, namespace: str = "inference"
 ) -> AsyncIterator[KubeRig]:
-    """A clean cluster for one test: nodes reset, no Lease, a fresh workload namespace; the
+    """A clean cluster for one test: nodes reset, no Lease and no eviction history, a fresh
+    workload namespace; the
     nodes are reset again afterwards, for the conformance tests (tests/sim) that share them."""
     connector = aiohttp.TCPConnector(ssl=plane.ssl_context())
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -453,6 +454,10 @@ async def kube_rig(
         await api.absent(
             f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NAMESPACE}/leases/"
             "spot-rebalancer-controller"
+        )
+        # The eviction history outlives a leader on purpose; a test starts without the last's.
+        await api.absent(
+            f"/api/v1/namespaces/{RELEASE_NAMESPACE}/configmaps/spot-rebalancer-controller-history"
         )
         # Node Events live in "default" and outlive a test: start without the last test's.
         await api.request("DELETE", "/api/v1/namespaces/default/events")

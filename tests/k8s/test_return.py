@@ -4,9 +4,11 @@ here, compressed timings, spot capacity coming back as new kwok nodes with their
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
+from rebalancer import names
 from tests.e2e.rig import sampling
 from tests.k8s.rig import KubeRig
 
@@ -106,4 +108,45 @@ async def test_an_eviction_during_the_return_stops_it(rig: KubeRig) -> None:
         )
         await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready")
     assert on_demand_replicas(rig) >= 1  # the on-demand replica stayed
+    assert rig.min_ready[("inference", "llm")] == 3
+
+
+async def test_a_new_leader_keeps_the_quiet_time_and_the_count_of_a_preempt_it_did_not_see(
+    rig: KubeRig,
+) -> None:
+    """As tests/e2e/test_return.py: the next leader takes over 30 s after the Preempt, reads it
+    from the eviction history (a ConfigMap under the chart's Role) and returns the replica about
+    `quiet` after the Preempt, not `quiet` after the takeover."""
+    quiet = 45
+    env = {
+        **FAST,
+        "REBALANCER_RETURN_QUIET_SECONDS": str(quiet),
+        "REBALANCER_COOLDOWN_SECONDS": "5",
+    }
+    await rig.deploy()
+    rig.start_agents()
+    rig.start_controller("controller-a", **env)
+    await rig.until_ready()
+    async with sampling(rig):
+        preempted = time.time()
+        await fail_over(rig, 1)
+        rig.stop("controller-a")
+        await spot_capacity_back(rig, 3)
+        await asyncio.sleep(max(0.0, preempted + 30 - time.time()))
+        rig.start_controller("controller-b", **env)
+        await rig.wait_for_metric("controller-b", "rebalancer_controller_leader", 1, timeout=30)
+        evictions = 'rebalancer_evictions{pool="gpuspot",sku="Standard_NC24ads_A100_v4"'
+        assert await rig.metric("controller-b", evictions) == 3  # one Preempt, in 1h, 6h, 24h
+        await rig.wait_for(
+            lambda: names.RETURN_ANNOTATION in rig.deployment()["metadata"].get("annotations", {}),
+            timeout=60,
+            what="a return to spot",
+        )
+        started = time.time() - preempted
+        await rig.wait_for(
+            lambda: on_demand_replicas(rig) == 0 and rig.ready_count() == 3,
+            timeout=60,
+            what="the replica back on spot",
+        )
+    assert quiet - 1 <= started < quiet + 15, f"return started {started:.0f} s after the Preempt"
     assert rig.min_ready[("inference", "llm")] == 3

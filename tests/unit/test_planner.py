@@ -10,6 +10,22 @@ import pytest
 
 from rebalancer import names
 from rebalancer.config import PoolShape
+from rebalancer.controller.actions import (
+    Cordon,
+    Delete,
+    EndCooldown,
+    Evict,
+    ForgetSurge,
+    MarkDrained,
+    RecordHistory,
+    ReportBlocked,
+    Restore,
+    ScaleBack,
+    ScaleUp,
+    SetDeletionCost,
+    StartCooldown,
+)
+from rebalancer.controller.history import Entry, History
 from rebalancer.controller.model import (
     ORIGINAL_COST_ANNOTATION,
     SURGE_ANNOTATION,
@@ -18,28 +34,12 @@ from rebalancer.controller.model import (
     Surge,
     WorkloadInfo,
 )
-from rebalancer.controller.planner import (
-    COOLDOWN_UNTIL,
-    CORDONED_FOR,
-    LOWEST_DELETION_COST,
-    Cordon,
-    Delete,
-    EndCooldown,
-    Evict,
-    ForgetSurge,
-    MarkDrained,
-    Reason,
-    ReportBlocked,
-    Restore,
-    ScaleBack,
-    ScaleUp,
-    SetDeletionCost,
-    Settings,
-    Snapshot,
-    StartCooldown,
-    plan,
-)
+from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.pools import declared_pools
+from rebalancer.controller.returns import LOWEST as LOWEST_DELETION_COST
+from rebalancer.controller.snapshot import Snapshot
+from rebalancer.names import COOLDOWN_UNTIL, CORDONED_FOR
+from rebalancer.vocabulary import Reason
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 EVENT = "A123BC45-1234-5678-AB90-ABCDEF123456"
@@ -158,11 +158,23 @@ def deployment(
     )
 
 
+def preempt(pool: str, zone: str, when: datetime, event_id: str) -> Entry:
+    return Entry(event_id, "Preempt", f"{pool}-n", pool, zone, "sku", True, when)
+
+
+# A history that has watched for a day and knows the test's own notice: nothing to record.
+WATCHED = History(
+    since=NOW - timedelta(days=1),
+    entries=(preempt("spotgpu", "eastus-1", NOW - timedelta(days=2), EVENT),),
+)
+
+
 def snapshot(
     nodes: list[dict[str, Any]],
     pods: list[PodInfo],
     workloads: list[WorkloadInfo] | None = None,
     now: datetime = NOW,
+    history: History = WATCHED,
 ) -> Snapshot:
     infos = [NodeInfo.from_json(n) for n in nodes]
     workload_list = workloads if workloads is not None else [deployment()]
@@ -172,6 +184,7 @@ def snapshot(
         pods={p.key: p for p in pods},
         workloads={w.key: w for w in workload_list},
         replicaset_owners={("ml", "infer-abc"): "infer"},
+        history=history,
     )
 
 
@@ -559,10 +572,80 @@ def test_workload_selector(selector: dict[str, str | None], surged: bool) -> Non
 
 @pytest.mark.parametrize(("recent", "factor"), [(0, 1), (1, 1), (2, 2), (3, 3), (9, 4)])
 def test_a_pool_that_keeps_being_evicted_is_avoided_longer(recent: int, factor: int) -> None:
-    state = replace(
-        snapshot(cluster_nodes(), [pod("p0", "spot-0")]),
-        recent_evictions={("spotgpu", "eastus-1"): recent},
+    # `recent` Preempts in the last hour, the one on spot-0 (not recorded yet) among them.
+    earlier = tuple(
+        preempt("spotgpu", "eastus-1", NOW - timedelta(minutes=50), f"E{i}")
+        for i in range(recent - 1)
     )
+    history = History(since=NOW - timedelta(days=1), entries=earlier)
+    state = snapshot(cluster_nodes(), [pod("p0", "spot-0")], history=history)
     result = plan(state, Settings(cooldown_seconds=600))
     (cooldown,) = of_type(result.actions, StartCooldown)
     assert cooldown.until == NOW + timedelta(seconds=600 * factor)
+
+
+def test_a_notice_the_history_does_not_know_is_recorded_once() -> None:
+    fresh = History(since=NOW - timedelta(days=1))
+    result = plan(snapshot(cluster_nodes(), [pod("p0", "spot-0")], history=fresh), Settings())
+    (record,) = of_type(result.actions, RecordHistory)
+    assert [e.event_id for e in record.new] == [EVENT]
+    assert (record.new[0].pool, record.new[0].zone, record.new[0].preempt) == (
+        "spotgpu",
+        "eastus-1",
+        True,
+    )
+    known = plan(snapshot(cluster_nodes(), [pod("p0", "spot-0")], history=WATCHED), Settings())
+    assert of_type(known.actions, RecordHistory) == []
+
+
+def test_no_history_yet_starts_one_so_the_quiet_time_counts_from_now() -> None:
+    result = plan(snapshot([node_json("spot-1")], [], history=History()), Settings())
+    (record,) = of_type(result.actions, RecordHistory)
+    assert record.history.since == NOW and record.new == ()
+
+
+def test_a_scale_back_keeps_the_record_completed_but_drops_it_after_a_cancellation() -> None:
+    nodes = cluster_nodes(annotations={CORDONED_FOR: EVENT})
+    pods = [pod("p0", "spot-0", annotations=LOWERED), pod("p1", "spot-1"), pod("p2", "od-0")]
+    pods.append(pod("p3", "od-0"))
+    (done,) = of_type(
+        plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings()).actions, ScaleBack
+    )
+    assert done.record == replace(SURGE, completed=True)
+    cancelled_nodes = [node_json("spot-0", annotations={CORDONED_FOR: EVENT}), *nodes[1:]]
+    unlowered = [pod("p0", "spot-0"), *pods[1:]]
+    (undone,) = of_type(
+        plan(
+            snapshot(cancelled_nodes, unlowered, [deployment(4, surge=SURGE)]), Settings()
+        ).actions,
+        ScaleBack,
+    )
+    assert undone.reason == Reason.CANCELLED and undone.record is None
+
+
+def test_a_grace_period_longer_than_the_notice_is_cut_to_fit_when_evicting() -> None:
+    """60 s of grace on a node with 15 s of notice: evicted with 14 s, so it is gone (not merely
+    terminating) before Azure takes the VM."""
+    nodes = [node_json("spot-0", notice_seconds=15), node_json("od-0", pool="odgpu", spot=False)]
+    slow = pod("web", "spot-0", owner=None, gpus=0, grace=60)
+    quick = pod("side", "spot-0", owner=None, gpus=0, grace=10)
+    evictions = of_type(plan(snapshot(nodes, [slow, quick]), Settings()).actions, Evict)
+    assert {(e.pod[1], e.grace_seconds) for e in evictions} == {("web", 14), ("side", None)}
+
+
+def terminating(name: str, node: str, *, ends_in: float) -> PodInfo:
+    base = pod(name, node, owner=None, gpus=0, grace=60)
+    return replace(base, deleting=True, deletion_at=NOW + timedelta(seconds=ends_in))
+
+
+@pytest.mark.parametrize(("ends_in", "deleted_with"), [(60, 14), (16, 14), (14, None), (5, None)])
+def test_a_pod_already_terminating_past_the_deadline_is_deleted_again_with_less_grace(
+    ends_in: float, deleted_with: int | None
+) -> None:
+    """Someone else (AKS node auto-drain, a scale-down) started it with 60 s of grace; 15 s of
+    notice are left. A second delete shortens the grace period; one that ends in time is left."""
+    nodes = [node_json("spot-0", notice_seconds=15), node_json("od-0", pool="odgpu", spot=False)]
+    result = plan(snapshot(nodes, [terminating("web", "spot-0", ends_in=ends_in)]), Settings())
+    deletes = [(d.pod[1], d.grace_seconds) for d in of_type(result.actions, Delete)]
+    assert deletes == ([] if deleted_with is None else [("web", deleted_with)])
+    assert of_type(result.actions, MarkDrained) == []  # terminating is not gone

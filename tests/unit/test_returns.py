@@ -8,23 +8,19 @@ from typing import Any
 
 import pytest
 
-from rebalancer.controller.planner import (
-    COOLDOWN_UNTIL,
-    LOWEST_DELETION_COST,
-    SetDeletionCost,
-    Settings,
-    plan,
-)
-from rebalancer.controller.returns import (
-    RETURN_ANNOTATION,
-    RETURN_BACKOFF_ANNOTATION,
+from rebalancer.controller.actions import (
     FinishReturn,
     ForgetReturn,
-    ReturnRecord,
-    ReturnSettings,
+    SetDeletionCost,
     StartReturn,
 )
-from tests.unit.test_planner import NOW, deployment, node_json, of_type, pod, snapshot
+from rebalancer.controller.history import History
+from rebalancer.controller.model import ReturnRecord
+from rebalancer.controller.planner import Settings, plan
+from rebalancer.controller.returns import LOWEST as LOWEST_DELETION_COST
+from rebalancer.controller.returns import ReturnSettings
+from rebalancer.names import COOLDOWN_UNTIL, RETURN_ANNOTATION, RETURN_BACKOFF_ANNOTATION
+from tests.unit.test_planner import NOW, deployment, node_json, of_type, pod, preempt, snapshot
 
 KEY = ("Deployment", "ml", "infer")
 QUIET = {"spotgpu": 3600.0, "odgpu": 3600.0}
@@ -44,10 +40,21 @@ def state(
     quiet: dict[str, float] | None = None,
     cluster: list[dict[str, Any]] | None = None,
 ) -> Any:
-    return replace(
-        snapshot(cluster or nodes(), pods, [workload or deployment(2)]),
-        pool_quiet_seconds=QUIET if quiet is None else quiet,
+    return snapshot(
+        cluster or nodes(), pods, [workload or deployment(2)], history=quiet_history(quiet or QUIET)
     )
+
+
+def quiet_history(quiet: dict[str, float]) -> History:
+    """A history in which each pool's last Preempt was `quiet[pool]` seconds ago (the longest:
+    none since the record began)."""
+    longest = max(quiet.values(), default=0.0)
+    entries = tuple(
+        preempt(pool, "eastus-1", NOW - timedelta(seconds=seconds), f"E-{pool}")
+        for pool, seconds in quiet.items()
+        if seconds < longest
+    )
+    return History(since=NOW - timedelta(seconds=longest), entries=entries)
 
 
 AFTER_FAILOVER = [pod("p0", "spot-0"), pod("p1", "od-0")]  # spot-1 has room
@@ -193,9 +200,7 @@ def test_a_finished_record_is_forgotten_once_the_retired_pod_is_gone() -> None:
 def test_one_return_at_a_time_cluster_wide() -> None:
     other = replace(returning(), name="other")
     result = plan(
-        replace(
-            snapshot(nodes(), AFTER_FAILOVER, [deployment(2), other]), pool_quiet_seconds=QUIET
-        ),
+        snapshot(nodes(), AFTER_FAILOVER, [deployment(2), other], history=quiet_history(QUIET)),
         Settings(),
     )
     assert of_type(result.actions, StartReturn) == []
@@ -209,3 +214,24 @@ def test_the_retired_pod_keeps_its_low_cost_until_it_is_gone() -> None:
     done = replace(deployment(2), annotations={RETURN_ANNOTATION: record(completed=True).to_json()})
     pods = [pod("p0", "spot-0"), pod("p1", "od-0", annotations=lowered), pod("p2", "spot-1")]
     assert of_type(plan(state(pods, done), Settings()).actions, SetDeletionCost) == []
+
+
+def test_a_return_that_gave_up_is_forgotten_once_its_new_pod_is_gone() -> None:
+    """The give-up's scale-back removes the new pod; the on-demand pod it meant to retire stays
+    and serves. Waiting for that one to go (as a successful return does) would block every later
+    return of the workload for as long as it lives (found by `rebalancer simulate`)."""
+    gave_up = record(completed=True, gave_up=True)
+    workload = replace(deployment(2), annotations={RETURN_ANNOTATION: gave_up.to_json()})
+    leaving = [*AFTER_FAILOVER, pod("p2", "spot-1", ready=False)]
+    assert of_type(plan(state(leaving, workload), Settings()).actions, ForgetReturn) == []
+    gone = plan(state(AFTER_FAILOVER, workload), Settings())
+    assert of_type(gone.actions, ForgetReturn) == [ForgetReturn(KEY)]
+
+
+def test_the_give_up_records_what_it_waits_for() -> None:
+    lowered = {"controller.kubernetes.io/pod-deletion-cost": LOWEST_DELETION_COST}
+    new = pod("p2", "od-0", ready=True, annotations=lowered)
+    (finish,) = of_type(
+        plan(state([*AFTER_FAILOVER, new], returning()), Settings()).actions, FinishReturn
+    )
+    assert finish.record is not None and finish.record.completed and finish.record.gave_up

@@ -273,3 +273,65 @@ def test_any_not_before_text_never_crashes(raw: str) -> None:
 def test_deeply_nested_body_is_an_error_not_a_crash() -> None:
     with pytest.raises(DocumentError):
         parse_document("[" * 100_000 + "]" * 100_000)
+
+
+def preempt_with(**fields: object) -> dict[str, object]:
+    event: dict[str, object] = {
+        "EventId": "A123BC45-1234-5678-AB90-ABCDEF123456",
+        "EventStatus": "Scheduled",
+        "EventType": "Preempt",
+        "ResourceType": "VirtualMachine",
+        "Resources": ["myspotvm"],
+        "NotBefore": "Tue, 16 Mar 2021 00:58:46 GMT",
+        "Description": "",
+        "EventSource": "Platform",
+    }
+    event.update(fields)
+    return event
+
+
+# One odd field each: the event is kept, the oddity named, its deadline not trusted (act now),
+# and its VMs read as far as they can be.
+ODD_FIELDS = [
+    # (field, value, resources read, resources unreadable)
+    ("NotBefore", 1615856326, ("myspotvm",), False),
+    ("NotBefore", {"t": 1}, ("myspotvm",), False),
+    ("NotBefore", [], ("myspotvm",), False),
+    ("Resources", "myspotvm", ("myspotvm",), False),
+    ("Resources", "myspotvm, other_1", ("myspotvm", "other_1"), False),
+    ("Resources", ["myspotvm", 7], ("myspotvm",), True),
+    ("Resources", 42, (), True),
+    ("Resources", {"name": "myspotvm"}, (), True),
+    ("Description", 12, ("myspotvm",), False),
+    ("Description", ["a"], ("myspotvm",), False),
+    ("EventSource", False, ("myspotvm",), False),
+    ("ResourceType", 3, ("myspotvm",), False),
+    ("DurationInSeconds", "soon", ("myspotvm",), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "resources", "unreadable"),
+    ODD_FIELDS,
+    ids=[f"{case[0]}={case[1]!r}" for case in ODD_FIELDS],
+)
+def test_an_odd_field_keeps_the_event_and_is_named(
+    field: str, value: object, resources: tuple[str, ...], unreadable: bool
+) -> None:
+    body = json.dumps({"DocumentIncarnation": 1, "Events": [preempt_with(**{field: value})]})
+    document = parse_document(body)
+    assert document.skipped == ()
+    (event,) = document.events
+    assert event.event_type == "Preempt" and event.status == "Scheduled"
+    assert len(event.oddities) == 1 and event.oddities[0].startswith(field)
+    assert event.resources == resources
+    assert event.resources_unreadable is unreadable
+    assert event.not_before is None and event.not_before_invalid  # act now, never guess
+
+
+def test_a_documented_event_has_no_oddities() -> None:
+    (event,) = parse_document(
+        json.dumps({"DocumentIncarnation": 1, "Events": [preempt_with()]})
+    ).events
+    assert event.oddities == () and not event.resources_unreadable
+    assert event.not_before == datetime(2021, 3, 16, 0, 58, 46, tzinfo=UTC)

@@ -130,3 +130,80 @@ def test_ended_history_is_bounded() -> None:
         tracker.observe(doc(2 * index, event(f"E{index}")), T0)
         tracker.observe(doc(2 * index + 1), T0)
     assert len(tracker.snapshot().ended) == 10
+
+
+OTHER = "aks-gpu-12345678-vmss_4"
+SOON = T0 + timedelta(seconds=30)
+LATER = T0 + timedelta(seconds=600)
+
+
+@pytest.mark.parametrize(
+    ("entries", "resources", "status", "not_before"),
+    [
+        # the entry naming only us comes last: the one that names another VM must still count
+        (
+            [
+                event(resources=(OTHER, VM), not_before=LATER),
+                event(resources=(VM,), not_before=SOON),
+            ],
+            (OTHER, VM),
+            "Scheduled",
+            SOON,
+        ),
+        # an entry that does not name us at all still adds its VMs to ours
+        (
+            [event(resources=(VM,), not_before=LATER), event(resources=(OTHER,), not_before=LATER)],
+            (VM, OTHER),
+            "Scheduled",
+            LATER,
+        ),
+        # Started wins, and so does "no deadline" (act now)
+        (
+            [event(), event(status="Started", not_before=None)],
+            (VM,),
+            "Started",
+            None,
+        ),
+        # EventIds compare without case; VM names are not duplicated by case
+        (
+            [event("e1", resources=(VM.upper(),)), event("E1", resources=(VM,), not_before=LATER)],
+            (VM.upper(),),
+            "Scheduled",
+            SOON,
+        ),
+    ],
+)
+def test_duplicate_event_ids_are_merged_conservatively(
+    entries: list[ScheduledEvent],
+    resources: tuple[str, ...],
+    status: str,
+    not_before: datetime | None,
+) -> None:
+    tracker = EventTracker(vm_name=VM)
+    observation = tracker.observe(doc(1, *entries), T0)
+    (merged,) = observation.new
+    assert merged.resources == resources
+    assert merged.status == status
+    assert merged.not_before == not_before
+    assert "EventId listed more than once" in merged.oddities  # never acknowledged
+
+
+def test_unreadable_resources_may_name_us() -> None:
+    tracker = EventTracker(vm_name=VM)
+    odd = ScheduledEvent(
+        event_id="E1",
+        event_type="Preempt",
+        status="Scheduled",
+        resources=(),
+        resources_unreadable=True,
+        oddities=("Resources is a int, not a list",),
+    )
+    (published_event,) = tracker.observe(doc(1, odd), T0).new
+    assert published_event.oddities == odd.oddities and published_event.act_now
+
+
+def test_same_incarnation_with_other_content_is_read() -> None:
+    tracker = EventTracker(vm_name=VM)
+    tracker.observe(doc(7), T0)
+    observation = tracker.observe(doc(7, event()), T0 + timedelta(seconds=1))
+    assert [e.event_id for e in observation.new] == ["E1"]

@@ -1,0 +1,338 @@
+"""What the planner decides, as data: one frozen action per write, each with its reason.
+
+An action carries everything its write needs and the state it was planned from (`basis`): the
+executor reads the object afresh, applies the action only if the object still matches that basis,
+and otherwise rejects it (the next pass plans again from the newer state). So the executor never
+decides, and a stale cache can never make it write twice. Workload actions carry their whole patch
+(`patch()`); node actions carry a builder that turns the Node as read into a merge patch, because
+a merge patch replaces the taint list whole and must start from the taints the Node has now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from rebalancer import names
+from rebalancer.controller import node_patches
+from rebalancer.controller.history import Entry, History
+from rebalancer.controller.model import ReturnRecord, Surge, WorkloadInfo
+from rebalancer.timefmt import iso
+from rebalancer.vocabulary import Reason, Rejection, Result
+
+WorkloadKey = tuple[str, str, str]
+PodKey = tuple[str, str]
+NodeJson = Mapping[str, Any]
+
+
+# ---- what applying an action came to ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: Result
+    rejection: Rejection | None = None
+    detail: str = ""
+    error_kind: str = ""  # the KubeError kind of an `error` outcome
+
+    @property
+    def applied(self) -> bool:
+        return self.result is Result.APPLIED
+
+    @property
+    def label(self) -> str:
+        """The `outcome` label of rebalancer_controller_actions_total."""
+        if self.rejection is not None:
+            return f"rejected_{self.rejection.value}"
+        return self.result.value
+
+
+APPLIED = Outcome(Result.APPLIED)
+NOOP = Outcome(Result.NOOP)
+
+
+# ---- what an action was planned from ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadBasis:
+    """The parts of a workload a plan depends on: its replicas and our records on it."""
+
+    replicas: int
+    surge: str | None
+    return_record: str | None
+    uid: str = ""
+
+    @classmethod
+    def of(cls, workload: WorkloadInfo) -> WorkloadBasis:
+        return cls(
+            replicas=workload.replicas,
+            surge=workload.annotations.get(names.SURGE_ANNOTATION),
+            return_record=workload.annotations.get(names.RETURN_ANNOTATION),
+            uid=workload.uid,
+        )
+
+    def matches(self, fresh: WorkloadInfo) -> bool:
+        """Still the object planned from: the same replicas and records (the resourceVersion
+        moves with every status update, so it is not compared), and not a new object."""
+        now = WorkloadBasis.of(fresh)
+        same = (now.replicas, now.surge, now.return_record) == (
+            self.replicas,
+            self.surge,
+            self.return_record,
+        )
+        return same and (not self.uid or self.uid == fresh.uid)
+
+
+# Matches no workload: an action without its basis is always rejected as stale.
+UNKNOWN_BASIS = WorkloadBasis(replicas=-1, surge=None, return_record=None)
+
+
+# ---- node actions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeAction:
+    node: str
+    # The Node as the cache had it (with its resourceVersion): the first attempt patches from
+    # it, saving a GET; if it was stale the patch fails with 409 and the retry reads afresh.
+    basis: NodeJson | None = field(default=None, compare=False, repr=False, kw_only=True)
+    uid: str = field(default="", compare=False, kw_only=True)
+
+    def build(self, node: NodeJson) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Cordon(NodeAction):
+    event_id: str = ""
+    event_type: str = ""
+    reason: Reason = Reason.NOTICE
+
+    def build(self, node: NodeJson) -> dict[str, Any] | None:
+        return node_patches.cordon(self.event_id, self.event_type)(node)
+
+
+@dataclass(frozen=True)
+class Restore(NodeAction):
+    """Undo our cordon, taint and label on a node whose notice is gone."""
+
+    event_id: str = ""
+    reason: Reason = Reason.CANCELLED
+
+    def build(self, node: NodeJson) -> dict[str, Any] | None:
+        return node_patches.restore(node)
+
+
+@dataclass(frozen=True)
+class MarkDrained(NodeAction):
+    event_id: str = ""
+    reason: Reason = Reason.DRAINED
+
+    def build(self, node: NodeJson) -> dict[str, Any] | None:
+        return node_patches.mark_drained(self.event_id)(node)
+
+
+@dataclass(frozen=True)
+class StartCooldown(NodeAction):
+    until: datetime | None = None
+    reason: Reason = Reason.COOLDOWN
+
+    def build(self, node: NodeJson) -> dict[str, Any] | None:
+        assert self.until is not None
+        return node_patches.start_cooldown(self.until)(node)
+
+
+@dataclass(frozen=True)
+class EndCooldown(NodeAction):
+    reason: Reason = Reason.COOLDOWN_OVER
+
+    def build(self, node: NodeJson) -> dict[str, Any] | None:
+        return node_patches.end_cooldown(node)
+
+
+# ---- workload actions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadAction:
+    workload: WorkloadKey
+    basis: WorkloadBasis = field(default=UNKNOWN_BASIS, compare=False, repr=False, kw_only=True)
+
+    def patch(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def _workload_patch(
+    annotations: Mapping[str, str | None], replicas: int | None = None
+) -> dict[str, Any]:
+    patch: dict[str, Any] = {"metadata": {"annotations": dict(annotations)}}
+    if replicas is not None:
+        patch["spec"] = {"replicas": replicas}
+    return patch
+
+
+@dataclass(frozen=True)
+class ScaleUp(WorkloadAction):
+    """Surge: `replicas` now, and the record of why (a new one, or a wave merged into it)."""
+
+    replicas: int = 0
+    record: Surge | None = None
+    added: int = 0  # replicas this action adds
+    reason: Reason = Reason.NOTICE
+
+    def patch(self) -> dict[str, Any]:
+        assert self.record is not None
+        return _workload_patch({names.SURGE_ANNOTATION: self.record.to_json()}, self.replicas)
+
+
+@dataclass(frozen=True)
+class ScaleBack(WorkloadAction):
+    """Replicas back to `replicas` (None: leave them, someone else changed them); the record
+    kept as completed (`record`) or dropped (None)."""
+
+    replicas: int | None = None
+    reason: Reason = Reason.REPLACEMENTS_READY
+    record: Surge | None = field(default=None, compare=False)
+
+    def patch(self) -> dict[str, Any]:
+        value = None if self.record is None else self.record.to_json()
+        return _workload_patch({names.SURGE_ANNOTATION: value}, self.replicas)
+
+
+@dataclass(frozen=True)
+class ForgetSurge(WorkloadAction):
+    """Drop a completed surge record once none of its doomed pods exists any more."""
+
+    reason: Reason = Reason.RECORD_DONE
+
+    def patch(self) -> dict[str, Any]:
+        return _workload_patch({names.SURGE_ANNOTATION: None})
+
+
+@dataclass(frozen=True)
+class StartReturn(WorkloadAction):
+    replicas: int = 0
+    record: ReturnRecord | None = None
+    reason: Reason = Reason.RETURN
+
+    def patch(self) -> dict[str, Any]:
+        assert self.record is not None
+        return _workload_patch({names.RETURN_ANNOTATION: self.record.to_json()}, self.replicas)
+
+
+@dataclass(frozen=True)
+class FinishReturn(WorkloadAction):
+    """Scale back (None: leave replicas), keep the record as completed (or drop it), and on a
+    give-up back the workload off until `backoff_until`."""
+
+    replicas: int | None = None
+    reason: Reason = Reason.RETURNED
+    record: ReturnRecord | None = field(default=None, compare=False)
+    backoff_until: datetime | None = field(default=None, compare=False)
+
+    def patch(self) -> dict[str, Any]:
+        annotations: dict[str, str | None] = {
+            names.RETURN_ANNOTATION: None if self.record is None else self.record.to_json()
+        }
+        if self.backoff_until is not None:
+            annotations[names.RETURN_BACKOFF_ANNOTATION] = iso(self.backoff_until)
+        return _workload_patch(annotations, self.replicas)
+
+
+@dataclass(frozen=True)
+class ForgetReturn(WorkloadAction):
+    reason: Reason = Reason.RECORD_DONE
+
+    def patch(self) -> dict[str, Any]:
+        return _workload_patch({names.RETURN_ANNOTATION: None})
+
+
+# ---- pod actions -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetDeletionCost:
+    pod: PodKey
+    cost: str | None  # None: remove the annotation
+    save_original: str | None = None  # store this as the original before lowering
+    restore: bool = False
+    reason: Reason = field(default=Reason.LOWEST_COST, compare=False)
+
+    def annotations(self) -> dict[str, str | None]:
+        annotations: dict[str, str | None] = {names.DELETION_COST: self.cost}
+        if self.restore:
+            annotations[names.ORIGINAL_COST_ANNOTATION] = None
+        elif self.save_original is not None:
+            annotations[names.ORIGINAL_COST_ANNOTATION] = self.save_original
+        return annotations
+
+
+@dataclass(frozen=True)
+class Evict:
+    pod: PodKey
+    uid: str
+    node: str
+    event_id: str
+    reason: Reason = Reason.NOTICE
+    # Shorter than the pod's own when that would not end before the deadline; None: its own.
+    grace_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class Delete:
+    pod: PodKey
+    uid: str
+    node: str
+    event_id: str
+    grace_seconds: int
+    reason: Reason = Reason.DEADLINE
+
+
+# ---- the rest --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportBlocked:
+    """No write: a workload that cannot fail over (an Event and a metric say why)."""
+
+    workload: WorkloadKey
+    detail: str
+    reason: Reason = Reason.NO_ON_DEMAND_POOL
+    uid: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class RecordHistory:
+    """Write the eviction history with the notices it did not have yet."""
+
+    history: History = field(compare=False, repr=False)
+    new: tuple[Entry, ...] = ()
+    reason: Reason = Reason.NEW_NOTICE
+
+
+Action = (
+    Cordon
+    | Restore
+    | MarkDrained
+    | StartCooldown
+    | EndCooldown
+    | ScaleUp
+    | ScaleBack
+    | ForgetSurge
+    | StartReturn
+    | FinishReturn
+    | ForgetReturn
+    | SetDeletionCost
+    | Evict
+    | Delete
+    | ReportBlocked
+    | RecordHistory
+)
+ACTION_TYPES: tuple[type, ...] = (
+    Cordon, Restore, MarkDrained, StartCooldown, EndCooldown, ScaleUp, ScaleBack, ForgetSurge,
+    StartReturn, FinishReturn, ForgetReturn, SetDeletionCost, Evict, Delete, ReportBlocked,
+    RecordHistory,
+)  # fmt: skip

@@ -1,0 +1,150 @@
+"""Every Kubernetes Event the controller writes: one constructor per (action, outcome).
+
+The executor writes the cluster; these say what was done, on the object it was done to
+(`involvedObject` complete, uid included, so `kubectl describe` shows it). Reasons come from
+`rebalancer.vocabulary.EventReason`; the README lists them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rebalancer.controller.actions import (
+    Action,
+    Cordon,
+    Delete,
+    EndCooldown,
+    Evict,
+    FinishReturn,
+    MarkDrained,
+    NodeAction,
+    Outcome,
+    ReportBlocked,
+    Restore,
+    ScaleBack,
+    ScaleUp,
+    StartCooldown,
+    StartReturn,
+    WorkloadKey,
+)
+from rebalancer.timefmt import iso
+from rebalancer.vocabulary import EventReason, Rejection, Result
+
+
+@dataclass(frozen=True)
+class KubeEvent:
+    regarding: dict[str, str]
+    reason: EventReason
+    message: str
+    warning: bool = False
+
+
+def _node(action: NodeAction) -> dict[str, str]:
+    return {"kind": "Node", "name": action.node, "uid": action.uid, "apiVersion": "v1"}
+
+
+def _workload(key: WorkloadKey, uid: str) -> dict[str, str]:
+    kind, namespace, name = key
+    return {"kind": kind, "namespace": namespace, "name": name, "uid": uid, "apiVersion": "apps/v1"}
+
+
+def _pod(action: Evict | Delete) -> dict[str, str]:
+    namespace, name = action.pod
+    return {
+        "kind": "Pod",
+        "namespace": namespace,
+        "name": name,
+        "uid": action.uid,
+        "apiVersion": "v1",
+    }
+
+
+def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:
+    """The Event that tells what happened, or None when nothing worth telling did."""
+    if isinstance(action, Evict) and outcome.rejection is Rejection.BLOCKED:
+        return KubeEvent(
+            _pod(action),
+            EventReason.EVICTION_BLOCKED,
+            f"Eviction refused by a PodDisruptionBudget; node {action.node} is going away "
+            f"({action.event_id}): retried, and deleted at the deadline if still here",
+            warning=True,
+        )
+    if outcome.result is not Result.APPLIED:
+        return None
+    match action:
+        case Cordon():
+            return KubeEvent(
+                _node(action),
+                EventReason.CORDONED,
+                f"Cordoned for {action.event_type} event {action.event_id}",
+            )
+        case Restore():
+            return KubeEvent(
+                _node(action),
+                EventReason.RESTORED,
+                f"Notice {action.event_id} gone: cordon and taint undone",
+            )
+        case MarkDrained():
+            return KubeEvent(_node(action), EventReason.DRAINED, f"Drained for {action.event_id}")
+        case StartCooldown():
+            until = iso(action.until) if action.until else "?"
+            return KubeEvent(
+                _node(action),
+                EventReason.COOLDOWN,
+                f"Its pool is being evicted: PreferNoSchedule until {until}",
+            )
+        case EndCooldown():
+            return KubeEvent(
+                _node(action), EventReason.COOLDOWN_OVER, "Cool-down over: PreferNoSchedule removed"
+            )
+        case ScaleUp():
+            events = ", ".join(action.record.event_ids) if action.record else ""
+            return KubeEvent(
+                _workload(action.workload, action.basis.uid),
+                EventReason.SURGE,
+                f"Scaled to {action.replicas} to replace {action.added} replica(s) on evicted "
+                f"nodes before they go ({events})",
+            )
+        case ScaleBack():
+            target = "left as is" if action.replicas is None else f"to {action.replicas}"
+            return KubeEvent(
+                _workload(action.workload, action.basis.uid),
+                EventReason.SCALE_BACK,
+                f"Scaled back {target}: {action.reason}",
+            )
+        case Evict():
+            return KubeEvent(
+                _pod(action), EventReason.EVICTED, f"Evicted: node {action.node} is going away"
+            )
+        case Delete():
+            return KubeEvent(
+                _pod(action),
+                EventReason.DELETED,
+                f"Deleted with {action.grace_seconds}s grace: node {action.node} reaches its "
+                f"deadline ({action.event_id})",
+                warning=True,
+            )
+        case ReportBlocked():
+            return KubeEvent(
+                _workload(action.workload, action.uid),
+                EventReason.FAILOVER_BLOCKED,
+                f"No on-demand fallback: {action.detail}",
+                warning=True,
+            )
+        case StartReturn():
+            record = action.record
+            pool, retire = (record.pool, record.retire) if record else ("?", "?")
+            return KubeEvent(
+                _workload(action.workload, action.basis.uid),
+                EventReason.RETURN_STARTED,
+                f"Returning a replica to spot pool {pool}: scaled to {action.replicas}; "
+                f"{retire} goes once the new one is Ready",
+            )
+        case FinishReturn():
+            return KubeEvent(
+                _workload(action.workload, action.basis.uid),
+                EventReason.RETURN_FINISHED,
+                f"Return to spot finished: {action.reason}",
+                warning=action.backoff_until is not None,
+            )
+    return None

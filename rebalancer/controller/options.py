@@ -1,0 +1,37 @@
+"""The controller's settings, translated once into what each part of it takes."""
+
+from __future__ import annotations
+
+from rebalancer.config import ControllerSettings, parse_selector, parse_window
+from rebalancer.controller.planner import Settings
+from rebalancer.controller.pools import declared_pools
+from rebalancer.controller.returns import ReturnSettings
+from rebalancer.retry import Backoff, RetryPolicy
+from rebalancer.vocabulary import Policy
+
+
+def planner_settings(settings: ControllerSettings) -> Settings:
+    return Settings(
+        event_policy={k: Policy(v) for k, v in settings.event_policy.items()},
+        deadline_margin_seconds=settings.deadline_margin_seconds,
+        act_now_grace_seconds=settings.act_now_grace_seconds,
+        cooldown_seconds=settings.cooldown_seconds,
+        gpu_workloads_only=settings.gpu_workloads_only,
+        workload_selector=parse_selector(settings.workload_selector),
+        declared_pools=declared_pools(settings.pools),
+        returns=ReturnSettings(
+            enabled=settings.return_enabled,
+            quiet_seconds=settings.return_quiet_seconds,
+            pending_timeout_seconds=settings.return_pending_timeout_seconds,
+            max_concurrent=settings.return_max_concurrent,
+            window=parse_window(settings.return_window),
+        ),
+    )
+
+
+def retry_policy(settings: ControllerSettings) -> RetryPolicy:
+    return RetryPolicy(
+        attempts=settings.write_attempts,
+        max_wait_seconds=settings.write_retry_max_seconds,
+        backoff=Backoff(initial_seconds=0.2, max_seconds=settings.write_retry_max_seconds),
+    )

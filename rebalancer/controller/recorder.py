@@ -1,0 +1,354 @@
+"""Measure: what the controller observes and what its actions came to, as metrics, logs and
+Kubernetes Events. The last step of a pass; it decides nothing and writes only Events.
+
+- `observe(snapshot, plan, elapsed)`: notices first seen (counts, lead time), deadlines missed,
+  the ready-replica deficit of surged workloads, the eviction windows of the history, cost.
+- `applied(action, outcome)`: one log line and one count per action outcome, the latencies that
+  an outcome ends (notice to cordon, to drained, surge to replacements Ready), and the Event that
+  `catalogue.event_for` gives for it.
+What it keeps in memory serves measurement only (when this process first saw a notice, which
+series exist); nothing here feeds a decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rebalancer.clock import Clock
+from rebalancer.controller.accounting import Accountant
+from rebalancer.controller.actions import (
+    ACTION_TYPES,
+    APPLIED,
+    Action,
+    Cordon,
+    Delete,
+    Evict,
+    FinishReturn,
+    MarkDrained,
+    Outcome,
+    RecordHistory,
+    ReportBlocked,
+    ScaleBack,
+    ScaleUp,
+    StartReturn,
+)
+from rebalancer.controller.catalogue import event_for
+from rebalancer.controller.history import WINDOWS
+from rebalancer.controller.model import NodeInfo
+from rebalancer.controller.planner import Plan
+from rebalancer.controller.snapshot import Snapshot
+from rebalancer.kube.errors import KubeError
+from rebalancer.kube.events import EventRecorder
+from rebalancer.metrics import ControllerMetrics, initialise
+from rebalancer.vocabulary import (
+    ACTION_OUTCOMES,
+    EVENT_TYPE_LABELS,
+    FAILOVER_REASONS,
+    MANUAL,
+    RETURN_OUTCOMES,
+    Reason,
+    Rejection,
+    Result,
+    Source,
+    event_type_label,
+)
+
+
+def error_kinds(error: type[KubeError] = KubeError) -> set[str]:
+    """The `kind` of KubeError and of every subclass: the API error labels."""
+    kinds = {error.kind}
+    for subclass in error.__subclasses__():
+        kinds |= error_kinds(subclass)
+    return kinds
+
+
+@dataclass
+class Seen:
+    """When this process first saw a notice, for latency metrics."""
+
+    first_seen: float
+    pool: str = ""  # kept for the missed-deadline metric: the Node may be gone when it counts
+    cordoned: bool = False
+    drained: bool = False
+
+
+class Recorder:
+    def __init__(
+        self,
+        *,
+        metrics: ControllerMetrics,
+        events: EventRecorder | None,
+        accountant: Accountant,
+        clock: Clock,
+        log: Any,
+        dry_run: bool = False,
+    ) -> None:
+        self.metrics = metrics
+        self._events = events
+        self._accountant = accountant
+        self._clock = clock
+        self._log = log
+        self._seen: dict[tuple[str, str], Seen] = {}
+        self._surge_started: dict[tuple[str, str, str], float] = {}
+        self._logged: set[str] = set()
+        self._reported: set[tuple[tuple[str, str, str], str]] = set()
+        self._reported_pods: set[tuple[tuple[str, str], str]] = set()
+        self._metric_groups: set[tuple[str, str, str, bool]] = set()
+        self._deficit_workloads: set[str] = set()
+        self._eviction_series: set[tuple[str, str, str]] = set()
+        for stage, reasons in FAILOVER_REASONS.items():
+            initialise(metrics.failovers, [stage], [str(reason) for reason in reasons])
+        outcomes = (
+            [Result.DRY_RUN.value]
+            if dry_run
+            else [o for o in ACTION_OUTCOMES if o != Result.DRY_RUN]
+        )
+        initialise(metrics.actions, [t.__name__ for t in ACTION_TYPES], outcomes)
+        initialise(metrics.returns, ["started", *map(str, RETURN_OUTCOMES)])
+        initialise(
+            metrics.reconcile_errors,
+            ["plan", "observe", "apply", "informer", *sorted(error_kinds())],
+        )
+
+    # ---- observations ------------------------------------------------------------------------
+
+    def observe(self, snapshot: Snapshot, plan: Plan, elapsed: float) -> None:
+        self.metrics.active_notices.set(len(plan.active))
+        self._notices(snapshot)
+        self._deficit(snapshot, elapsed)
+        self._evictions(snapshot)
+        self._accountant.account(snapshot, plan.managed, self._clock.monotonic())
+
+    def _notices(self, snapshot: Snapshot) -> None:
+        now = self._clock.monotonic()
+        live: set[tuple[str, str]] = set()
+        if snapshot.history.unreadable:
+            self.log_once(
+                "eviction history unreadable; it is rewritten", snapshot.history.unreadable
+            )
+        for node in snapshot.nodes.values():
+            self._initialise_group(node)
+            for reason in node.skipped:
+                self.log_once("notice skipped", reason, node=node.name)
+            for notice in node.notices:
+                key = (node.name, notice.event_id)
+                live.add(key)
+                if key in self._seen:
+                    continue
+                self._seen[key] = Seen(first_seen=now, pool=node.pool)
+                self.metrics.notices.labels(
+                    event_type_label(notice.event_type),
+                    str(notice.source),
+                    node.pool,
+                    node.zone,
+                    node.sku,
+                    "spot" if node.spot else "regular",
+                ).inc()
+                if notice.deadline is not None:
+                    lead = (notice.deadline - snapshot.now).total_seconds()
+                    self.metrics.notice_lead_time.labels(
+                        event_type_label(notice.event_type)
+                    ).observe(max(0.0, lead))
+                self._log.info(
+                    "notice",
+                    node=node.name,
+                    event_id=notice.event_id,
+                    event_type=notice.event_type,
+                    source=str(notice.source),
+                    deadline=str(notice.deadline) if notice.deadline else "now",
+                )
+        for key in [k for k in self._seen if k not in live]:
+            seen = self._seen.pop(key)
+            # Missed: the node went (its VM taken) while cordoned and not yet drained. A notice
+            # that vanished from a node that is still there was cancelled, not missed.
+            if seen.cordoned and not seen.drained and key[0] not in snapshot.nodes:
+                self.metrics.drain_missed_deadline.labels(seen.pool).inc()
+
+    def _deficit(self, snapshot: Snapshot, elapsed: float) -> None:
+        for workload in snapshot.workloads.values():
+            if workload.surge is None:
+                continue
+            name = f"{workload.namespace}/{workload.name}"
+            child = self.metrics.replica_deficit.labels(name)
+            if name not in self._deficit_workloads:
+                # Born at zero: what this first pass would add is left out, so that rate()
+                # sees every later increase.
+                self._deficit_workloads.add(name)
+                continue
+            deficit = max(0, workload.surge.base_replicas - workload.ready_replicas)
+            if deficit:
+                child.inc(deficit * elapsed)
+
+    def _evictions(self, snapshot: Snapshot) -> None:
+        """Preempt notices per pool, SKU and zone in each window, from the history on the
+        cluster: every replica shows the same figures, and a new leader keeps them."""
+        counts: dict[tuple[str, str, str, str], int] = {}
+        for name, window in WINDOWS.items():
+            for entry in snapshot.history.preempts(now=snapshot.now, window=window):
+                key = (entry.pool, entry.sku, entry.zone, name)
+                counts[key] = counts.get(key, 0) + 1
+        groups = {key[:3] for key in counts} | self._eviction_series
+        for group in groups:
+            for name in WINDOWS:
+                self.metrics.evictions.labels(*group, name).set(counts.get((*group, name), 0))
+        self._eviction_series = groups
+
+    def _initialise_group(self, node: NodeInfo) -> None:
+        """Zero series for a node group's notices and missed drains before its first notice."""
+        group = (node.pool, node.zone, node.sku, node.spot)
+        if group in self._metric_groups:
+            return
+        self._metric_groups.add(group)
+        initialise(
+            self.metrics.notices,
+            [*EVENT_TYPE_LABELS, MANUAL],
+            [str(source) for source in Source],
+            [node.pool],
+            [node.zone],
+            [node.sku],
+            ["spot" if node.spot else "regular"],
+        )
+        self.metrics.drain_missed_deadline.labels(node.pool)
+
+    # ---- outcomes ----------------------------------------------------------------------------
+
+    def applied(self, action: Action, outcome: Outcome) -> None:
+        name = type(action).__name__
+        self.metrics.actions.labels(name, outcome.label).inc()
+        if outcome.error_kind:
+            self.metrics.reconcile_errors.labels(outcome.error_kind).inc()
+            self._log.warning(
+                "action failed",
+                action=name,
+                subject=repr(action),
+                kind=outcome.error_kind,
+                reason=outcome.detail,
+            )
+        elif outcome.rejection is not None:
+            self.log_once(f"action rejected ({outcome.rejection})", action, reason=outcome.detail)
+        if outcome.result is Result.DRY_RUN:
+            self.log_once("would act (dry run)", action)
+            return
+        if isinstance(action, ReportBlocked):
+            self._blocked(action)
+            return
+        if isinstance(action, Evict) and outcome.rejection is Rejection.BLOCKED:
+            self.metrics.pods.labels("eviction_blocked").inc()
+            if (action.pod, action.event_id) in self._reported_pods:
+                return  # asked again every pass; said once
+            self._reported_pods.add((action.pod, action.event_id))
+        event = event_for(action, outcome)
+        if event is not None and self._events is not None:
+            self._events.emit(
+                regarding=event.regarding,
+                reason=event.reason,
+                message=event.message,
+                event_type="Warning" if event.warning else "Normal",
+                now=self._clock.now(),
+            )
+        if outcome.applied:
+            self._measure(action)
+
+    def _blocked(self, action: ReportBlocked) -> None:
+        """Said once per workload and cause, not every pass."""
+        key = (action.workload, action.detail)
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        self._log.warning(
+            "failover blocked", workload="/".join(action.workload), detail=action.detail
+        )
+        self.metrics.failovers.labels("blocked", str(action.reason)).inc()
+        event = event_for(action, APPLIED)
+        if event is not None and self._events is not None:
+            self._events.emit(
+                regarding=event.regarding,
+                reason=event.reason,
+                message=event.message,
+                event_type="Warning",
+                now=self._clock.now(),
+            )
+
+    def _measure(self, action: Action) -> None:
+        now = self._clock.monotonic()
+        log = self._log
+        match action:
+            case Cordon():
+                seen = self._seen.get((action.node, action.event_id))
+                if seen is not None and not seen.cordoned:
+                    seen.cordoned = True
+                    self.metrics.notice_to_cordon.observe(now - seen.first_seen)
+                log.info(
+                    "cordoned",
+                    node=action.node,
+                    event_id=action.event_id,
+                    event_type=action.event_type,
+                )
+            case ScaleUp():
+                self._surge_started.setdefault(action.workload, now)
+                self.metrics.failovers.labels("started", str(Reason.NOTICE)).inc()
+                log.info(
+                    "surged",
+                    workload="/".join(action.workload),
+                    replicas=action.replicas,
+                    doomed=list(action.record.doomed_pods) if action.record else [],
+                )
+            case ScaleBack():
+                started = self._surge_started.pop(action.workload, None)
+                if started is not None and action.reason == Reason.REPLACEMENTS_READY:
+                    self.metrics.replacement_ready.observe(now - started)
+                self.metrics.failovers.labels("completed", str(action.reason)).inc()
+                log.info(
+                    "scaled back",
+                    workload="/".join(action.workload),
+                    replicas=action.replicas,
+                    reason=str(action.reason),
+                )
+            case Evict():
+                self.metrics.pods.labels("evicted").inc()
+                log.info("evicted", pod="/".join(action.pod), node=action.node)
+            case Delete():
+                self.metrics.pods.labels("deleted").inc()
+                log.info(
+                    "deleted at the deadline",
+                    pod="/".join(action.pod),
+                    node=action.node,
+                    grace_seconds=action.grace_seconds,
+                )
+            case MarkDrained():
+                seen = self._seen.get((action.node, action.event_id))
+                if seen is not None and not seen.drained:
+                    seen.drained = True
+                    self.metrics.drain_duration.observe(now - seen.first_seen)
+                log.info("drained", node=action.node, event_id=action.event_id)
+            case StartReturn():
+                self.metrics.returns.labels("started").inc()
+                log.info(
+                    "returning a replica to spot",
+                    workload="/".join(action.workload),
+                    pool=action.record.pool if action.record else "",
+                    retire=action.record.retire if action.record else "",
+                )
+            case FinishReturn():
+                self.metrics.returns.labels(str(action.reason)).inc()
+                log.info(
+                    "return finished", workload="/".join(action.workload), reason=str(action.reason)
+                )
+            case RecordHistory():
+                log.info(
+                    "eviction history recorded",
+                    new=[e.event_id for e in action.new],
+                    entries=len(action.history.entries),
+                )
+            case _:
+                self.log_once("applied", action)
+
+    def log_once(self, message: str, subject: Any, **fields: Any) -> None:
+        key = f"{message}:{subject!r}"
+        if key in self._logged:
+            return
+        if len(self._logged) > 10_000:
+            self._logged.clear()
+        self._logged.add(key)
+        self._log.info(message, subject=repr(subject), **fields)

@@ -1,0 +1,340 @@
+"""The one place the simulator touches the controller's planner.
+
+Builds the planner's `Snapshot` from the virtual world, calls `plan(snapshot, settings)`, and
+applies each action to the world the way the executor and Kubernetes would (a cordon is a taint
+and `unschedulable`, a scale-up a replica count the ReplicaSet then acts on, ...). When the
+planner's names change (the controller is being refactored: an eviction history is becoming
+part of the snapshot), only this module has to follow.
+
+The virtual scheduler takes its placement rules from here too, so the controller's matching code
+is also reached through this module only.
+
+Controller names used: `rebalancer.controller.planner`: `plan`, `Plan`, `Settings`;
+`rebalancer.controller.snapshot`: `Snapshot`; `rebalancer.controller.history`: `History`,
+`Entry`; `rebalancer.controller.actions`: the action classes (workload actions are applied
+through their own `patch()`, as the executor sends it); `rebalancer.controller.returns`:
+`ReturnSettings`; `rebalancer.controller.model`: `NodeInfo`, `PodInfo`, `WorkloadInfo`,
+`Owner`, `Surge`, `ReturnRecord`; `rebalancer.controller.pools`: `Pool`;
+`rebalancer.controller.scheduling`: `Taint`, `tolerates`, `untolerated`, `unmet_placement`,
+`preferred_weight`; `rebalancer.names`; `rebalancer.vocabulary`: `Policy`;
+`rebalancer.notices`: `Notice`, `Source`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from rebalancer import names
+from rebalancer.controller.actions import (
+    Action,
+    Cordon,
+    Delete,
+    EndCooldown,
+    Evict,
+    MarkDrained,
+    RecordHistory,
+    ReportBlocked,
+    Restore,
+    SetDeletionCost,
+    StartCooldown,
+    WorkloadAction,
+)
+from rebalancer.controller.history import History
+from rebalancer.controller.model import NodeInfo, Owner, PodInfo, ReturnRecord, Surge, WorkloadInfo
+from rebalancer.controller.planner import Plan, Settings, plan
+from rebalancer.controller.pools import Pool
+from rebalancer.controller.returns import ReturnSettings
+from rebalancer.controller.scheduling import (
+    Taint,
+    preferred_weight,
+    tolerates,
+    unmet_placement,
+    untolerated,
+)
+from rebalancer.controller.snapshot import Snapshot
+from rebalancer.names import (
+    COOLDOWN_TAINT,
+    COOLDOWN_UNTIL,
+    CORDONED_FOR,
+    EVICTING_TAINT,
+    RETURN_ANNOTATION,
+    RETURN_BACKOFF_ANNOTATION,
+    SURGE_ANNOTATION,
+)
+from rebalancer.notices import Notice
+from rebalancer.vocabulary import EventType, Source
+from rebalancer.vocabulary import Policy as EventPolicy
+
+if TYPE_CHECKING:
+    from rebalancer.simulate.world import World
+
+# The placement rules the controller itself uses (taints, tolerations, node affinity), for the
+# virtual scheduler and autoscaler.
+__all__ = ["Taint", "preferred_weight", "tolerates", "unmet_placement", "untolerated"]
+
+NAMESPACE = "inference"
+
+# Virtual time 0 (the first tick of the traces) as the planner's wall clock.
+EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
+# Past the planner's one strict "later than" (a return's pending timeout).
+NUDGE_SECONDS = 0.001
+
+
+def failover_settings(world: World) -> Settings:
+    """Today's product with its defaults: fail over make-before-break, return to spot. The
+    pools are declared (REBALANCER_POOLS), as the README asks for autoscaled pools."""
+    return Settings(declared_pools=declared_pools(world))
+
+
+def drain_settings(world: World) -> Settings:
+    """The product configured as a plain handler: Preempt -> cordon and drain, no cool-down
+    taints that steer placement, no return to spot."""
+    policies = dict(Settings().event_policy)
+    policies.update({EventType.PREEMPT: EventPolicy.DRAIN, EventType.TERMINATE: EventPolicy.DRAIN})
+    return Settings(
+        event_policy=policies,
+        cooldown_seconds=0.0,
+        returns=ReturnSettings(enabled=False),
+        declared_pools=declared_pools(world),
+    )
+
+
+def at(seconds: float) -> datetime:
+    return EPOCH + timedelta(seconds=seconds)
+
+
+def seconds(moment: datetime) -> float:
+    return (moment - EPOCH).total_seconds()
+
+
+def _rs(deployment: str) -> str:
+    return f"{deployment}-rs"
+
+
+def declared_pools(world: World) -> dict[str, Pool]:
+    """Every pool, as REBALANCER_POOLS would declare it: autoscaled pools may have no Node."""
+    return {
+        pool.name: Pool(
+            name=pool.name,
+            spot=pool.spot,
+            taints=pool.taints,
+            labels=pool.labels(world.scenario),
+            nodes=(),
+            gpus_per_node=world.scenario.node_gpus(),
+        )
+        for pool in world.pools.values()
+    }
+
+
+def snapshot(world: World) -> Snapshot:
+    now = at(world.now)
+    nodes: dict[str, NodeInfo] = {}
+    for node in world.nodes.values():
+        if not node.ready(world.now):
+            continue  # a Node object exists once its kubelet registers: at Ready, here
+        notices: tuple[Notice, ...] = ()
+        if node.notice is not None:
+            notices = (
+                Notice(
+                    node=node.name,
+                    event_type=EventType.PREEMPT,
+                    deadline=at(node.notice.deadline),
+                    event_id=node.notice.event_id,
+                    source=Source.AGENT,
+                    seen_at=at(node.notice.seen_at),
+                ),
+            )
+        taints = tuple(node.all_taints())
+        nodes[node.name] = NodeInfo(
+            name=node.name,
+            labels=dict(node.labels),
+            annotations=dict(node.annotations),
+            taints=taints,
+            unschedulable=node.unschedulable,
+            ready=True,
+            allocatable_gpus=node.gpus,
+            notices=notices,
+        )
+    pods: dict[tuple[str, str], PodInfo] = {}
+    for pod in world.pods.values():
+        pods[(NAMESPACE, pod.name)] = PodInfo(
+            namespace=NAMESPACE,
+            name=pod.name,
+            uid=pod.uid,
+            node_name=pod.node or "",
+            phase="Running" if pod.node else "Pending",
+            ready=world.pod_ready(pod),
+            deleting=pod.deleting,
+            owner=Owner("ReplicaSet", _rs(pod.deployment)),
+            gpus=world.deployments[pod.deployment].gpus,
+            deletion_cost=pod.deletion_cost,
+            original_deletion_cost=pod.original_cost,
+            grace_seconds=world.scenario.grace_seconds,
+        )
+    workloads: dict[tuple[str, str, str], WorkloadInfo] = {}
+    for deployment in world.deployments.values():
+        surge = None
+        raw = deployment.annotations.get(SURGE_ANNOTATION)
+        if raw is not None:
+            surge = Surge.from_json(raw)
+        info = WorkloadInfo(
+            kind="Deployment",
+            namespace=NAMESPACE,
+            name=deployment.name,
+            replicas=deployment.replicas,
+            ready_replicas=sum(1 for p in world.pods_of(deployment.name) if world.pod_ready(p)),
+            template_spec=deployment.template_spec,
+            gpus_per_replica=deployment.gpus,
+            annotations=dict(deployment.annotations),
+            surge=surge,
+        )
+        workloads[info.key] = info
+    if world.history is None:
+        # The controller starts its record when it first runs: here, at the traces' start.
+        world.history = History(since=at(world.start))
+    return Snapshot(
+        now=now,
+        nodes=nodes,
+        pods=pods,
+        workloads=workloads,
+        replicaset_owners={(NAMESPACE, _rs(d)): d for d in world.deployments},
+        history=world.history,
+    )
+
+
+def run_planner(world: World, settings: Settings) -> tuple[Plan, bool]:
+    """One planning pass: plan on a fresh snapshot, apply every action to the world."""
+    world.counters.planner_calls += 1
+    result = plan(snapshot(world), settings)
+    changed = False
+    for action in result.actions:
+        changed |= apply(world, action)
+    return result, changed
+
+
+def apply(world: World, action: Action) -> bool:
+    """What the executor and the cluster would make of one action; True if it changed anything."""
+    match action:
+        case Cordon():
+            node = world.nodes.get(action.node)
+            if node is None or CORDONED_FOR in node.annotations:
+                return False
+            node.annotations[CORDONED_FOR] = action.event_id
+            node.unschedulable = True
+            node.taints.append(Taint(EVICTING_TAINT, action.event_type, "NoSchedule"))
+        case Restore():
+            node = world.nodes.get(action.node)
+            if node is None:
+                return False
+            node.annotations.pop(CORDONED_FOR, None)
+            node.annotations.pop(names.DRAINED_FOR_ANNOTATION, None)
+            node.unschedulable = False
+            node.taints = [t for t in node.taints if t.key != EVICTING_TAINT]
+        case MarkDrained():
+            node = world.nodes.get(action.node)
+            if node is None:
+                return False
+            node.annotations[names.DRAINED_FOR_ANNOTATION] = action.event_id
+        case StartCooldown():
+            node = world.nodes.get(action.node)
+            if node is None:
+                return False
+            assert action.until is not None
+            node.annotations[COOLDOWN_UNTIL] = action.until.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            if not any(t.key == COOLDOWN_TAINT for t in node.taints):
+                node.taints.append(Taint(COOLDOWN_TAINT, "", "PreferNoSchedule"))
+        case EndCooldown():
+            node = world.nodes.get(action.node)
+            if node is None:
+                return False
+            node.annotations.pop(COOLDOWN_UNTIL, None)
+            node.taints = [t for t in node.taints if t.key != COOLDOWN_TAINT]
+        case SetDeletionCost():
+            pod = world.pods.get(action.pod[1])
+            if pod is None:
+                return False
+            pod.deletion_cost = action.cost
+            if action.restore:
+                pod.original_cost = None
+            elif action.save_original is not None:
+                pod.original_cost = action.save_original
+        case Evict():
+            pod = world.pods.get(action.pod[1])
+            if pod is None or pod.deleting:
+                return False
+            world.delete_pod(pod, world.scenario.grace_seconds)
+        case Delete():
+            pod = world.pods.get(action.pod[1])
+            if pod is None or pod.deleting:
+                return False
+            world.delete_pod(pod, action.grace_seconds)
+        case ReportBlocked():
+            return False
+        case WorkloadAction():
+            if not _patch_deployment(world, action):
+                return False
+        case RecordHistory():
+            world.history = action.history
+            return False  # nothing the pods or nodes see
+        case _:
+            raise TypeError(f"the simulator cannot apply {action!r}")
+    world.touch()
+    return True
+
+
+def _patch_deployment(world: World, action: WorkloadAction) -> bool:
+    """The merge patch the executor would send: our annotations and, maybe, the replicas."""
+    deployment = world.deployments[action.workload[2]]
+    patch = action.patch()
+    before = (deployment.replicas, dict(deployment.annotations))
+    for key, value in patch["metadata"]["annotations"].items():
+        if value is None:
+            deployment.annotations.pop(key, None)
+        else:
+            deployment.annotations[key] = value
+    replicas = (patch.get("spec") or {}).get("replicas")
+    if replicas is not None:
+        deployment.replicas = int(replicas)
+    return (deployment.replicas, deployment.annotations) != before
+
+
+def next_wakeup(world: World, result: Plan, settings: Settings) -> float | None:
+    """When the planner's answer would change with time alone: a notice's deadline minus the
+    margin, a cool-down's end, a pool becoming quiet enough for a return, a return's timeout, a
+    back-off's end."""
+    times: list[float] = []
+    for notice in result.active.values():
+        if notice.deadline is not None:
+            times.append(seconds(notice.deadline) - settings.deadline_margin_seconds)
+    for node in world.nodes.values():
+        until = node.annotations.get(COOLDOWN_UNTIL)
+        if until is not None:
+            times.append(seconds(_parse(until)))
+    if settings.returns.enabled:
+        for pool in world.pools.values():
+            if pool.spot:
+                last = pool.preempts[-1] if pool.preempts else world.start
+                times.append(max(last, world.start) + settings.returns.quiet_seconds)
+        for deployment in world.deployments.values():
+            raw = deployment.annotations.get(RETURN_ANNOTATION)
+            if raw is not None:
+                record = ReturnRecord.from_json(raw)
+                if not record.completed:
+                    started = seconds(_parse(record.started_at))
+                    timeout = settings.returns.pending_timeout_seconds
+                    times.append(started + timeout + NUDGE_SECONDS)
+            backoff = deployment.annotations.get(RETURN_BACKOFF_ANNOTATION)
+            if backoff is not None:
+                times.append(seconds(_parse(backoff)))
+    future = [t for t in times if t > world.now]
+    return min(future) if future else None
+
+
+def _parse(text: str) -> datetime:
+    from rebalancer.timefmt import parse_iso
+
+    moment = parse_iso(text)
+    if moment is None:
+        raise ValueError(f"unreadable time {text!r}")
+    return moment

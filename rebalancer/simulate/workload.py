@@ -1,0 +1,225 @@
+"""The workload and cluster a simulation assumes: shape, distributions, prices, pool sizes.
+
+A duration is a distribution written as text, sampled with a seeded RNG:
+- `90` a constant;
+- `uniform:60:120`;
+- `normal:90:15` (mean, standard deviation; never below 0);
+- `lognormal:90:0.5` (median, sigma of the log);
+- `choice:30@0.9,5@0.1` (values with weights: e.g. mostly 30 s notices, sometimes 5 s).
+Defaults (traces alone): 3 replicas of one `Standard_NC24ads_A100_v4` GPU, 90 s model load,
+30 s notices, eastus prices, on-demand nodes in 5 minutes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from rebalancer.azure.prices import BUNDLED, PriceTable
+from rebalancer.simulate import InputError
+
+# GPUs per VM of the sizes the bundled price table knows (Azure's size pages).
+GPUS_PER_VM: Mapping[str, int] = {
+    "standard_nc24ads_a100_v4": 1,
+    "standard_nc48ads_a100_v4": 2,
+    "standard_nc96ads_a100_v4": 4,
+    "standard_nc4as_t4_v3": 1,
+    "standard_nd96asr_v4": 8,
+    "standard_nd96amsr_a100_v4": 8,
+}
+
+
+@dataclass(frozen=True)
+class Distribution:
+    kind: str  # constant | uniform | normal | lognormal | choice
+    params: tuple[float, ...]
+    text: str
+
+    def sample(self, rng: random.Random) -> float:
+        p = self.params
+        if self.kind == "constant":
+            return p[0]
+        if self.kind == "uniform":
+            return rng.uniform(p[0], p[1])
+        if self.kind == "normal":
+            return max(0.0, rng.gauss(p[0], p[1]))
+        if self.kind == "lognormal":
+            return p[0] * math.exp(rng.gauss(0.0, p[1]))
+        values, weights = p[0::2], p[1::2]
+        return rng.choices(values, weights)[0]
+
+    @property
+    def mean(self) -> float:
+        p = self.params
+        if self.kind == "constant":
+            return p[0]
+        if self.kind == "uniform":
+            return (p[0] + p[1]) / 2
+        if self.kind == "normal":
+            return p[0]
+        if self.kind == "lognormal":
+            return p[0] * math.exp(p[1] ** 2 / 2)
+        values, weights = p[0::2], p[1::2]
+        return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_distribution(text: object, *, what: str) -> Distribution:
+    """`what` names the setting in the error ("--load-seconds", "config.yaml: loadSeconds")."""
+    raw = str(text).strip()
+    bad = InputError(
+        f"{what}: {raw!r} is not a duration distribution "
+        "(90 | uniform:A:B | normal:MEAN:SD | lognormal:MEDIAN:SIGMA | choice:V@W,V@W)"
+    )
+    try:
+        if ":" not in raw:
+            value = float(raw)
+            if value < 0 or not math.isfinite(value):
+                raise bad
+            return Distribution("constant", (value,), raw)
+        kind, _, rest = raw.partition(":")
+        if kind == "choice":
+            params: list[float] = []
+            for part in rest.split(","):
+                value_text, _, weight_text = part.partition("@")
+                params += [float(value_text), float(weight_text or "1")]
+            if any(v < 0 for v in params) or sum(params[1::2]) <= 0:
+                raise bad
+            return Distribution("choice", tuple(params), raw)
+        numbers = tuple(float(x) for x in rest.split(":"))
+    except ValueError:
+        raise bad from None
+    if kind in ("uniform", "normal", "lognormal") and len(numbers) == 2 and min(numbers) >= 0:
+        if kind == "uniform" and numbers[0] > numbers[1]:
+            raise bad
+        return Distribution(kind, numbers, raw)
+    raise bad
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything but the traces and the policies. Field names are the YAML keys."""
+
+    replicas: int = 3
+    gpus_per_replica: int = 1
+    load_seconds: Distribution = field(default_factory=lambda: parse_distribution(90, what=""))
+    shutdown_seconds: Distribution = field(default_factory=lambda: parse_distribution(5, what=""))
+    grace_seconds: int = 30
+    notice_seconds: Distribution = field(default_factory=lambda: parse_distribution(30, what=""))
+    on_demand_provision_seconds: Distribution = field(
+        default_factory=lambda: parse_distribution(300, what="")
+    )
+    spot_provision_seconds: Distribution = field(
+        default_factory=lambda: parse_distribution(300, what="")
+    )
+    on_demand_limit: int | None = None  # on-demand nodes at most (quota); None: no limit
+    scale_down_seconds: float = 600.0  # cluster autoscaler's scale-down-unneeded-time
+    vm_size: str = "Standard_NC24ads_A100_v4"
+    region: str = "eastus"
+    gpus_per_node: int | None = None  # None: from the VM size
+    hedge_spare: int = 1  # SpotHedge reference: spare spot replicas (num_overprovision)
+    seed: int = 1
+    warmup_seconds: float = 1800.0  # before t=0, not counted: the service starts settled
+
+    def node_gpus(self) -> int:
+        if self.gpus_per_node is not None:
+            return self.gpus_per_node
+        known = GPUS_PER_VM.get(self.vm_size.lower())
+        if known is None:
+            raise InputError(f"--vm-size {self.vm_size}: GPUs per VM unknown; give --gpus-per-node")
+        return known
+
+
+_DISTRIBUTIONS = {
+    "load_seconds",
+    "shutdown_seconds",
+    "notice_seconds",
+    "on_demand_provision_seconds",
+    "spot_provision_seconds",
+}
+_INTS = {
+    "replicas",
+    "gpus_per_replica",
+    "grace_seconds",
+    "on_demand_limit",
+    "gpus_per_node",
+    "hedge_spare",
+    "seed",
+}
+_FLOATS = {"scale_down_seconds", "warmup_seconds"}
+_STRINGS = {"vm_size", "region"}
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+KEYS = {camel(f.name): f.name for f in fields(Scenario)}
+
+
+def scenario_from(
+    values: Mapping[str, Any], *, source: str, base: Scenario | None = None
+) -> Scenario:
+    """Apply `values` (YAML keys in camelCase or flag names in snake_case) over `base`."""
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        name = KEYS.get(key, key)
+        if name not in {f.name for f in fields(Scenario)}:
+            known = ", ".join(sorted(KEYS))
+            raise InputError(f"{source}: unknown setting {key!r} (known: {known})")
+        where = f"{source}: {key}"
+        if value is None and name in ("on_demand_limit", "gpus_per_node"):
+            changes[name] = None
+        elif name in _DISTRIBUTIONS:
+            changes[name] = parse_distribution(value, what=where)
+        elif name in _INTS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"{where}: expected a whole number >= 0, not {value!r}")
+            changes[name] = value
+        elif name in _FLOATS:
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InputError(f"{where}: expected a number of seconds >= 0, not {value!r}")
+            changes[name] = float(value)
+        elif name in _STRINGS:
+            if not isinstance(value, str) or not value:
+                raise InputError(f"{where}: expected a name, not {value!r}")
+            changes[name] = value
+    scenario = replace(base or Scenario(), **changes)
+    if scenario.replicas < 1:
+        raise InputError(f"{source}: replicas must be at least 1")
+    if scenario.gpus_per_replica < 1:
+        raise InputError(f"{source}: gpusPerReplica must be at least 1 (a GPU workload)")
+    return scenario
+
+
+@dataclass(frozen=True)
+class Prices:
+    on_demand: float  # USD per node-hour
+    spot: float
+
+
+def prices_for(scenario: Scenario, table: PriceTable = BUNDLED) -> Prices:
+    on_demand = table.price(scenario.vm_size, scenario.region, spot=False)
+    spot = table.price(scenario.vm_size, scenario.region, spot=True)
+    if on_demand is None or spot is None:
+        raise InputError(
+            f"--vm-size {scenario.vm_size} --region {scenario.region}: no on-demand and spot "
+            f"price in the {table.source} price table; give --prices FILE"
+        )
+    return Prices(on_demand=on_demand, spot=spot)
+
+
+def check_fit(scenario: Scenario) -> None:
+    """A workload that fits no pool: one replica needs more GPUs than a node has."""
+    gpus = scenario.node_gpus()
+    if scenario.gpus_per_replica > gpus:
+        raise InputError(
+            f"workload does not fit any pool: a replica needs {scenario.gpus_per_replica} GPUs, "
+            f"a {scenario.vm_size} node has {gpus}"
+        )

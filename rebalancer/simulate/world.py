@@ -1,0 +1,542 @@
+"""A virtual AKS cluster on a virtual clock: pools, nodes, pods, Deployments, and the few
+controllers a GPU inference service meets (ReplicaSet, scheduler, cluster autoscaler, spot
+evictions). In memory, event-driven: the clock jumps to the next event (a trace tick, a node
+ready, a pod ready or gone, a notice's deadline, a policy's timer), never steps by the second.
+
+Kept deliberately small; what it leaves out is listed in docs/simulate.md. The model:
+- spot pool = one trace: at most as many nodes as alive slots (see `trace.py`); a lost slot
+  gives its node a Preempt notice and takes the node at the deadline;
+- on-demand pool: never evicted, at most `on_demand_limit` nodes;
+- cluster autoscaler: a pending pod that fits no node gets a new node in the cheapest pool that
+  fits it and has room (balanced across equal pools), Ready after the pool's provisioning time;
+  keeps each pool at its minimum when capacity allows; removes a node without pods after
+  `scale_down_seconds`; a node is paid from the start of provisioning until it is gone;
+- scheduler: taints and tolerations, nodeSelector and required node affinity, free GPUs;
+  prefers nodes without untolerated PreferNoSchedule taints and with fewer replicas of the
+  same workload;
+- ReplicaSet: keeps each Deployment's replica count; scales down by upstream's ranks (unassigned,
+  not Ready, lower pod-deletion-cost, newer first);
+- a pod is Ready `load_seconds` after it lands on a Ready node; deleted, it stops serving at once
+  and frees its GPU after min(shutdown time, grace period).
+Policies act on it through `Policy.react` (see policies.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rebalancer import names
+from rebalancer.simulate.adapter import (
+    Taint,
+    preferred_weight,
+    tolerates,
+    unmet_placement,
+    untolerated,
+)
+from rebalancer.simulate.trace import SlotEvent, SlotTimeline
+from rebalancer.simulate.workload import Distribution, Scenario
+
+SPOT_TAINT = Taint(names.AKS_SPOT_LABEL, "spot", "NoSchedule")
+SPOT_TOLERATION = {
+    "key": names.AKS_SPOT_LABEL,
+    "operator": "Equal",
+    "value": "spot",
+    "effect": "NoSchedule",
+}
+
+
+class NotSettling(RuntimeError):
+    """The controllers kept changing the world at one instant: a bug, never a result."""
+
+
+@dataclass
+class PoolModel:
+    name: str
+    spot: bool
+    zone: str
+    price: float  # USD per node-hour
+    provision: Distribution
+    min_nodes: int = 0
+    max_nodes: int | None = None
+    timeline: SlotTimeline | None = None  # spot pools only
+    alive: set[int] = field(default_factory=set)
+    occupied: dict[int, str] = field(default_factory=dict)  # slot -> node name
+    preempts: list[float] = field(default_factory=list)  # times of notices on our nodes
+
+    def labels(self, scenario: Scenario) -> dict[str, str]:
+        labels = {
+            names.AKS_AGENTPOOL_LABEL: self.name,
+            names.INSTANCE_TYPE_LABEL: scenario.vm_size,
+            names.ZONE_LABEL: self.zone,
+            names.REGION_LABEL: scenario.region,
+        }
+        if self.spot:
+            labels[names.AKS_SPOT_LABEL] = "spot"
+        return labels
+
+    @property
+    def taints(self) -> tuple[Taint, ...]:
+        return (SPOT_TAINT,) if self.spot else ()
+
+
+@dataclass
+class Notice:
+    """A Preempt notice on a node (the simulator's own; the adapter turns it into the
+    planner's)."""
+
+    event_id: str
+    seen_at: float
+    deadline: float
+
+
+@dataclass
+class Node:
+    name: str
+    pool: PoolModel
+    slot: int | None
+    created: float
+    ready_at: float
+    gpus: int
+    labels: dict[str, str]
+    taints: list[Taint] = field(default_factory=list)  # besides the pool's
+    unschedulable: bool = False
+    annotations: dict[str, str] = field(default_factory=dict)
+    notice: Notice | None = None
+    gone: bool = False
+    empty_since: float | None = None
+
+    def ready(self, now: float) -> bool:
+        return not self.gone and now >= self.ready_at
+
+    def all_taints(self) -> list[Taint]:
+        return [*self.pool.taints, *self.taints]
+
+
+@dataclass
+class Pod:
+    name: str
+    uid: str
+    deployment: str
+    created: float
+    node: str | None = None
+    ready_at: float | None = None
+    deleting: bool = False
+    gone: bool = False
+    deletion_cost: str | None = None
+    original_cost: str | None = None
+
+
+@dataclass
+class Deployment:
+    name: str
+    replicas: int
+    template_spec: dict[str, Any]
+    gpus: int
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Counters:
+    notices: int = 0
+    failovers: int = 0  # replicas that became Ready on an on-demand node
+    returns: int = 0  # on-demand replicas removed by a scale-down (not by an eviction)
+    planner_calls: int = 0
+
+
+@dataclass
+class Sample:
+    at: float
+    ready: int
+    cost_rate: float  # USD per hour
+    on_demand_nodes: int
+    spot_nodes: int
+
+
+class Policy(Protocol):
+    name: str
+
+    def react(self, world: World) -> bool:
+        """Look at the world, change it; True when something changed."""
+        ...
+
+    def next_wakeup(self, world: World) -> float | None:
+        """The next time the policy must look again although nothing else changes."""
+        ...
+
+
+class World:
+    def __init__(
+        self,
+        *,
+        scenario: Scenario,
+        pools: Sequence[PoolModel],
+        deployments: Sequence[Deployment],
+        start: float,
+        horizon: float,
+        needed: int,
+    ) -> None:
+        self.scenario = scenario
+        self.pools = {pool.name: pool for pool in pools}
+        self.deployments = {d.name: d for d in deployments}
+        self.nodes: dict[str, Node] = {}
+        self.pods: dict[str, Pod] = {}
+        self.start = start
+        self.now = start
+        self.horizon = horizon
+        self.needed = needed
+        self.version = 0
+        self.counters = Counters()
+        self.samples: list[Sample] = []
+        self.rng = random.Random(scenario.seed)
+        self._queue: list[tuple[float, int, str, Any]] = []
+        self._sequence = itertools.count()
+        self._names = itertools.count(1)
+        self._wake_at: float | None = None
+        # The eviction history the controller keeps on the cluster (set by the adapter).
+        self.history: Any = None
+        for pool in pools:
+            if pool.timeline is not None:
+                pool.alive = set(pool.timeline.initially_alive)
+                for event in pool.timeline.events:
+                    self._push(event.at, "slot", (pool.name, event))
+
+    # ---- events --------------------------------------------------------------------------------
+
+    def _push(self, at: float, kind: str, payload: Any) -> None:
+        heapq.heappush(self._queue, (at, next(self._sequence), kind, payload))
+
+    def touch(self) -> None:
+        self.version += 1
+
+    def run(self, policy: Policy) -> None:
+        """Replay until the horizon."""
+        self.settle(policy)
+        while self._queue and self._queue[0][0] <= self.horizon:
+            at = self._queue[0][0]
+            self.now = at
+            while self._queue and self._queue[0][0] == at:
+                _, _, kind, payload = heapq.heappop(self._queue)
+                self._handle(kind, payload)
+            self.settle(policy)
+        self.now = self.horizon
+        self._sample()
+
+    def _handle(self, kind: str, payload: Any) -> None:
+        """Apply one event; `touch` only what a controller could see change (a slot nobody of
+        ours holds changes the autoscaler's room, which it reads every pass anyway)."""
+        if kind == "slot":
+            pool_name, event = payload
+            self._slot(self.pools[pool_name], event)
+        elif kind == "node_gone":
+            node = self.nodes.get(payload)
+            if node is not None and not node.gone:
+                self.remove_node(node)
+        elif kind == "pod_gone":
+            pod = self.pods.get(payload)
+            if pod is not None and not pod.gone:
+                self._pod_gone(pod)
+        elif kind in ("node_ready", "pod_ready"):
+            self.touch()  # readiness is a function of the clock: it changed now
+        elif kind == "wake" and self._wake_at is not None and self.now >= self._wake_at:
+            self._wake_at = None
+
+    def _slot(self, pool: PoolModel, event: SlotEvent) -> None:
+        if event.alive:
+            pool.alive.add(event.slot)
+            return
+        pool.alive.discard(event.slot)
+        holder = pool.occupied.get(event.slot)
+        if holder is None:
+            return
+        node = self.nodes[holder]
+        self.touch()
+        deadline = event.at + event.notice_seconds
+        node.notice = Notice(
+            f"SIM-{pool.name}-{event.slot}-{int(event.at)}".upper(), self.now, deadline
+        )
+        pool.preempts.append(self.now)
+        if self.now >= 0:
+            self.counters.notices += 1
+        self._push(deadline, "node_gone", node.name)
+
+    def settle(self, policy: Policy) -> None:
+        """Run the controllers at this instant until none changes anything."""
+        for _ in range(100):
+            before = self.version
+            self._replicasets()
+            self._schedule()
+            self._autoscale()
+            if policy.react(self):
+                self.touch()
+            if self.version == before:
+                break
+        else:
+            raise NotSettling(f"still changing after 100 passes at t={self.now:.0f}s")
+        wake = policy.next_wakeup(self)
+        if wake is not None and wake > self.now and (self._wake_at is None or wake < self._wake_at):
+            self._wake_at = wake
+            self._push(wake, "wake", None)
+        self._scale_down_timers()
+        self._sample()
+
+    # ---- queries -------------------------------------------------------------------------------
+
+    def pods_of(self, deployment: str) -> list[Pod]:
+        return [p for p in self.pods.values() if p.deployment == deployment and not p.gone]
+
+    def pod_ready(self, pod: Pod) -> bool:
+        if pod.gone or pod.deleting or pod.node is None or pod.ready_at is None:
+            return False
+        return self.now >= pod.ready_at and self.nodes[pod.node].ready(self.now)
+
+    def ready_count(self) -> int:
+        return sum(1 for pod in self.pods.values() if self.pod_ready(pod))
+
+    def live_nodes(self, pool: PoolModel) -> list[Node]:
+        return [n for n in self.nodes.values() if n.pool is pool and not n.gone]
+
+    def free_gpus(self, node: Node) -> int:
+        used = sum(
+            self.deployments[p.deployment].gpus
+            for p in self.pods.values()
+            if p.node == node.name and not p.gone
+        )
+        return node.gpus - used
+
+    def can_grow(self, pool: PoolModel) -> bool:
+        """Room for one more node: a free alive slot (spot), the limit (on-demand), max size."""
+        live = self.live_nodes(pool)
+        if pool.max_nodes is not None and len(live) >= pool.max_nodes:
+            return False
+        if pool.timeline is not None:
+            return bool(pool.alive - set(pool.occupied))
+        return True
+
+    def fits_pool(self, deployment: Deployment, pool: PoolModel) -> bool:
+        tolerations = deployment.template_spec.get("tolerations") or []
+        return (
+            not untolerated(tolerations, pool.taints)
+            and not unmet_placement(deployment.template_spec, pool.labels(self.scenario))
+            and deployment.gpus <= self.scenario.node_gpus()
+        )
+
+    # ---- nodes ---------------------------------------------------------------------------------
+
+    def add_node(self, pool: PoolModel) -> Node:
+        slot = None
+        if pool.timeline is not None:
+            slot = min(pool.alive - set(pool.occupied))
+        number = next(self._names)
+        name = f"aks-{pool.name}-{number:06d}"
+        delay = max(0.0, pool.provision.sample(self.rng))
+        node = Node(
+            name=name,
+            pool=pool,
+            slot=slot,
+            created=self.now,
+            ready_at=self.now + delay,
+            gpus=self.scenario.node_gpus(),
+            labels=pool.labels(self.scenario),
+        )
+        if slot is not None:
+            pool.occupied[slot] = name
+        self.nodes[name] = node
+        self._push(node.ready_at, "node_ready", name)
+        self.touch()
+        return node
+
+    def remove_node(self, node: Node) -> None:
+        node.gone = True
+        if node.slot is not None and node.pool.occupied.get(node.slot) == node.name:
+            del node.pool.occupied[node.slot]
+        for pod in list(self.pods.values()):
+            if pod.node == node.name and not pod.gone:
+                self._pod_gone(pod)
+        del self.nodes[node.name]
+        self.touch()
+
+    # ---- pods ----------------------------------------------------------------------------------
+
+    def delete_pod(self, pod: Pod, grace_seconds: float) -> None:
+        if pod.gone or pod.deleting:
+            return
+        pod.deleting = True
+        self.touch()
+        if pod.node is None:
+            self._pod_gone(pod)
+            return
+        shutdown = max(0.0, self.scenario.shutdown_seconds.sample(self.rng))
+        self._push(self.now + min(shutdown, grace_seconds), "pod_gone", pod.name)
+
+    def _pod_gone(self, pod: Pod) -> None:
+        pod.gone = True
+        del self.pods[pod.name]
+        self.touch()
+
+    def _replicasets(self) -> None:
+        for deployment in self.deployments.values():
+            live = [p for p in self.pods_of(deployment.name) if not p.deleting]
+            for _ in range(deployment.replicas - len(live)):
+                number = next(self._names)
+                name = f"{deployment.name}-{number:06d}"
+                self.pods[name] = Pod(name, str(number), deployment.name, self.now)
+                self.touch()
+            if len(live) > deployment.replicas:
+                for pod in sorted(live, key=self._deletion_rank)[: len(live) - deployment.replicas]:
+                    on_demand = pod.node is not None and not self.nodes[pod.node].pool.spot
+                    if on_demand and self.now >= 0:
+                        self.counters.returns += 1
+                    self.delete_pod(pod, self.scenario.grace_seconds)
+
+    def _deletion_rank(self, pod: Pod) -> tuple[int, int, int, float, float]:
+        """Upstream's ActivePodsWithRanks, the parts that matter here: first to go first."""
+        try:
+            cost = int(pod.deletion_cost or 0)
+        except ValueError:
+            cost = 0
+        ready = self.pod_ready(pod)
+        ready_for = self.now - pod.ready_at if ready and pod.ready_at is not None else 0.0
+        return (
+            0 if pod.node is None else 1,
+            1 if ready else 0,
+            cost,
+            ready_for,
+            -pod.created,
+        )
+
+    # ---- scheduler -----------------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        pending = sorted(
+            (p for p in self.pods.values() if p.node is None and not p.deleting),
+            key=lambda p: (p.created, p.name),
+        )
+        for pod in pending:
+            deployment = self.deployments[pod.deployment]
+            node = self._best_node(deployment)
+            if node is None:
+                continue
+            pod.node = node.name
+            pod.ready_at = self.now + max(0.0, self.scenario.load_seconds.sample(self.rng))
+            node.empty_since = None
+            self._push(pod.ready_at, "pod_ready", pod.name)
+            if not node.pool.spot and self.now >= 0:
+                self.counters.failovers += 1
+            self.touch()
+
+    def _best_node(self, deployment: Deployment) -> Node | None:
+        tolerations = deployment.template_spec.get("tolerations") or []
+        candidates = []
+        for node in self.nodes.values():
+            if not node.ready(self.now) or node.unschedulable:
+                continue
+            taints = node.all_taints()
+            if untolerated(tolerations, taints):
+                continue
+            if unmet_placement(deployment.template_spec, node.labels):
+                continue
+            if self.free_gpus(node) < deployment.gpus:
+                continue
+            soft = sum(
+                1
+                for taint in taints
+                if taint.effect == "PreferNoSchedule"
+                and not any(tolerates(t, taint) for t in tolerations)
+            )
+            siblings = sum(
+                1
+                for p in self.pods.values()
+                if p.node == node.name and p.deployment == deployment.name
+            )
+            weight = preferred_weight(deployment.template_spec, node.labels)
+            candidates.append((soft, -weight, siblings, node.name, node))
+        if not candidates:
+            return None
+        return min(candidates, key=lambda c: c[:4])[4]
+
+    # ---- cluster autoscaler --------------------------------------------------------------------
+
+    def _autoscale(self) -> None:
+        for pool in self.pools.values():
+            serving = [n for n in self.live_nodes(pool) if n.notice is None]
+            for _ in range(pool.min_nodes - len(serving)):
+                if not self.can_grow(pool):
+                    break
+                self.add_node(pool)
+        # Room on nodes still provisioning is the pending pods' already (what the autoscaler
+        # counts as "upcoming").
+        upcoming: dict[str, int] = {}
+        for node in self.nodes.values():
+            if not node.ready(self.now) and node.notice is None:
+                upcoming[node.name] = self.free_gpus(node)
+        pending = sorted(
+            (p for p in self.pods.values() if p.node is None and not p.deleting),
+            key=lambda p: (p.created, p.name),
+        )
+        for pod in pending:
+            deployment = self.deployments[pod.deployment]
+            waiting = next(
+                (
+                    name
+                    for name, room in sorted(upcoming.items())
+                    if room >= deployment.gpus and self.fits_pool(deployment, self.nodes[name].pool)
+                ),
+                None,
+            )
+            if waiting is not None:
+                upcoming[waiting] -= deployment.gpus
+                continue
+            options = [
+                pool
+                for pool in self.pools.values()
+                if self.fits_pool(deployment, pool) and self.can_grow(pool)
+            ]
+            if not options:
+                continue
+            pool = min(options, key=lambda p: (p.price, len(self.live_nodes(p)), p.name))
+            node = self.add_node(pool)
+            upcoming[node.name] = node.gpus - deployment.gpus
+
+    def _scale_down_timers(self) -> None:
+        for node in list(self.nodes.values()):
+            if not node.ready(self.now) or node.notice is not None:
+                continue
+            if any(p.node == node.name for p in self.pods.values()):
+                node.empty_since = None
+                continue
+            if node.empty_since is None:
+                node.empty_since = self.now
+                self._push(self.now + self.scenario.scale_down_seconds, "scale_down", node.name)
+            if len(self.live_nodes(node.pool)) <= node.pool.min_nodes:
+                continue
+            if self.now >= node.empty_since + self.scenario.scale_down_seconds:
+                self.remove_node(node)
+
+    # ---- accounting ----------------------------------------------------------------------------
+
+    def cost_rate(self) -> float:
+        return sum(node.pool.price for node in self.nodes.values() if not node.gone)
+
+    def _sample(self) -> None:
+        spot = sum(1 for n in self.nodes.values() if n.pool.spot)
+        sample = Sample(
+            at=max(0.0, self.now),
+            ready=self.ready_count(),
+            cost_rate=self.cost_rate(),
+            on_demand_nodes=len(self.nodes) - spot,
+            spot_nodes=spot,
+        )
+        last = self.samples[-1] if self.samples else None
+        if last is not None and last.at == sample.at:
+            self.samples[-1] = sample
+        elif last is None or _state(last) != _state(sample):
+            self.samples.append(sample)
+
+
+def _state(sample: Sample) -> tuple[int, float, int, int]:
+    return sample.ready, sample.cost_rate, sample.on_demand_nodes, sample.spot_nodes

@@ -1,0 +1,156 @@
+"""The project's fixed vocabulary: every enumerated word that code compares, counts or writes.
+
+Each word is defined here once and imported everywhere else (`grep '"Preempt"'` finds this file and
+tests). Cluster object names (annotations, labels, taints, condition types) live in `names.py`.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+
+class EventType(StrEnum):
+    """Azure Scheduled Events types (IMDS `EventType`)."""
+
+    FREEZE = "Freeze"
+    REBOOT = "Reboot"
+    REDEPLOY = "Redeploy"
+    PREEMPT = "Preempt"
+    TERMINATE = "Terminate"
+
+
+# A notice an operator asked for with the drain annotation; not an Azure type.
+MANUAL: Final = "Manual"
+# The metric label of any event type Azure may add later (labels stay bounded).
+UNKNOWN: Final = "Unknown"
+EVENT_TYPE_LABELS: Final = (*EventType, UNKNOWN)
+
+
+def event_type_label(event_type: str) -> str:
+    """Any string from a source mapped onto the bounded metric label set (Manual included)."""
+    if event_type == MANUAL:
+        return MANUAL
+    return event_type if event_type in EVENT_TYPE_LABELS else UNKNOWN
+
+
+class Source(StrEnum):
+    """Where a notice came from."""
+
+    AGENT = "agent"
+    AKS_NPD = "aks-npd"
+    MANUAL = "manual"
+
+
+class Policy(StrEnum):
+    """What the controller does about a notice of one event type."""
+
+    FAILOVER = "failover"  # surge replacements, then drain
+    DRAIN = "drain"  # cordon and drain only
+    NONE = "none"
+
+
+DEFAULT_EVENT_POLICY: Final = {
+    EventType.PREEMPT: Policy.FAILOVER,
+    EventType.TERMINATE: Policy.FAILOVER,
+    MANUAL: Policy.FAILOVER,
+    EventType.REDEPLOY: Policy.DRAIN,
+    EventType.REBOOT: Policy.DRAIN,
+    EventType.FREEZE: Policy.NONE,
+}
+
+
+class Reason(StrEnum):
+    """Why the planner chose an action (a metric label and part of every log line)."""
+
+    NOTICE = "Notice"
+    REPLACEMENTS_READY = "ReplacementsReady"
+    DOOMED_GONE = "DoomedPodsGone"
+    DEADLINE = "DeadlineNear"
+    CANCELLED = "NoticeGone"
+    REPLICAS_CHANGED = "ReplicasChangedByOthers"
+    DRAINED = "Drained"
+    COOLDOWN = "PoolBeingEvicted"
+    COOLDOWN_OVER = "CooldownOver"
+    NO_ON_DEMAND_POOL = "NoCompatibleOnDemandPool"
+    UNREADABLE_RECORD = "UnreadableSurgeRecord"
+    NEW_NOTICE = "NewNotice"  # recorded in the eviction history
+    RECORD_DONE = "RecordDone"  # a finished record whose pods are gone is dropped
+    COST_RESTORED = "CostRestored"
+    LOWEST_COST = "LowestDeletionCost"
+    # Returns to spot.
+    RETURN = "Return"
+    RETURNED = "ReturnedToSpot"
+    NOTICE_DURING_RETURN = "NoticeDuringReturn"
+    LANDED_ON_DEMAND = "LandedOnDemand"
+    SPOT_NOT_READY = "SpotReplicaNotReady"
+    RETIRED_POD_GONE = "RetiredPodGone"
+
+
+# How a return to spot ended (`rebalancer_controller_returns_total{outcome}`).
+RETURN_OUTCOMES: Final = (
+    Reason.RETURNED,
+    Reason.NOTICE_DURING_RETURN,
+    Reason.LANDED_ON_DEMAND,
+    Reason.SPOT_NOT_READY,
+    Reason.RETIRED_POD_GONE,
+    Reason.REPLICAS_CHANGED,
+)
+
+# Fail-over stages and their reasons (`rebalancer_controller_failovers_total{stage,reason}`).
+FAILOVER_REASONS: Final = {
+    "started": (Reason.NOTICE,),
+    "completed": (
+        Reason.REPLACEMENTS_READY,
+        Reason.DOOMED_GONE,
+        Reason.DEADLINE,
+        Reason.CANCELLED,
+        Reason.REPLICAS_CHANGED,
+    ),
+    "blocked": (Reason.NO_ON_DEMAND_POOL, Reason.UNREADABLE_RECORD),
+}
+
+
+class Result(StrEnum):
+    """What applying one action came to (`rebalancer_controller_actions_total{outcome}`)."""
+
+    APPLIED = "ok"
+    NOOP = "noop"  # the object already looked as wanted
+    REJECTED = "rejected"  # see Rejection
+    ERROR = "error"  # the API kept failing; the next pass plans again
+    DRY_RUN = "dry_run"
+
+
+class Rejection(StrEnum):
+    """Why the executor refused an action after reading the object afresh."""
+
+    GONE = "gone"  # the object no longer exists
+    STALE = "stale"  # it changed since the plan was made: the next pass plans again
+    BLOCKED = "blocked"  # an eviction refused by a PodDisruptionBudget (429)
+    FENCED = "fenced"  # this replica may have lost its Lease: it writes nothing more
+    UNREADABLE = "unreadable"  # our record on it cannot be read
+
+
+ACTION_OUTCOMES: Final = (
+    *(r.value for r in Result if r is not Result.REJECTED),
+    *(f"rejected_{r.value}" for r in Rejection),
+)
+
+
+class EventReason(StrEnum):
+    """`reason` of the Kubernetes Events we write (README, "Events")."""
+
+    CORDONED = "SpotRebalancerCordoned"
+    RESTORED = "SpotRebalancerRestored"
+    SURGE = "SpotRebalancerSurge"
+    SCALE_BACK = "SpotRebalancerScaleBack"
+    EVICTED = "SpotRebalancerEvicted"
+    EVICTION_BLOCKED = "SpotRebalancerEvictionBlocked"
+    DELETED = "SpotRebalancerDeleted"
+    DRAINED = "SpotRebalancerDrained"
+    COOLDOWN = "SpotRebalancerCooldown"
+    COOLDOWN_OVER = "SpotRebalancerCooldownOver"
+    FAILOVER_BLOCKED = "SpotRebalancerFailoverBlocked"
+    RETURN_STARTED = "SpotRebalancerReturnStarted"
+    RETURN_FINISHED = "SpotRebalancerReturnFinished"

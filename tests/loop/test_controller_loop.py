@@ -1,0 +1,258 @@
+"""The whole controller against a fake API on virtual time: the writes it makes, in order.
+
+Each scenario states what it makes unavoidable (a 30 s notice, a 10 s model load, a PDB that
+allows nothing) and checks the controller's writes against that, not against what it printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from rebalancer import names
+from rebalancer.controller.planner import preempts_last_hour
+from rebalancer.kube.errors import Conflict, ServerError
+from rebalancer.timefmt import iso
+from tests.fakes.api import FakeApi, Write
+from tests.loop.rig import (
+    CLOCK,
+    EVENT,
+    annotations,
+    azure_takes,
+    becomes_ready,
+    cancel,
+    cluster,
+    preempt,
+    replicas,
+    replicaset_scales,
+    replicaset_scales_down,
+    running,
+    until,
+)
+
+pytestmark = pytest.mark.looptime
+
+
+def first(writes: list[Write], predicate: object) -> Write:
+    found = [w for w in writes if predicate(w)]  # type: ignore[operator]
+    assert found, "expected write not made"
+    return found[0]
+
+
+def refused(api: FakeApi, resource: str) -> list[Write]:
+    return [w for w in api.written(resource=resource, ok=False) if w.status >= 300]
+
+
+def replicas_written(api: FakeApi) -> list[int | None]:
+    return [(w.body.get("spec") or {}).get("replicas") for w in api.written("PATCH", "deployments")]
+
+
+async def fail_over(api: FakeApi, *, load_seconds: float) -> None:
+    """After the surge: the ReplicaSet adds llm-d on od-1, which loads its model."""
+    await until(lambda: replicas(api) == 4, within=5, what="the surge")
+    replicaset_scales(api, new_pod="llm-d", on="od-1")
+    await asyncio.sleep(load_seconds)
+    becomes_ready(api, "llm-d")
+
+
+async def test_a_notice_is_cordoned_surged_replaced_and_drained_before_its_deadline() -> None:
+    api = cluster()
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        not_before = preempt(api, "spot-0", seconds=30)
+        await fail_over(api, load_seconds=10)
+        await until(lambda: replicas(api) == 3, within=10, what="the scale-back")
+        assert replicaset_scales_down(api) == "llm-a"  # the doomed pod, not the replacement
+        await until(
+            lambda: (
+                EVENT
+                in annotations(api, "nodes", "", "spot-0").get(names.DRAINED_FOR_ANNOTATION, "")
+            ),
+            within=5,
+            what="the drained mark",
+        )
+    writes = api.written()
+    cordon = first(writes, lambda w: w.resource == "nodes" and w.name == "spot-0")
+    surge = first(writes, lambda w: w.resource == "deployments")
+    lowered = first(writes, lambda w: w.resource == "pods" and w.name == "llm-a")
+    drained = first(
+        writes,
+        lambda w: (
+            w.name == "spot-0" and names.DRAINED_FOR_ANNOTATION in str(w.body.get("metadata") or {})
+        ),
+    )
+    assert cordon.at <= surge.at < lowered.at < drained.at
+    # Lowered only once the replacement was Ready (10 s of loading after the surge).
+    assert lowered.at - surge.at >= 10
+    # Surged once, scaled back once, the record dropped once its doomed pod was gone.
+    assert replicas_written(api) == [4, 3, None]
+    # Drained before Azure may take the VM.
+    assert CLOCK.now() - timedelta(seconds=CLOCK.monotonic() - drained.at) < not_before
+    # The notice is in the history, and the rest of the pool is steered away from.
+    history = api.get("configmaps", "spot-rebalancer", "ctl-history")
+    assert EVENT in history["data"][names.HISTORY_KEY]
+    assert names.COOLDOWN_UNTIL in annotations(api, "nodes", "", "spot-2")
+    assert api.written("POST", "pods/eviction") == [] and api.written("DELETE") == []
+
+
+async def test_a_cancelled_notice_leaves_nothing_of_ours() -> None:
+    api = cluster()
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        preempt(api, "spot-0", seconds=30)
+        await until(lambda: replicas(api) == 4, within=5, what="the surge")
+        cancel(api, "spot-0")
+        await until(
+            lambda: (
+                replicas(api) == 3
+                and names.SURGE_ANNOTATION not in annotations(api, "deployments", "ml", "llm")
+                and names.CORDONED_FOR not in annotations(api, "nodes", "", "spot-0")
+            ),
+            within=10,
+            what="the surge and the cordon undone",
+        )
+    spot0 = api.get("nodes", "", "spot-0")
+    assert not spot0["spec"].get("unschedulable")
+    assert [t["key"] for t in spot0["spec"]["taints"]] == ["kubernetes.azure.com/scalesetpriority"]
+    # The doomed replica was never touched: nothing evicted, deleted or re-costed.
+    assert [w for w in api.written() if w.resource.startswith("pods")] == []
+
+
+async def test_a_new_leader_keeps_the_quiet_time_of_the_preempt_before_it() -> None:
+    """The quiet time before a return to spot counts from the Preempt, which the old leader saw
+    and wrote into the history; a new leader that counted from its own start would wait 30 s
+    longer."""
+    api = cluster()
+    quick = {"cooldown_seconds": 60.0, "return_quiet_seconds": 120.0}
+    async with running(api, "ctl-a", **quick) as first_leader:
+        await until(lambda: first_leader.elector.is_leader, within=10, what="leading")
+        t0 = CLOCK.monotonic()
+        preempt(api, "spot-0", seconds=30)
+        await fail_over(api, load_seconds=5)
+        await until(lambda: replicas(api) == 3, within=10, what="the scale-back")
+        replicaset_scales_down(api)
+    await asyncio.sleep(t0 + 30 - CLOCK.monotonic())
+    azure_takes(api, "spot-0")
+    async with running(api, "ctl-b", **quick) as second_leader:
+        await until(lambda: second_leader.elector.is_leader, within=20, what="the takeover")
+        assert second_leader.snapshot().history.known() == {EVENT}
+        await until(
+            lambda: names.RETURN_ANNOTATION in annotations(api, "deployments", "ml", "llm"),
+            within=200,
+            what="a return to spot",
+        )
+        started = api.written("PATCH", "deployments")[-1].at
+    # 120 s after the Preempt as published (whole seconds: up to 1 s before t0); B took over at
+    # t0 + 30 and, counting from its own start, would have waited until t0 + 150.
+    assert 119 <= started - t0 < 125
+    # One surge over both leaders.
+    assert replicas_written(api).count(4) == 2  # the surge, then the return's extra replica
+    assert replicas_written(api)[0] == 4
+
+
+async def test_a_new_leader_counts_the_preempts_its_predecessor_saw() -> None:
+    api = cluster()
+    async with running(api, "ctl-a") as first_leader:
+        await until(lambda: first_leader.elector.is_leader, within=10, what="leading")
+        preempt(api, "spot-0", seconds=30)
+        await until(lambda: replicas(api) == 4, within=5, what="the surge")
+        await until(
+            lambda: (
+                names.HISTORY_KEY
+                in (api.objects.get(("configmaps", "spot-rebalancer", "ctl-history")) or {}).get(
+                    "data", {}
+                )
+            ),
+            within=5,
+            what="the history written",
+        )
+    await asyncio.sleep(30)
+    async with running(api, "ctl-b") as second_leader:
+        await until(lambda: second_leader.elector.is_leader, within=20, what="the takeover")
+        seen = CLOCK.now()
+        preempt(api, "spot-1", seconds=30, event_id="B0000000-0000-0000-0000-000000000002")
+        expected = iso(seen + timedelta(seconds=2 * 600))  # two Preempts in the last hour
+        await until(
+            lambda: annotations(api, "nodes", "", "spot-2").get(names.COOLDOWN_UNTIL) == expected,
+            within=5,
+            what=f"spot-2 cooling down until {expected}",
+        )
+        assert preempts_last_hour(second_leader.snapshot(), "gpuspot", "eastus-1") == 2
+
+
+async def test_a_conflict_storm_surges_once() -> None:
+    api = cluster()
+    api.fail("PATCH", "/deployments/llm", lambda: Conflict("modified", status=409), times=5)
+    api.fail("PATCH", "/nodes/spot-0", lambda: Conflict("modified", status=409), times=2)
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        preempt(api, "spot-0", seconds=30)
+        await until(lambda: replicas(api) == 4, within=10, what="the surge, after the storm")
+        await asyncio.sleep(3)
+    assert replicas_written(api) == [4]  # five 409s, then one surge: never 5
+    assert len(refused(api, "deployments")) == 5
+    assert annotations(api, "nodes", "", "spot-0")[names.CORDONED_FOR] == EVENT
+
+
+async def test_a_server_error_burst_is_retried_and_loses_nothing() -> None:
+    api = cluster()
+    for path in ("/nodes/spot-0", "/deployments/llm"):
+        api.fail("PATCH", path, lambda: ServerError("etcd leader changed", status=500), times=4)
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        preempt(api, "spot-0", seconds=30)
+        await until(
+            lambda: (
+                replicas(api) == 4 and names.CORDONED_FOR in annotations(api, "nodes", "", "spot-0")
+            ),
+            within=15,
+            what="cordon and surge after the burst",
+        )
+        await asyncio.sleep(3)
+    assert replicas_written(api) == [4]
+    assert len(refused(api, "deployments")) == 4
+
+
+async def test_a_pdb_that_allows_nothing_is_asked_again_then_overridden_at_the_deadline() -> None:
+    api = cluster()
+    cache = {
+        "metadata": {
+            "namespace": "cache",
+            "name": "cache-0",
+            "annotations": {},
+            "ownerReferences": [{"kind": "StatefulSet", "name": "cache", "controller": True}],
+        },
+        "spec": {"nodeName": "spot-0", "terminationGracePeriodSeconds": 30, "containers": []},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    api.put_object("pods", cache)
+    api.pdb_blocked.add(("cache", "cache-0"))
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        t0 = CLOCK.monotonic()
+        not_before = preempt(api, "spot-0", seconds=30)
+        await until(lambda: ("pods", "cache", "cache-0") not in api.objects, within=40, what="gone")
+        deleted = api.written("DELETE", "pods")[0]
+        await until(
+            lambda: (
+                EVENT
+                in annotations(api, "nodes", "", "spot-0").get(names.DRAINED_FOR_ANNOTATION, "")
+            ),
+            within=5,
+            what="the drained mark",
+        )
+        drained_at = CLOCK.now()
+    evictions = refused(api, "pods/eviction")
+    assert evictions and all(w.status == 429 for w in evictions)
+    assert drained_at < not_before
+    # Deleted when the deadline minus the 5 s margin came, with a grace that fits what is left.
+    assert 25 <= deleted.at - t0 < 27
+    assert deleted.body["gracePeriodSeconds"] <= 30 - (deleted.at - t0)
+    warnings = [
+        w
+        for w in api.written("POST", "events")
+        if w.body["reason"] == "SpotRebalancerEvictionBlocked"
+    ]
+    assert len(warnings) == 1 and warnings[0].body["involvedObject"]["uid"] == "uid-cache-0"

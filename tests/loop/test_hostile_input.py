@@ -1,0 +1,88 @@
+"""Hostile and malformed input on the objects the controller reads (issue: "a cache dies
+silently", "forged records are obeyed"): one bad object is skipped and reported, every other
+object is still acted on, and nothing a tenant can write makes the controller scale anything."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from rebalancer import names
+from tests.fakes.api import FakeApi
+from tests.loop.rig import (
+    EVENT,
+    annotations,
+    cluster,
+    preempt,
+    replicas,
+    running,
+    until,
+)
+
+pytestmark = pytest.mark.looptime
+
+DEEP = "[" * 3000 + "]" * 3000
+
+
+def hostile_surge(record: str) -> Any:
+    def write(obj: dict[str, Any]) -> None:
+        obj["metadata"]["annotations"][names.SURGE_ANNOTATION] = record
+
+    return write
+
+
+def drained(api: FakeApi, node: str) -> bool:
+    return EVENT in annotations(api, "nodes", "", node).get(names.DRAINED_FOR_ANNOTATION, "")
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        '{"baseReplicas": 1e999, "added": 1, "eventIds": [], "doomedPods": []}',
+        '{"baseReplicas": 30, "added": -27, "eventIds": [], "doomedPods": []}',
+        DEEP,
+        '{"baseReplicas": "3", "added": 1, "eventIds": ["E"], "doomedPods": ["ml/llm-a"]}',
+    ],
+    ids=["infinite", "negative", "deep", "string"],
+)
+async def test_a_forged_surge_record_on_a_quiet_workload_is_never_obeyed(record: str) -> None:
+    api = cluster()
+    api.edit("deployments", "ml", "llm", hostile_surge(record))
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        await asyncio.sleep(10)  # ten passes
+        assert all(informer.synced.is_set() for informer in controller.informers)
+        assert controller.liveness().ok
+    assert replicas(api) == 3
+    assert api.written("PATCH", "deployments") == []
+
+
+async def test_a_hostile_record_on_the_workload_being_drained_still_drains_the_node() -> None:
+    api = cluster()
+    api.edit("deployments", "ml", "llm", hostile_surge(DEEP))
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        preempt(api, "spot-0", seconds=30)
+        await until(lambda: drained(api, "spot-0"), within=40, what="the node drained")
+    assert replicas(api) == 3  # no surge from a record it cannot read: a plain drain
+    evicted = [w.name for w in api.written("POST", "pods/eviction")]
+    assert evicted == ["llm-a"]
+    warnings = [w.body["reason"] for w in api.written("POST", "events")]
+    assert "SpotRebalancerFailoverBlocked" in warnings
+
+
+async def test_a_deep_annotation_on_one_node_blinds_the_controller_to_nothing_else() -> None:
+    api = cluster()
+
+    def deep(obj: dict[str, Any]) -> None:
+        obj["metadata"]["annotations"][names.EVENTS_ANNOTATION] = DEEP
+
+    api.edit("nodes", "", "spot-1", deep)
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        api.edit("nodes", "", "spot-1", deep)  # again, while watched
+        preempt(api, "spot-0", seconds=30)
+        await until(lambda: replicas(api) == 4, within=5, what="the surge for spot-0")
+        assert controller.liveness().ok and controller.readiness().ok
