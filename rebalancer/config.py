@@ -267,6 +267,11 @@ class ControllerSettings(CommonSettings):
         "",
         description="Fail over only workloads with these labels: 'k=v,k2' (k2: the key exists).",
     )
+    agent_node_selector: str = Field(
+        f"{names.AKS_SPOT_LABEL}=spot",
+        description="Nodes that run our agent, 'k=v,k2': notices in the agent's condition and "
+        "annotation count only there (the chart derives it from agent.nodeSelector).",
+    )
     event_policy: dict[str, Policy] = Field(
         {str(event_type): policy for event_type, policy in DEFAULT_EVENT_POLICY.items()},
         description="What to do per event type: failover (surge, then drain), drain, or none.",
@@ -326,7 +331,7 @@ class ControllerSettings(CommonSettings):
             raise ValueError(f"pools declared twice: {twice}")
         return value
 
-    @field_validator("workload_selector")
+    @field_validator("workload_selector", "agent_node_selector")
     @classmethod
     def _selector(cls, value: str) -> str:
         parse_selector(value)

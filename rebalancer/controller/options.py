@@ -18,6 +18,7 @@ def planner_settings(settings: ControllerSettings) -> Settings:
         cooldown_seconds=settings.cooldown_seconds,
         gpu_workloads_only=settings.gpu_workloads_only,
         workload_selector=parse_selector(settings.workload_selector),
+        agent_nodes=parse_selector(settings.agent_node_selector),
         declared_pools=declared_pools(settings.pools),
         returns=ReturnSettings(
             enabled=settings.return_enabled,

@@ -67,7 +67,7 @@ from rebalancer.controller.returns import (
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
 from rebalancer.notices import Notice
 from rebalancer.timefmt import iso, parse_iso
-from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, MANUAL, EventType, Policy, Reason
+from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, MANUAL, EventType, Policy, Reason, Source
 
 # Cool-down taints written per pass: a wave's cordons and surges (planned in the next pass) must
 # never queue behind them for the request budget.
@@ -85,6 +85,10 @@ class Settings:
     gpu_workloads_only: bool = True
     # Only workloads whose labels match (key -> value, or key -> None: the key exists).
     workload_selector: Mapping[str, str | None] = field(default_factory=dict)
+    # Nodes that run our agent (the same form): an agent notice elsewhere was not written by it.
+    agent_nodes: Mapping[str, str | None] = field(
+        default_factory=lambda: {names.AKS_SPOT_LABEL: "spot"}
+    )
     returns: ReturnSettings = field(default_factory=ReturnSettings)
     # Pools that may have no Node (REBALANCER_POOLS), for the fail-over check.
     declared_pools: Mapping[str, Pool] = field(default_factory=dict)
@@ -99,6 +103,7 @@ class Plan:
     steps: tuple[tuple[Action, ...], ...]
     active: Mapping[str, Notice]  # node -> the notice acted on
     managed: frozenset[WorkloadKey] = frozenset()  # failed over make-before-break
+    ignored: tuple[tuple[str, str], ...] = ()  # (node, why) of notices not acted on
 
     @property
     def actions(self) -> tuple[Action, ...]:
@@ -130,7 +135,12 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     actions += plan_returns(
         snapshot, managed=set(chosen), active_nodes=set(active), settings=settings.returns
     )
-    return Plan(steps=_in_steps(actions), active=active, managed=chosen)
+    return Plan(
+        steps=_in_steps(actions),
+        active=active,
+        managed=chosen,
+        ignored=ignored_notices(snapshot, settings),
+    )
 
 
 def _in_steps(actions: list[Action]) -> tuple[tuple[Action, ...], ...]:
@@ -145,10 +155,36 @@ def active_notices(snapshot: Snapshot, settings: Settings) -> dict[str, Notice]:
     """The most urgent notice that calls for action on each node."""
     active = {}
     for node in snapshot.nodes.values():
-        acting = [n for n in node.notices if settings.policy_for(n.event_type) != Policy.NONE]
+        acting = [
+            n
+            for n in node.notices
+            if settings.policy_for(n.event_type) != Policy.NONE and _trusted(n, node, settings)
+        ]
         if acting:
             active[node.name] = acting[0]  # notices come sorted most urgent first
     return active
+
+
+def _trusted(notice: Notice, node: NodeInfo, settings: Settings) -> bool:
+    """An agent notice counts only on a node that runs our agent: on any other node it was
+    written by someone else (a compromised agent elsewhere is stopped by the chart's admission
+    policy; this stops the rest)."""
+    return notice.source != Source.AGENT or labels_match(node.labels, settings.agent_nodes)
+
+
+def labels_match(labels: Mapping[str, str], selector: Mapping[str, str | None]) -> bool:
+    return all(
+        key in labels and (value is None or labels[key] == value) for key, value in selector.items()
+    )
+
+
+def ignored_notices(snapshot: Snapshot, settings: Settings) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (node.name, f"agent notice {n.event_id} on a node that runs no agent of ours")
+        for node in snapshot.nodes.values()
+        for n in node.notices
+        if not _trusted(n, node, settings)
+    )
 
 
 def deadline_near(notice: Notice, now: datetime, settings: Settings) -> bool:
@@ -238,9 +274,8 @@ def managed(workload: WorkloadInfo | None, settings: Settings) -> bool:
     """Failed over make-before-break (the rest of a doomed node is simply drained)."""
     if workload is None or workload.opted_out:
         return False
-    for key, value in settings.workload_selector.items():
-        if key not in workload.labels or (value is not None and workload.labels[key] != value):
-            return False
+    if not labels_match(workload.labels, settings.workload_selector):
+        return False
     return workload.gpus_per_replica > 0 or not settings.gpu_workloads_only
 
 

@@ -115,6 +115,8 @@ class Recorder:
 
     def observe(self, snapshot: Snapshot, plan: Plan, elapsed: float) -> None:
         self.metrics.active_notices.set(len(plan.active))
+        for node, why in plan.ignored:
+            self.log_once("notice ignored", why, node=node)
         self._notices(snapshot)
         self._deficit(snapshot, elapsed)
         self._evictions(snapshot)

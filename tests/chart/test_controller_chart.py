@@ -156,6 +156,7 @@ NOT_IN_SETTINGS = {
     "http_port": "controller.port, shared with the probes, the Service and the container port",
     "prices_file": "controller.prices: rendered into a ConfigMap, mounted, and named by it",
     "pools": "controller.pools: the cluster's pools, not a tuning knob (read back below)",
+    "agent_node_selector": "agent.nodeSelector: where the agent runs is where its notices count",
 }
 DIFFERENT_DEFAULTS = {
     "log_format": ("json", "a pod has no terminal, so auto means json anyway; say it plainly"),

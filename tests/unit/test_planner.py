@@ -649,3 +649,14 @@ def test_a_pod_already_terminating_past_the_deadline_is_deleted_again_with_less_
     deletes = [(d.pod[1], d.grace_seconds) for d in of_type(result.actions, Delete)]
     assert deletes == ([] if deleted_with is None else [("web", deleted_with)])
     assert of_type(result.actions, MarkDrained) == []  # terminating is not gone
+
+
+def test_an_agent_notice_on_a_node_that_runs_no_agent_is_not_acted_on() -> None:
+    """Our agent runs on spot nodes; its condition on an on-demand node was written by someone
+    else, and would drain a node Azure is not taking."""
+    nodes = [node_json("od-0", pool="odgpu", spot=False, notice_seconds=30)]
+    result = plan(snapshot(nodes, [pod("p2", "od-0")]), Settings())
+    assert result.active == {} and of_type(result.actions, Cordon) == []
+    assert [node for node, _ in result.ignored] == ["od-0"]
+    anywhere = Settings(agent_nodes={})  # an agent DaemonSet on every node
+    assert of_type(plan(snapshot(nodes, [pod("p2", "od-0")]), anywhere).actions, Cordon)
