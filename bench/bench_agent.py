@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from rebalancer.node_signal import CONDITION_TYPE, parse_message
-from rebalancer.sim.imds import ImdsEmulator
+from rebalancer_sim.imds import ImdsEmulator
 from tests.fakes.kube import FakeNodeApi, write_kubeconfig
 from tests.helpers import free_port, serve
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import aiohttp
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.cluster import ClusterEmulator
-from rebalancer.sim.scenario import load_scenario, parse_scenario
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer_sim.scenario import load_scenario, parse_scenario
 from tests.helpers import free_port
 
 GPU_TOLERATIONS = ["kubernetes.azure.com/scalesetpriority=spot:NoSchedule", "sku=gpu:NoSchedule"]

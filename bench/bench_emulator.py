@@ -20,9 +20,9 @@ import time
 
 import aiohttp
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.cluster import ClusterEmulator
-from rebalancer.sim.scenario import load_scenario
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer_sim.scenario import load_scenario
 
 
 def rss_mib() -> float:

@@ -7,6 +7,7 @@ process at start with one line naming the setting.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -24,6 +25,13 @@ from rebalancer.config import (
 )
 
 S = TypeVar("S", bound=BaseSettings)
+
+# The developer package (sim/ in the repository): the cluster emulator, the IMDS emulator, the demo.
+DEV_PACKAGE = "rebalancer_sim"
+DEV_COMMANDS = {
+    "demo": "Run the demo on an emulated cluster (developer package; not in the image).",
+    "sim": "Emulators for tests and demos (developer package; not in the image).",
+}
 
 
 def _settings_parser(
@@ -64,21 +72,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, CliSettingsSource
         ),
     }
     commands.add_parser("version", help="Print the version.")
-    demo = commands.add_parser("demo", help="Run the demo on an emulated cluster.")
-    demo.add_argument("--notice-seconds", type=float, default=30.0)
-    sim = commands.add_parser("sim", help="Emulators for tests and demos.")
-    sim_commands = sim.add_subparsers(dest="sim_command", metavar="EMULATOR")
-    imds = sim_commands.add_parser("imds", help="Serve an IMDS Scheduled Events emulator.")
-    imds.add_argument("--host", default="127.0.0.1")
-    imds.add_argument("--port", type=int, default=8169)
-    serve = sim_commands.add_parser(
-        "serve", help="Serve an emulated AKS cluster (Kubernetes API + IMDS) from a scenario."
-    )
-    serve.add_argument("scenario", metavar="SCENARIO", help="a scenario file or shipped name")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=0, help="API port (0: any free port)")
-    serve.add_argument("--imds-port", type=int, default=0, help="IMDS port (0: any free port)")
-    serve.add_argument("--kubeconfig-dir", default=None, help="where to write the kubeconfig")
+    # The emulator and the demo live in the developer package (sim/ in the repository), which the
+    # container image does not ship: listed here for --help, parsed and run by rebalancer_sim.cli.
+    for name, help_text in DEV_COMMANDS.items():
+        commands.add_parser(name, help=help_text, add_help=False)
     from rebalancer.simulate.files import add_arguments
 
     simulate = commands.add_parser(
@@ -91,9 +88,34 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, CliSettingsSource
     return parser, sources
 
 
+def _run_dev_command(argv: list[str]) -> int:
+    """Hand `demo` and `sim ...` to the developer package, or say in one line that it is absent.
+
+    Imported by name at run time, not statically: the product never imports the emulator (an
+    import-linter contract checks it), and the image that runs in clusters does not contain it.
+    """
+    try:
+        dev_cli = importlib.import_module(DEV_PACKAGE + ".cli")
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] != DEV_PACKAGE:
+            raise
+        print(
+            f"rebalancer: `{argv[0]}` is a developer command, not in this image or install: it "
+            "needs the package spot-rebalancer-sim (sim/ in the repository, which "
+            "scripts/bootstrap installs)",
+            file=sys.stderr,
+        )
+        return 2
+    result: int = dev_cli.main(argv)
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in DEV_COMMANDS:
+        return _run_dev_command(arguments)
     parser, sources = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     if args.command == "version":
         print(f"rebalancer {__version__}")
         return 0
@@ -105,28 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rebalancer.controller.main import run_controller
 
         return run_controller(_load(ControllerSettings, sources["controller"], args))
-    if args.command == "demo":
-        from rebalancer.demo import run_demo
-
-        return run_demo(notice_seconds=args.notice_seconds)
     if args.command == "simulate":
         from rebalancer.simulate.files import run
 
         return run(args)
-    if args.command == "sim" and args.sim_command == "imds":
-        from rebalancer.sim.serve import serve_imds
-
-        return serve_imds(host=args.host, port=args.port)
-    if args.command == "sim" and args.sim_command == "serve":
-        from rebalancer.sim.serve import serve_cluster
-
-        return serve_cluster(
-            args.scenario,
-            host=args.host,
-            port=args.port,
-            imds_port=args.imds_port,
-            kubeconfig_dir=args.kubeconfig_dir,
-        )
     parser.print_help()
     return 2
 

@@ -55,7 +55,11 @@ class CommonSettings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="auto: JSON unless stderr is a terminal."
     )
-    http_host: str = Field("0.0.0.0", description="Address of /metrics, /healthz and /readyz.")
+    http_host: str = Field(
+        "0.0.0.0",
+        description="Address of /metrics, /healthz and /readyz; 0.0.0.0 is every interface, in a "
+        "pod the pod IP (kubelet probes and Prometheus connect there).",
+    )
     kubeconfig: str | None = Field(
         None,
         description="Path of a kubeconfig; unset: in-cluster config, else $KUBECONFIG.",

@@ -135,7 +135,10 @@ def test_kinds_per_scenario(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert {obj["kind"] for obj in rendered["defaults"]} == both
     # The dashboards' ConfigMaps come with the profile and with everything on.
     assert {obj["kind"] for obj in rendered["aks-spot"]} == both | CRD_KINDS | {"ConfigMap"}
-    assert {obj["kind"] for obj in rendered["everything"]} == both | CRD_KINDS | {"ConfigMap"}
+    assert {obj["kind"] for obj in rendered["everything"]} == both | CRD_KINDS | {
+        "ConfigMap",
+        "NetworkPolicy",
+    }
 
 
 def components(objects: list[dict[str, Any]]) -> set[str]:
@@ -421,6 +424,9 @@ BAD_VALUES = [
     ("image.digest", '"latest"'),
     ("prometheusRule.rules.agentNotPolling.for", '"soon"'),
     ("prometheusRule.rules.agentNodeWritesFailing.errorRatio", "1.5"),
+    ("networkPolicy.metricsFrom", "[{}]"),
+    ("networkPolicy.metricsFrom", '[{"podSelecter": {"matchLabels": {"a": "b"}}}]'),
+    ("networkPolicy.metricsFrom", '[{"ipBlock": {"except": ["10.0.0.0/8"]}}]'),
     ("notAValue", "true"),
 ]
 
@@ -433,6 +439,61 @@ def test_schema_rejects(tools: Tools, helm: str, path: str, value: str) -> None:
     assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
     leaf = path.rsplit(".", maxsplit=1)[-1]
     assert leaf in result.stderr, result.stderr
+
+
+# ---- NetworkPolicy -----------------------------------------------------------------------------
+
+
+def test_network_policies_admit_only_the_given_peers_to_the_metrics_port(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    values = values_of("everything")
+    policies = [obj for obj in rendered["everything"] if obj["kind"] == "NetworkPolicy"]
+    assert {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in policies} == {
+        "agent",
+        "controller",
+    }
+    for policy in policies:
+        component = policy["metadata"]["labels"]["app.kubernetes.io/component"]
+        kind = "DaemonSet" if component == "agent" else "Deployment"
+        workload = of_component(rendered["everything"], kind, component)
+        # Selects exactly the component's pods...
+        assert (
+            policy["spec"]["podSelector"]["matchLabels"]
+            == workload["spec"]["selector"]["matchLabels"]
+        )
+        # ...restricts ingress only (egress reaches IMDS, the API server, the prices API)...
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        # ...and admits one thing: the given peers, on the container port named http-metrics.
+        (rule,) = policy["spec"]["ingress"]
+        assert rule["from"] == values["networkPolicy"]["metricsFrom"]
+        assert rule["ports"] == [{"port": "http-metrics", "protocol": "TCP"}]
+        ports = [
+            port["name"]
+            for container in workload["spec"]["template"]["spec"]["containers"]
+            for port in container.get("ports", [])
+        ]
+        assert ports == ["http-metrics"]
+
+
+def test_network_policies_without_peers_admit_nothing(tools: Tools) -> None:
+    """No peers means no ingress rule at all: a rule without `from` would admit every source."""
+    policies = [
+        obj
+        for obj in tools.template("--set", "networkPolicy.enabled=true")
+        if obj["kind"] == "NetworkPolicy"
+    ]
+    assert len(policies) == 2
+    for policy in policies:
+        assert policy["spec"]["ingress"] == [] and policy["spec"]["policyTypes"] == ["Ingress"]
+
+
+def test_network_policies_follow_the_installed_components(tools: Tools) -> None:
+    objects = tools.template(
+        "--set", "networkPolicy.enabled=true", "--set", "controller.enabled=false"
+    )
+    policies = [obj for obj in objects if obj["kind"] == "NetworkPolicy"]
+    assert [p["metadata"]["labels"]["app.kubernetes.io/component"] for p in policies] == ["agent"]
 
 
 def chart_meta() -> dict[str, Any]:

@@ -43,10 +43,10 @@ from rebalancer.kube.nodes import NodeApi
 from rebalancer.metrics import AgentMetrics, ControllerMetrics
 from rebalancer.names import COOLDOWN_UNTIL
 from rebalancer.node_signal import CONDITION_TYPE, DRAINED_FOR_ANNOTATION
-from rebalancer.sim import resources as R
-from rebalancer.sim.cluster import ClusterEmulator
-from rebalancer.sim.imds import ImdsEmulator
-from rebalancer.sim.scenario import parse_scenario
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer_sim.imds import ImdsEmulator
+from rebalancer_sim.scenario import parse_scenario
 from tests.chart.conftest import Tools, of_component, one
 from tests.e2e.rig import ready
 from tests.fakes.kube import FakeNodeApi, Recorded, write_kubeconfig

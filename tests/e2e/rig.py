@@ -23,9 +23,9 @@ from typing import Any
 import aiohttp
 
 from rebalancer import names
-from rebalancer.sim import resources as R
-from rebalancer.sim.cluster import ClusterEmulator
-from rebalancer.sim.scenario import parse_scenario
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer_sim.scenario import parse_scenario
 from tests.helpers import free_port
 
 SPOT_TOLERATIONS = ["kubernetes.azure.com/scalesetpriority=spot:NoSchedule", "sku=gpu:NoSchedule"]

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from rebalancer.node_signal import CONDITION_TYPE, parse_message
-from rebalancer.sim.imds import ImdsEmulator
+from rebalancer_sim.imds import ImdsEmulator
 from tests.fakes.kube import FakeNodeApi, write_kubeconfig
 from tests.helpers import free_port, serve, wait_for
 

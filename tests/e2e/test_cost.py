@@ -10,7 +10,7 @@ import pytest
 
 from rebalancer.azure.prices import BUNDLED
 from rebalancer.controller.cost import region_of
-from rebalancer.sim import resources as R
+from rebalancer_sim import resources as R
 from tests.e2e.rig import Rig, running
 
 pytestmark = pytest.mark.e2e

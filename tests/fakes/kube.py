@@ -4,7 +4,7 @@ It speaks real JSON over HTTP on 127.0.0.1 and applies the two patches the agent
 patch of annotations; strategic merge patch of status.conditions keyed by type), records every
 request, and can fail the next requests with a chosen status and a `Status` body. Like the real
 API server it refuses (422 Invalid) a Node whose annotations total more than 256 KiB. The cluster
-emulator (rebalancer.sim) is the full version; this one exists to inject faults precisely.
+emulator (rebalancer_sim) is the full version; this one exists to inject faults precisely.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from rebalancer.node_signal import (
     NodeEvents,
     parse_message,
 )
-from rebalancer.sim.imds import ImdsEmulator
+from rebalancer_sim.imds import ImdsEmulator
 from tests.fakes.kube import FakeNodeApi, write_kubeconfig
 from tests.helpers import serve
 

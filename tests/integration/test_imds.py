@@ -12,7 +12,7 @@ import pytest
 from rebalancer.azure.imds import ImdsClient, ImdsError
 from rebalancer.clock import ManualClock
 from rebalancer.retry import Backoff
-from rebalancer.sim.imds import ImdsEmulator
+from rebalancer_sim.imds import ImdsEmulator
 from tests.helpers import serve
 
 VM = "aks-gpu-12345678-vmss_0"

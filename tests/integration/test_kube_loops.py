@@ -13,8 +13,8 @@ import pytest
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.informer import Informer
 from rebalancer.kube.leader import LeaderElector
-from rebalancer.sim import resources as R
-from rebalancer.sim.cluster import ClusterEmulator
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
 from tests.helpers import wait_for
 
 

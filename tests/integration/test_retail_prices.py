@@ -9,7 +9,7 @@ import pytest
 
 from rebalancer.azure.prices import Price
 from rebalancer.azure.retail_prices import RetailPricesClient, RetailPricesError
-from rebalancer.sim.prices import RetailPricesEmulator
+from rebalancer_sim.prices import RetailPricesEmulator
 from tests.helpers import serve
 
 ROWS = json.loads((Path(__file__).parent.parent / "data" / "retail-prices-rows.json").read_text())[

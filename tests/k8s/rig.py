@@ -28,7 +28,7 @@ import yaml
 
 from rebalancer import names
 from rebalancer.agent.vm_name import vm_name_from_provider_id
-from rebalancer.sim.imds import EmulatedEvent, ImdsEmulator
+from rebalancer_sim.imds import EmulatedEvent, ImdsEmulator
 from tests.chart.generated import CHART, helm_environment
 from tests.controlplane import ControlPlane
 from tests.e2e.rig import ProcessRig, npd_conditions

@@ -13,8 +13,8 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 
 from rebalancer.clock import ManualClock
-from rebalancer.sim.cluster import ClusterEmulator
-from rebalancer.sim.scenario import Scenario, parse_scenario
+from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer_sim.scenario import Scenario, parse_scenario
 from tests.controlplane import ControlPlane
 
 from .backend import Backend, eventually, kubeconfig_in, namespace_for

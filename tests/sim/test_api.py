@@ -18,8 +18,8 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.cluster import ClusterEmulator
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
 
 from .backend import Backend
 from .conftest import eventually

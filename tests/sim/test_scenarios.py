@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from rebalancer.clock import ManualClock
-from rebalancer.sim import resources as R
-from rebalancer.sim.cluster import ClusterEmulator
-from rebalancer.sim.objects import condition_true
-from rebalancer.sim.scenario import ScenarioError, load_scenario, shipped_scenarios
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer_sim.objects import condition_true
+from rebalancer_sim.scenario import ScenarioError, load_scenario, shipped_scenarios
 
 
 def test_shipped_scenarios_parse() -> None:

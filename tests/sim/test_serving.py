@@ -13,9 +13,9 @@ from pathlib import Path
 import aiohttp
 
 from rebalancer.azure.imds import ImdsClient
-from rebalancer.sim import resources as R
-from rebalancer.sim.cluster import ClusterEmulator
-from rebalancer.sim.objects import condition_true
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer_sim.objects import condition_true
 from tests.helpers import KUBECTL
 
 from .conftest import eventually

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from rebalancer.clock import ManualClock
-from rebalancer.sim import resources as R
-from rebalancer.sim.selectors import parse_field_selector, parse_label_selector
-from rebalancer.sim.status import ApiError
-from rebalancer.sim.store import Store
+from rebalancer_sim import resources as R
+from rebalancer_sim.selectors import parse_field_selector, parse_label_selector
+from rebalancer_sim.status import ApiError
+from rebalancer_sim.store import Store
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rebalancer.sim.resources import ResourceType
+from rebalancer_sim.resources import ResourceType
 
 
 class ApiError(Exception):

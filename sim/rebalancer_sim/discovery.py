@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.resources import VERBS, ResourceType
+from rebalancer_sim import resources as R
+from rebalancer_sim.resources import VERBS, ResourceType
 
 KUBERNETES_VERSION = ("1", "32", "v1.32.0-sim")
 

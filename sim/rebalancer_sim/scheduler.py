@@ -20,9 +20,9 @@ import json
 from collections import Counter
 from typing import Any
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.objects import Obj, controller_ref, is_terminating, pod_requests, with_condition
-from rebalancer.sim.scheduling import (
+from rebalancer_sim import resources as R
+from rebalancer_sim.objects import Obj, controller_ref, is_terminating, pod_requests, with_condition
+from rebalancer_sim.scheduling import (
     UNSCHEDULABLE_TAINT,
     allocatable,
     insufficient,
@@ -33,7 +33,7 @@ from rebalancer.sim.scheduling import (
     tolerates,
     untolerated_taint,
 )
-from rebalancer.sim.store import Change, Store, format_time
+from rebalancer_sim.store import Change, Store, format_time
 
 PodKey = tuple[str, str]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rebalancer.sim.objects import Obj, parse_quantity
-from rebalancer.sim.selectors import node_selector_term_matches
+from rebalancer_sim.objects import Obj, parse_quantity
+from rebalancer_sim.selectors import node_selector_term_matches
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from rebalancer.sim.status import ApiError, bad_request, unsupported_media_type
+from rebalancer_sim.status import ApiError, bad_request, unsupported_media_type
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -8,9 +8,9 @@ import sys
 from aiohttp import web
 
 from rebalancer.process import run_until_signalled
-from rebalancer.sim.cluster import ClusterEmulator
-from rebalancer.sim.imds import ImdsEmulator
-from rebalancer.sim.scenario import ScenarioError, load_scenario
+from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer_sim.imds import ImdsEmulator
+from rebalancer_sim.scenario import ScenarioError, load_scenario
 
 
 def serve_imds(*, host: str, port: int) -> int:

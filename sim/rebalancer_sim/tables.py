@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rebalancer.sim.objects import Obj, condition_true, is_terminating, pod_phase
-from rebalancer.sim.resources import ResourceType
-from rebalancer.sim.store import Store, parse_time
+from rebalancer_sim.objects import Obj, condition_true, is_terminating, pod_phase
+from rebalancer_sim.resources import ResourceType
+from rebalancer_sim.store import Store, parse_time
 
 
 def _age(obj: Obj, store: Store) -> str:

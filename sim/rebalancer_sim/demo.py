@@ -23,9 +23,9 @@ from typing import Any
 import yaml
 
 from rebalancer import names
-from rebalancer.sim import resources as R
-from rebalancer.sim.cluster import ClusterEmulator
-from rebalancer.sim.scenario import parse_scenario
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer_sim.scenario import parse_scenario
 
 DEMO_SCENARIO = """
 name: demo

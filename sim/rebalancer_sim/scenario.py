@@ -69,7 +69,7 @@ Format (every key but `name` under a pool or workload is optional)::
       - at: 60
         scale: {workload: inference, replicas: 5}
 
-`load_scenario` accepts a path or the name of a shipped scenario (`rebalancer/sim/scenarios`).
+`load_scenario` accepts a path or the name of a shipped scenario (`sim/rebalancer_sim/scenarios`).
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ from typing import Any
 
 import yaml
 
-from rebalancer.sim.pools import ClusterInfo, PoolSpec
-from rebalancer.sim.scheduling import parse_taint
+from rebalancer_sim.pools import ClusterInfo, PoolSpec
+from rebalancer_sim.scheduling import parse_taint
 
 STARTUP_ANNOTATION = "sim.spot-rebalancer.io/startup-seconds"
 SHUTDOWN_ANNOTATION = "sim.spot-rebalancer.io/shutdown-seconds"
@@ -401,7 +401,7 @@ def parse_scenario(data: Any) -> Scenario:
 
 
 def shipped_scenarios() -> list[str]:
-    folder = package_resources.files("rebalancer.sim") / "scenarios"
+    folder = package_resources.files("rebalancer_sim") / "scenarios"
     return sorted(
         entry.name.removesuffix(".yaml")
         for entry in folder.iterdir()
@@ -416,7 +416,7 @@ def load_scenario(path_or_name: str | Path) -> Scenario:
         text = path.read_text()
     else:
         name = str(path_or_name).removesuffix(".yaml")
-        resource = package_resources.files("rebalancer.sim") / "scenarios" / f"{name}.yaml"
+        resource = package_resources.files("rebalancer_sim") / "scenarios" / f"{name}.yaml"
         if not resource.is_file():
             raise ScenarioError(
                 f"no scenario file {path_or_name!r} and no shipped scenario of that name "

@@ -24,17 +24,17 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from rebalancer.sim import defaults, discovery, patch, tables
-from rebalancer.sim import resources as R
-from rebalancer.sim.disruption import evict
-from rebalancer.sim.resources import ResourceType
-from rebalancer.sim.selectors import (
+from rebalancer_sim import defaults, discovery, patch, tables
+from rebalancer_sim import resources as R
+from rebalancer_sim.disruption import evict
+from rebalancer_sim.resources import ResourceType
+from rebalancer_sim.selectors import (
     LabelPredicate,
     ObjectPredicate,
     parse_field_selector,
     parse_label_selector,
 )
-from rebalancer.sim.status import (
+from rebalancer_sim.status import (
     ApiError,
     bad_request,
     method_not_allowed,
@@ -43,7 +43,7 @@ from rebalancer.sim.status import (
     success,
     unsupported_media_type,
 )
-from rebalancer.sim.store import Obj, Store, dumps
+from rebalancer_sim.store import Obj, Store, dumps
 
 # What Go's strconv.ParseBool reads as true: upstream parses boolean query parameters with it.
 WATCH_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})

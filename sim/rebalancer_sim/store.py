@@ -29,11 +29,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rebalancer.clock import Clock
-from rebalancer.sim import defaults
-from rebalancer.sim import resources as R
-from rebalancer.sim.resources import ResourceType
-from rebalancer.sim.selectors import LabelPredicate, ObjectPredicate
-from rebalancer.sim.status import (
+from rebalancer_sim import defaults
+from rebalancer_sim import resources as R
+from rebalancer_sim.resources import ResourceType
+from rebalancer_sim.selectors import LabelPredicate, ObjectPredicate
+from rebalancer_sim.status import (
     STALE,
     ApiError,
     already_exists,

@@ -20,11 +20,11 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from rebalancer.azure.scheduled_events import format_not_before
-from rebalancer.sim import resources as R
-from rebalancer.sim.cloud import Cloud
-from rebalancer.sim.imds import EmulatedEvent
-from rebalancer.sim.objects import Obj, get_condition, with_condition
-from rebalancer.sim.store import format_time
+from rebalancer_sim import resources as R
+from rebalancer_sim.cloud import Cloud
+from rebalancer_sim.imds import EmulatedEvent
+from rebalancer_sim.objects import Obj, get_condition, with_condition
+from rebalancer_sim.store import format_time
 
 DOCS_LINK = "https://aka.ms/aks/scheduledevents"
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Terminate", "Preempt")

@@ -9,12 +9,12 @@ count) for `scale_down_unneeded_seconds` is deleted. Pools without `max_count` n
 
 from __future__ import annotations
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.cloud import Cloud
-from rebalancer.sim.objects import Obj, is_terminating, pod_requests
-from rebalancer.sim.pools import PoolSpec, is_workload_pod, pod_fits_pool, template_node
-from rebalancer.sim.scheduler import Scheduler
-from rebalancer.sim.scheduling import allocatable, insufficient
+from rebalancer_sim import resources as R
+from rebalancer_sim.cloud import Cloud
+from rebalancer_sim.objects import Obj, is_terminating, pod_requests
+from rebalancer_sim.pools import PoolSpec, is_workload_pod, pod_fits_pool, template_node
+from rebalancer_sim.scheduler import Scheduler
+from rebalancer_sim.scheduling import allocatable, insufficient
 
 
 class Autoscaler:

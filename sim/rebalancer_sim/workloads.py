@@ -25,8 +25,8 @@ import json
 from collections import Counter
 from typing import Any
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.objects import (
+from rebalancer_sim import resources as R
+from rebalancer_sim.objects import (
     Obj,
     annotation,
     controller_ref,
@@ -38,11 +38,11 @@ from rebalancer.sim.objects import (
     pod_phase,
     with_condition,
 )
-from rebalancer.sim.resources import ResourceType
-from rebalancer.sim.scheduling import matches_node_selector_and_affinity, untolerated_taint
-from rebalancer.sim.selectors import label_selector_object
-from rebalancer.sim.status import ApiError
-from rebalancer.sim.store import Change, Store, format_time
+from rebalancer_sim.resources import ResourceType
+from rebalancer_sim.scheduling import matches_node_selector_and_affinity, untolerated_taint
+from rebalancer_sim.selectors import label_selector_object
+from rebalancer_sim.status import ApiError
+from rebalancer_sim.store import Change, Store, format_time
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 TEMPLATE_HASH = "pod-template-hash"

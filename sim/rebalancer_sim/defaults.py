@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.resources import ResourceType
-from rebalancer.sim.status import invalid
+from rebalancer_sim import resources as R
+from rebalancer_sim.resources import ResourceType
+from rebalancer_sim.status import invalid
 
 Obj = dict[str, Any]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.objects import (
+from rebalancer_sim import resources as R
+from rebalancer_sim.objects import (
     Obj,
     controller_ref,
     is_pod_ready,
@@ -24,9 +24,9 @@ from rebalancer.sim.objects import (
     pod_phase,
     with_condition,
 )
-from rebalancer.sim.selectors import LabelPredicate, label_selector_object
-from rebalancer.sim.status import ApiError, bad_request, precondition_failed
-from rebalancer.sim.store import Change, Store, format_time
+from rebalancer_sim.selectors import LabelPredicate, label_selector_object
+from rebalancer_sim.status import ApiError, bad_request, precondition_failed
+from rebalancer_sim.store import Change, Store, format_time
 
 PdbKey = tuple[str, str]
 

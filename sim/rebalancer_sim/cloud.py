@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.imds import EmulatedEvent, ImdsEmulator
-from rebalancer.sim.objects import Obj, with_condition
-from rebalancer.sim.pools import ClusterInfo, PoolSpec, base36, build_node, node_name, vm_name
-from rebalancer.sim.store import Store, format_time
+from rebalancer_sim import resources as R
+from rebalancer_sim.imds import EmulatedEvent, ImdsEmulator
+from rebalancer_sim.objects import Obj, with_condition
+from rebalancer_sim.pools import ClusterInfo, PoolSpec, base36, build_node, node_name, vm_name
+from rebalancer_sim.store import Store, format_time
 
 SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
 TAKES_VM_AWAY = frozenset({"Preempt", "Terminate"})

@@ -20,8 +20,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.objects import (
+from rebalancer_sim import resources as R
+from rebalancer_sim.objects import (
     Obj,
     annotation,
     condition_true,
@@ -30,8 +30,8 @@ from rebalancer.sim.objects import (
     pod_phase,
     with_condition,
 )
-from rebalancer.sim.scheduling import toleration_matches
-from rebalancer.sim.store import Change, Store, format_time, parse_time
+from rebalancer_sim.scheduling import toleration_matches
+from rebalancer_sim.store import Change, Store, format_time, parse_time
 
 STARTUP_ANNOTATION = "sim.spot-rebalancer.io/startup-seconds"
 SHUTDOWN_ANNOTATION = "sim.spot-rebalancer.io/shutdown-seconds"

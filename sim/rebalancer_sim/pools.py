@@ -20,8 +20,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from rebalancer.sim.objects import Obj, controller_ref, is_terminating, parse_quantity, pod_requests
-from rebalancer.sim.scheduling import (
+from rebalancer_sim.objects import Obj, controller_ref, is_terminating, parse_quantity, pod_requests
+from rebalancer_sim.scheduling import (
     allocatable,
     insufficient,
     matches_node_selector_and_affinity,

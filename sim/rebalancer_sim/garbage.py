@@ -7,10 +7,10 @@ node that no longer exists are removed at once, as upstream's pod GC does for or
 
 from __future__ import annotations
 
-from rebalancer.sim import resources as R
-from rebalancer.sim.objects import controller_ref
-from rebalancer.sim.status import ApiError
-from rebalancer.sim.store import Change, Store
+from rebalancer_sim import resources as R
+from rebalancer_sim.objects import controller_ref
+from rebalancer_sim.status import ApiError
+from rebalancer_sim.store import Change, Store
 
 
 class GarbageCollector:

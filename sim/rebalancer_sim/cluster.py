@@ -29,20 +29,20 @@ from typing import Any
 from aiohttp import web
 
 from rebalancer.clock import Clock, ManualClock, SystemClock
-from rebalancer.sim import resources as R
-from rebalancer.sim.apiserver import ApiServer
-from rebalancer.sim.capacity import Autoscaler
-from rebalancer.sim.cloud import Cloud
-from rebalancer.sim.disruption import DisruptionController
-from rebalancer.sim.garbage import GarbageCollector
-from rebalancer.sim.imds import EmulatedEvent, ImdsEmulator
-from rebalancer.sim.kubelet import Kubelets, NodeLifecycle
-from rebalancer.sim.npd import CONDITION_TYPES, NodeProblemDetector
-from rebalancer.sim.objects import Obj
-from rebalancer.sim.scenario import Scenario, TimelineStep, load_scenario
-from rebalancer.sim.scheduler import Scheduler
-from rebalancer.sim.store import DEFAULT_HISTORY, Store
-from rebalancer.sim.workloads import (
+from rebalancer_sim import resources as R
+from rebalancer_sim.apiserver import ApiServer
+from rebalancer_sim.capacity import Autoscaler
+from rebalancer_sim.cloud import Cloud
+from rebalancer_sim.disruption import DisruptionController
+from rebalancer_sim.garbage import GarbageCollector
+from rebalancer_sim.imds import EmulatedEvent, ImdsEmulator
+from rebalancer_sim.kubelet import Kubelets, NodeLifecycle
+from rebalancer_sim.npd import CONDITION_TYPES, NodeProblemDetector
+from rebalancer_sim.objects import Obj
+from rebalancer_sim.scenario import Scenario, TimelineStep, load_scenario
+from rebalancer_sim.scheduler import Scheduler
+from rebalancer_sim.store import DEFAULT_HISTORY, Store
+from rebalancer_sim.workloads import (
     DaemonSetController,
     DeploymentController,
     ReplicaSetController,

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rebalancer.sim.status import bad_request
+from rebalancer_sim.status import bad_request
 
 Labels = Mapping[str, str]
 LabelPredicate = Callable[[Labels], bool]
