@@ -65,9 +65,9 @@ class AzureIdentityToken:
     async def token(self) -> str:
         from azure.core.exceptions import AzureError
 
-        if self._credential is None:
-            self._credential = self._make()
         try:
+            if self._credential is None:
+                self._credential = self._make()
             access = await self._credential.get_token(self._scope)
         except (AzureError, ValueError, OSError) as error:
             # ClientAuthenticationError (Entra refused the federated token: expired, wrong

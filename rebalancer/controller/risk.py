@@ -95,7 +95,8 @@ class Risk:
     region: str
     rate_per_hour: float
     level: str
-    prior_rate: float  # after the placement factor
+    base_rate: float  # the bucket's rate or the settings' prior
+    prior_rate: float  # the base rate times the placement factor
     observed_rate: float | None  # D / E; None while the history has watched nothing
     placement_score: str  # as Azure spelled it; "" when none was used
     reasons: tuple[Reason, ...]
@@ -201,6 +202,7 @@ def _assess_group(
         reasons.append(prior_reason)
     factor, score, score_reason = _placement(sku, region, zone, now, settings, placement_scores)
     reasons.append(score_reason)
+    base = prior
     prior *= factor
 
     decayed, exposure, history_reason = _history(key, nodes_now, history, now, settings)
@@ -214,6 +216,7 @@ def _assess_group(
         region=region,
         rate_per_hour=rate,
         level=level_of(rate, settings),
+        base_rate=base,
         prior_rate=prior,
         observed_rate=decayed / exposure if exposure > 0 else None,
         placement_score=score,
