@@ -18,6 +18,7 @@ Every other failure raises `AzureApiError` with a bounded `reason` (a metric lab
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -61,8 +62,15 @@ class AzureIdentityToken:
         self._scope = scope
         self._credential: Any = None
         self._retired: list[Any] = []
+        # One request for a token at a time: the feeds start together, and the credential does
+        # not merge concurrent requests (each would go to Entra).
+        self._lock = asyncio.Lock()
 
     async def token(self) -> str:
+        async with self._lock:
+            return await self._token()
+
+    async def _token(self) -> str:
         from azure.core.exceptions import AzureError
 
         try:

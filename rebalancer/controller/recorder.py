@@ -262,7 +262,7 @@ class Recorder:
                     pool=risk.pool,
                     zone=risk.zone,
                     sku=risk.sku,
-                    level=risk.level,
+                    risk_level=risk.level,
                     was=self._risk_levels.get(key, ""),
                     rate_per_hour=round(risk.rate_per_hour, 4),
                     sources=list(risk.sources),

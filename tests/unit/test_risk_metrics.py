@@ -90,7 +90,7 @@ def test_risk_gauges_per_group_and_source_with_the_ages_of_azure_data() -> None:
     assert found[(age, (("source", "resource_graph"),))] == 1800
     assert found[(age, (("source", "placement_score"),))] == 300
     said = [entry for entry in logs if entry["event"] == "eviction risk"]
-    assert [(e["pool"], e["level"]) for e in said] == [("spota", "high"), ("spott", "medium")]
+    assert [(e["pool"], e["risk_level"]) for e in said] == [("spota", "high"), ("spott", "medium")]
     assert "bucket 5-10 % per hour" in said[0]["reasons"]
     assert "Low for Standard_NC24ads_A100_v4 in eastus zone 1 -> x2" in said[0]["reasons"]
 
