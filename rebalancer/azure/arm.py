@@ -29,6 +29,7 @@ from typing import Any, Literal, Protocol
 import aiohttp
 
 from rebalancer.clock import Clock, SystemClock
+from rebalancer.retry import Backoff
 
 ARM_URL = "https://management.azure.com"
 ARM_SCOPE = "https://management.azure.com/.default"
@@ -152,6 +153,7 @@ class ArmClient:
     timeout_seconds: float = 30.0
     max_wait_seconds: float = 10.0  # the longest Retry-After waited out inside one call
     attempts: int = 3
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial_seconds=2.0, max_seconds=10.0))
     clock: Clock = field(default_factory=SystemClock)
     session: aiohttp.ClientSession | None = None
     requests: int = field(default=0, init=False)
@@ -202,7 +204,7 @@ class ArmClient:
             if status in (401, 403):
                 raise AzureApiError(f"HTTP {status} {code}", reason="auth")
             if status >= 500 and attempt < self.attempts:
-                await self.clock.sleep(min(self.max_wait_seconds, 2.0**attempt))
+                await self.clock.sleep(self.backoff.delay(attempt))
                 continue
             raise AzureApiError(f"HTTP {status} {code}", reason="http_error")
 
