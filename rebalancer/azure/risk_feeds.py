@@ -63,6 +63,11 @@ class RiskFeed(Generic[T]):
         except AzureApiError as error:
             self._failed(error)
             return False
+        except Exception as error:  # an answer no parser foresaw must not end the refreshes
+            if self._log is not None:
+                self._log.exception("risk data refresh crashed", source=self.source)
+            self._failed(AzureApiError(f"{type(error).__name__}: {error}", reason="parse"))
+            return False
         self.data = self._wrap(dict(found), self._clock.now())
         self.last_error = None
         self.refreshes += 1

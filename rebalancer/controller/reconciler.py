@@ -247,7 +247,8 @@ class Controller:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self._azure_tokens.close()
+            with contextlib.suppress(Exception):  # closing a credential must not hold the stop
+                await self._azure_tokens.close()
             # Not cancelled: on `stop` the elector releases the Lease by itself (a cancel landing
             # in that PUT would leave the other replica waiting a full lease duration), and the
             # recorder writes the Events still queued, within its own short budget.
