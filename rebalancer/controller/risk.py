@@ -17,8 +17,8 @@ evicted within the next hour").
     D          = sum over this group's Preempts in the history of 2^(-age / half_life)
     E          = n * tau * (1 - e^(-W / tau))   node-hours watched, weighted the same way:
                  tau = half_life / ln 2 (hours), W = how long the history has watched (at most its
-                 24 h retention), n = the group's nodes now (or, when the group has been emptied,
-                 the distinct nodes it lost in the history)
+                 24 h retention), n = the group's nodes now, or the distinct nodes it lost in
+                 the history if that is more (a group a wave has emptied still has an exposure)
     estimate   = (w * prior + D) / (w + E)      w = prior weight, in node-hours
     level      = low below `medium_rate`, high from `high_rate`, medium between
 
