@@ -380,8 +380,94 @@ def evictions_and_failover() -> dashboard.Dashboard:
                 ),
             ],
         ),
+        ("Eviction risk", risk_panels()),
     ]
     return numbered(board, rows)
+
+
+def risk_panels() -> list[Panel]:
+    """The risk model per spot pool, zone and VM size (docs/risk.md): the estimate, the inputs
+    it came from, and the state of Azure's data. Every replica computes the same figures from
+    the same history and data, so `max` over replicas."""
+    risk = "rebalancer_pool_eviction_risk"
+    return [
+        table.Panel()
+        .title("Eviction risk now")
+        .description(
+            "Estimated evictions per node-hour (about the chance that one VM is evicted within "
+            "the hour) and level (0 low, 1 medium, 2 high) of each spot pool, zone and VM size. "
+            "The controller logs the reasons whenever a level changes."
+        )
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .with_target(
+            q(
+                f'max by (pool, zone, sku) ({risk}{{{POOL},source="estimate"}})',
+                instant=True,
+                ref="A",
+            ).format(PromQueryFormat.TABLE)
+        )
+        .with_target(
+            q(
+                f"max by (pool, zone, sku) (rebalancer_pool_eviction_risk_level{{{POOL}}})",
+                instant=True,
+                ref="B",
+            ).format(PromQueryFormat.TABLE)
+        ),
+        series(
+            "Estimated eviction risk",
+            "Evictions per node-hour of each spot group: the prior (Azure's bucket or the "
+            "settings), scaled by the Spot Placement Score, updated by the cluster's own "
+            "Preempts.",
+            "percentunit",
+            q(
+                f'max by (pool, zone, sku) ({risk}{{{POOL},source="estimate"}})',
+                "{{pool}} {{zone}} {{sku}}",
+            ),
+        ),
+        series(
+            "Risk inputs",
+            "What the estimate came from, per group: history (the cluster's own rate), "
+            "resource_graph (Azure's bucket) or prior (settings).",
+            "percentunit",
+            q(
+                f'max by (pool, zone, source) ({risk}{{{POOL},source!="estimate"}})',
+                "{{pool}} {{zone}} {{source}}",
+            ),
+        ),
+        series(
+            "Spot Placement Score",
+            "Azure's score of each group's size and zone: 3 High, 2 Medium, 1 Low, 0 none.",
+            "short",
+            q(
+                f"max by (pool, zone, sku) (rebalancer_spot_placement_score{{{POOL}}})",
+                "{{pool}} {{zone}}",
+            ),
+            span=6,
+        ),
+        series(
+            "Azure risk data refresh errors",
+            "Failed fetches from Resource Graph and the Spot Placement Score API, by reason; "
+            "the last good data stays in use until it is too old.",
+            "short",
+            q(
+                "sum by (source, reason) (increase(rebalancer_risk_refresh_errors_total"
+                f"{{{CLUSTER}}}[$__rate_interval]))",
+                "{{source}} {{reason}}",
+            ),
+            span=6,
+        ),
+        series(
+            "Azure risk data age",
+            "Seconds since the data in use was fetched (only with the Azure APIs enabled).",
+            "s",
+            q(
+                f"max by (source) (rebalancer_risk_source_age_seconds{{{CLUSTER}}})",
+                "{{source}}",
+            ),
+        ),
+    ]
 
 
 def cost_and_savings() -> dashboard.Dashboard:

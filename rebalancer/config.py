@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -301,6 +302,77 @@ class ControllerSettings(CommonSettings):
     prices_refresh_seconds: float = Field(
         3600.0, ge=60, description="Refresh prices from the API this often."
     )
+    risk_prior_rate_per_hour: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="Eviction risk of a spot VM size without better data: evictions per "
+        "node-hour (0.05: the top of Azure's lowest bucket, 0-5 %).",
+    )
+    risk_prior_rates: dict[str, float] = Field(
+        {},
+        description="Priors per VM size, evictions per node-hour, as JSON: "
+        '{"Standard_NC24ads_A100_v4": 0.08}; Azure\'s bucket wins where it is fetched.',
+    )
+    risk_prior_weight_hours: float = Field(
+        24.0,
+        ge=0,
+        description="Node-hours of experience the prior counts for against the eviction history.",
+    )
+    risk_history_half_life_seconds: float = Field(
+        21600.0, gt=0, description="A Preempt in the history counts half after this long."
+    )
+    risk_medium_rate_per_hour: float = Field(
+        0.05, gt=0, le=1, description="Risk level medium from this many evictions per node-hour."
+    )
+    risk_high_rate_per_hour: float = Field(
+        0.15, gt=0, le=1, description="Risk level high from this many evictions per node-hour."
+    )
+    risk_resource_graph_enabled: bool = Field(
+        False,
+        description="Fetch Azure's spot eviction-rate buckets from Resource Graph (Workload "
+        "Identity with Reader).",
+    )
+    risk_resource_graph_refresh_seconds: float = Field(
+        3600.0, ge=600, description="Fetch the eviction-rate buckets this often."
+    )
+    risk_resource_graph_max_age_seconds: float = Field(
+        172800.0, gt=0, description="Use fetched eviction-rate buckets up to this old."
+    )
+    risk_placement_score_enabled: bool = Field(
+        False,
+        description="Fetch Spot Placement Scores (Workload Identity with the Compute "
+        "Recommendations Role on azure_subscription_id).",
+    )
+    risk_placement_score_refresh_seconds: float = Field(
+        1200.0,
+        ge=900,
+        le=1800,
+        description="Fetch Spot Placement Scores this often (Microsoft asks for 15-30 minutes).",
+    )
+    risk_placement_score_max_age_seconds: float = Field(
+        3600.0, gt=0, description="Use fetched Spot Placement Scores up to this old."
+    )
+    risk_retry_seconds: float = Field(
+        300.0,
+        ge=30,
+        description="After a failed fetch, try again this much later (or after Azure's "
+        "Retry-After, if longer).",
+    )
+    azure_subscription_id: str = Field(
+        "", description="Subscription the Spot Placement Score API is called in."
+    )
+    azure_management_url: str = Field(
+        "https://management.azure.com", description="Azure Resource Manager."
+    )
+    azure_credential: Literal["workload-identity", "default"] = Field(
+        "workload-identity",
+        description="How to get Azure tokens: Workload Identity (in AKS), or azure-identity's "
+        "DefaultAzureCredential (outside a cluster).",
+    )
+    azure_timeout_seconds: float = Field(
+        30.0, gt=0, le=300, description="Timeout of one Azure API request."
+    )
     return_enabled: bool = Field(True, description="Move replicas back to spot when it is safe.")
     return_quiet_seconds: float = Field(
         600.0, ge=0, description="A spot pool must be free of Preempt notices this long first."
@@ -329,6 +401,29 @@ class ControllerSettings(CommonSettings):
         twice = sorted({name for name in seen if seen.count(name) > 1})
         if twice:
             raise ValueError(f"pools declared twice: {twice}")
+        return value
+
+    @field_validator("risk_prior_rates")
+    @classmethod
+    def _rates(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = sorted(sku for sku, rate in value.items() if not 0 <= rate <= 1 or not sku)
+        if bad:
+            raise ValueError(f"rates must be between 0 and 1 evictions per node-hour: {bad}")
+        return value
+
+    @field_validator("risk_high_rate_per_hour")
+    @classmethod
+    def _levels(cls, value: float, info: ValidationInfo) -> float:
+        medium = info.data.get("risk_medium_rate_per_hour")
+        if medium is not None and medium > value:
+            raise ValueError(f"below risk_medium_rate_per_hour ({medium})")
+        return value
+
+    @field_validator("azure_subscription_id")
+    @classmethod
+    def _subscription(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("risk_placement_score_enabled") and not value.strip():
+            raise ValueError("required when risk_placement_score_enabled is true")
         return value
 
     @field_validator("workload_selector", "agent_node_selector")

@@ -33,6 +33,8 @@ WRITE_OUTCOMES = ("ok", "error")
 AGENT_SKIP_REASONS = ("malformed_event", "odd_field", "unknown_event_type", "malformed_annotation")
 AGENT_ERROR_KINDS = ("imds", "kube_api", "ack", "vm_name")
 POD_ACTIONS = ("evicted", "deleted", "eviction_blocked")
+RISK_SOURCES = ("resource_graph", "placement_score")  # the fetched ones
+RISK_ERROR_REASONS = ("throttled", "auth", "timeout", "connection", "http_error", "parse", "empty")
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 LEAD_TIME_BUCKETS = (0, 5, 10, 15, 20, 25, 30, 45, 60, 120, 300, 600, 900, 1800, 3600)
@@ -312,6 +314,43 @@ class ControllerMetrics:
             ["pool", "sku", "zone", "window"],
             registry=r,
         )
+        # ---- eviction risk (every replica, from the history and Azure's data it holds) ----
+        self.eviction_risk = Gauge(
+            "rebalancer_pool_eviction_risk",
+            "Estimated evictions per node-hour of a spot node group (source=estimate), and the "
+            "inputs it came from: history (the cluster's own rate), resource_graph (Azure's "
+            "bucket), prior (settings), each only while it is used.",
+            ["pool", "zone", "sku", "source"],
+            registry=r,
+        )
+        self.eviction_risk_level = Gauge(
+            "rebalancer_pool_eviction_risk_level",
+            "Risk level of a spot node group: 0 low, 1 medium, 2 high.",
+            ["pool", "zone", "sku"],
+            registry=r,
+        )
+        self.placement_score = Gauge(
+            "rebalancer_spot_placement_score",
+            "Azure's Spot Placement Score of a spot node group's size and zone in use: 3 High, "
+            "2 Medium, 1 Low, 0 none (not fetched, stale, DataNotFoundOrStale).",
+            ["pool", "zone", "sku"],
+            registry=r,
+        )
+        self.risk_source_age = Gauge(
+            "rebalancer_risk_source_age_seconds",
+            "Seconds since the risk data in use was fetched from Azure (resource_graph, "
+            "placement_score); absent until a first fetch succeeds.",
+            ["source"],
+            registry=r,
+        )
+        self.risk_refresh_errors = Counter(
+            "rebalancer_risk_refresh_errors_total",
+            "Failed fetches of risk data from Azure by source and reason (throttled, auth, "
+            "timeout, connection, http_error, parse, empty); the last good data stays in use.",
+            ["source", "reason"],
+            registry=r,
+        )
         # The rest (pools, workloads, reasons, actions) the controller initialises itself.
         initialise(self.notice_lead_time, EVENT_TYPE_LABELS)
         initialise(self.pods, POD_ACTIONS)
+        initialise(self.risk_refresh_errors, RISK_SOURCES, RISK_ERROR_REASONS)

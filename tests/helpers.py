@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -21,15 +22,18 @@ KUBECTL = os.environ.get("KUBECTL") or (
 
 
 @asynccontextmanager
-async def serve(app: web.Application) -> AsyncIterator[str]:
-    """Serve `app` on 127.0.0.1 on a free port; yields the base URL."""
+async def serve(
+    app: web.Application, *, ssl_context: ssl.SSLContext | None = None
+) -> AsyncIterator[str]:
+    """Serve `app` on 127.0.0.1 on a free port (over TLS with `ssl_context`); yields the base
+    URL."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context)
     await site.start()
     port = runner.addresses[0][1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
 

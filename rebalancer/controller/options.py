@@ -6,6 +6,7 @@ from rebalancer.config import ControllerSettings, parse_selector, parse_window
 from rebalancer.controller.planner import Settings
 from rebalancer.controller.pools import declared_pools
 from rebalancer.controller.returns import ReturnSettings
+from rebalancer.controller.risk import RiskSettings
 from rebalancer.retry import Backoff, RetryPolicy
 from rebalancer.vocabulary import Policy
 
@@ -35,4 +36,17 @@ def retry_policy(settings: ControllerSettings) -> RetryPolicy:
         attempts=settings.write_attempts,
         max_wait_seconds=settings.write_retry_max_seconds,
         backoff=Backoff(initial_seconds=0.2, max_seconds=settings.write_retry_max_seconds),
+    )
+
+
+def risk_settings(settings: ControllerSettings) -> RiskSettings:
+    return RiskSettings(
+        default_prior_rate=settings.risk_prior_rate_per_hour,
+        prior_rates={sku.lower(): rate for sku, rate in settings.risk_prior_rates.items()},
+        prior_weight_hours=settings.risk_prior_weight_hours,
+        half_life_seconds=settings.risk_history_half_life_seconds,
+        medium_rate=settings.risk_medium_rate_per_hour,
+        high_rate=settings.risk_high_rate_per_hour,
+        resource_graph_max_age_seconds=settings.risk_resource_graph_max_age_seconds,
+        placement_score_max_age_seconds=settings.risk_placement_score_max_age_seconds,
     )

@@ -16,11 +16,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from rebalancer.azure.arm import ArmClient, identity_token
+from rebalancer.azure.placement_scores import PlacementScoreClient
 from rebalancer.azure.price_book import PriceBook
+from rebalancer.azure.resource_graph import ResourceGraphClient
 from rebalancer.azure.retail_prices import RetailPricesClient
+from rebalancer.azure.risk_data import EvictionRates, PlacementScores
+from rebalancer.azure.risk_feeds import RiskFeed, eviction_rate_feed, placement_score_feed
 from rebalancer.clock import Clock
 from rebalancer.config import ControllerSettings
 from rebalancer.controller.accounting import Accountant
@@ -29,7 +34,7 @@ from rebalancer.controller.cost import region_of
 from rebalancer.controller.executor import DryRunExecutor, Executor, HistoryObject
 from rebalancer.controller.history import History, history_from_configmap
 from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
-from rebalancer.controller.options import planner_settings, retry_policy
+from rebalancer.controller.options import planner_settings, retry_policy, risk_settings
 from rebalancer.controller.planner import plan
 from rebalancer.controller.recorder import Recorder
 from rebalancer.controller.snapshot import Snapshot
@@ -130,13 +135,65 @@ class Controller:
         accountant = Accountant(
             metrics=metrics, book=self.prices, interval_seconds=settings.cost_interval_seconds
         )
+        self._init_risk_feeds()
         self.recorder = Recorder(
             metrics=metrics, events=None if settings.dry_run else self.events,
             accountant=accountant, clock=clock, log=log, dry_run=settings.dry_run,
+            risk=risk_settings(settings), risk_data=self._risk_data,
+            risk_interval_seconds=settings.cost_interval_seconds,
         )  # fmt: skip
         self._last_pass = clock.monotonic()
         self.passes = 0
         self._dead_informers: set[str] = set()
+
+    def _init_risk_feeds(self) -> None:
+        """Azure's risk data, each source only when enabled; the token is asked for on the first
+        call, so a cluster that enables neither never needs Azure credentials."""
+        settings, metrics = self.settings, self.metrics
+        self._azure_tokens = identity_token(settings.azure_credential)
+        arm = ArmClient(
+            tokens=self._azure_tokens,
+            base_url=settings.azure_management_url,
+            timeout_seconds=settings.azure_timeout_seconds,
+            clock=self.clock,
+        )
+
+        def failed(source: str) -> Callable[[str], None]:
+            return lambda reason: metrics.risk_refresh_errors.labels(source, reason).inc()
+
+        common: dict[str, Any] = {
+            "retry_seconds": settings.risk_retry_seconds, "clock": self.clock, "log": self.log,
+        }  # fmt: skip
+        self.eviction_rates: RiskFeed[EvictionRates] | None = None
+        self.placement_scores: RiskFeed[PlacementScores] | None = None
+        if settings.risk_resource_graph_enabled:
+            self.eviction_rates = eviction_rate_feed(
+                ResourceGraphClient(arm).eviction_rates,
+                ttl_seconds=settings.risk_resource_graph_refresh_seconds,
+                on_failure=failed("resource_graph"),
+                **common,
+            )
+        if settings.risk_placement_score_enabled:
+            client = PlacementScoreClient(arm, subscription_id=settings.azure_subscription_id)
+            self.placement_scores = placement_score_feed(
+                client.scores,
+                ttl_seconds=settings.risk_placement_score_refresh_seconds,
+                on_failure=failed("placement_score"),
+                **common,
+            )
+        self.risk_feeds: list[RiskFeed[Any]] = [
+            f for f in (self.eviction_rates, self.placement_scores) if f is not None
+        ]
+
+    def _risk_data(self) -> tuple[EvictionRates | None, PlacementScores | None]:
+        return (
+            self.eviction_rates.data if self.eviction_rates else None,
+            self.placement_scores.data if self.placement_scores else None,
+        )
+
+    def _risk_in_use(self) -> tuple[list[str], list[str]]:
+        spot = [n for n in self.nodes.items.values() if n.spot]
+        return [region_of(n.labels) for n in spot], [n.sku for n in spot]
 
     # ---- health ------------------------------------------------------------------------------
 
@@ -170,6 +227,8 @@ class Controller:
                     await sleep_or_stop(stop, 0.05)
             self.metrics.cache_synced.set(1)
             tasks.append(asyncio.create_task(self.prices.run(stop, self._prices_in_use)))
+            for feed in self.risk_feeds:
+                tasks.append(asyncio.create_task(feed.run(stop, self._risk_in_use)))
             self.log.info("caches synced", nodes=len(self.nodes.items), pods=len(self.pods.items))
             stopping = asyncio.ensure_future(stop.wait())
             while not stop.is_set():
@@ -188,6 +247,8 @@ class Controller:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):  # closing a credential must not hold the stop
+                await self._azure_tokens.close()
             # Not cancelled: on `stop` the elector releases the Lease by itself (a cancel landing
             # in that PUT would leave the other replica waiting a full lease duration), and the
             # recorder writes the Events still queued, within its own short budget.

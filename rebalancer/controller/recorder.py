@@ -12,9 +12,11 @@ series exist); nothing here feeds a decision.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rebalancer.azure.risk_data import EvictionRates, PlacementScores
 from rebalancer.clock import Clock
 from rebalancer.controller.accounting import Accountant
 from rebalancer.controller.actions import (
@@ -37,6 +39,17 @@ from rebalancer.controller.catalogue import event_for
 from rebalancer.controller.history import WINDOWS
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planner import Plan
+from rebalancer.controller.risk import (
+    HISTORY,
+    LEVELS,
+    PLACEMENT_VALUES,
+    PRIOR,
+    RESOURCE_GRAPH,
+    GroupKey,
+    Risk,
+    RiskSettings,
+    assess,
+)
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.kube.errors import KubeError
 from rebalancer.kube.events import EventRecorder
@@ -73,6 +86,9 @@ class Seen:
     drained: bool = False
 
 
+RiskData = Callable[[], tuple[EvictionRates | None, PlacementScores | None]]
+
+
 class Recorder:
     def __init__(
         self,
@@ -83,8 +99,18 @@ class Recorder:
         clock: Clock,
         log: Any,
         dry_run: bool = False,
+        risk: RiskSettings | None = None,
+        risk_data: RiskData | None = None,
+        risk_interval_seconds: float = 10.0,
     ) -> None:
         self.metrics = metrics
+        self._risk_settings = risk or RiskSettings()
+        self._risk_data: RiskData = risk_data or (lambda: (None, None))
+        self._risk_interval = risk_interval_seconds
+        self._risk_at: float | None = None
+        self._risk_series: set[tuple[str, ...]] = set()
+        self._risk_levels: dict[GroupKey, str] = {}
+        self.risks: dict[GroupKey, Risk] = {}
         self._events = events
         self._accountant = accountant
         self._clock = clock
@@ -120,6 +146,7 @@ class Recorder:
         self._notices(snapshot)
         self._deficit(snapshot, elapsed)
         self._evictions(snapshot)
+        self._risk(snapshot)
         self._accountant.account(snapshot, plan.managed, self._clock.monotonic())
 
     def _notices(self, snapshot: Snapshot) -> None:
@@ -195,6 +222,66 @@ class Recorder:
             for name in WINDOWS:
                 self.metrics.evictions.labels(*group, name).set(counts.get((*group, name), 0))
         self._eviction_series = groups
+
+    def _risk(self, snapshot: Snapshot) -> None:
+        """The risk of every spot group, every `risk_interval_seconds` at most: gauges per group
+        and input, the ages of Azure's data, and one log line with the reasons when a group's
+        level changes (or is first assessed)."""
+        now = self._clock.monotonic()
+        if self._risk_at is not None and now - self._risk_at < self._risk_interval:
+            return
+        self._risk_at = now
+        rates, scores = self._risk_data()
+        self.risks = assess(
+            nodes=snapshot.nodes.values(),
+            history=snapshot.history,
+            now=snapshot.now,
+            settings=self._risk_settings,
+            eviction_rates=rates,
+            placement_scores=scores,
+        )
+        m = self.metrics
+        series: set[tuple[str, ...]] = set()
+        for key, risk in self.risks.items():
+            figures = {"estimate": risk.rate_per_hour}
+            used = set(risk.sources)
+            if HISTORY in used and risk.observed_rate is not None:
+                figures[HISTORY] = risk.observed_rate
+            if RESOURCE_GRAPH in used or PRIOR in used:
+                # Before the placement factor: the bucket's rate or the setting's.
+                figures[RESOURCE_GRAPH if RESOURCE_GRAPH in used else PRIOR] = risk.base_rate
+            for source, value in figures.items():
+                m.eviction_risk.labels(*key, source).set(value)
+                series.add((*key, source))
+            m.eviction_risk_level.labels(*key).set(LEVELS.index(risk.level))
+            m.placement_score.labels(*key).set(PLACEMENT_VALUES.get(risk.placement_score, 0))
+            series.add(key)
+            if self._risk_levels.get(key) != risk.level:
+                self._log.info(
+                    "eviction risk",
+                    pool=risk.pool,
+                    zone=risk.zone,
+                    sku=risk.sku,
+                    risk_level=risk.level,
+                    was=self._risk_levels.get(key, ""),
+                    rate_per_hour=round(risk.rate_per_hour, 4),
+                    sources=list(risk.sources),
+                    reasons=risk.explain(),
+                )
+                self._risk_levels[key] = risk.level
+        for gone in self._risk_series - series:
+            if len(gone) == 4:
+                m.eviction_risk.remove(*gone)
+            else:
+                m.eviction_risk_level.remove(*gone)
+                m.placement_score.remove(*gone)
+                self._risk_levels.pop((gone[0], gone[1], gone[2]), None)
+        self._risk_series = series
+        for source, data in (("resource_graph", rates), ("placement_score", scores)):
+            if data is not None:
+                m.risk_source_age.labels(source).set(
+                    (snapshot.now - data.fetched_at).total_seconds()
+                )
 
     def _initialise_group(self, node: NodeInfo) -> None:
         """Zero series for a node group's notices and missed drains before its first notice."""

@@ -403,3 +403,44 @@ def test_notes_say_dry_run_and_unsafe_placement(tools: Tools) -> None:
         "helm4", "install", "x", str(CHART), "--dry-run=client", "--set", "controller.enabled=false"
     )
     assert "controller is disabled" in disabled.stdout.split("NOTES:", 1)[1]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_workload_identity_only_when_enabled(
+    rendered: dict[str, list[dict[str, Any]]], scenario: str
+) -> None:
+    """AKS's webhook projects a federated token into pods labelled `use`, for the client id the
+    ServiceAccount names; off by default (the Azure APIs of the risk model are optional)."""
+    objects = rendered[scenario]
+    identity = values_of(scenario)["controller"]["azureWorkloadIdentity"]
+    annotations = of_component(objects, "ServiceAccount", "controller")["metadata"].get(
+        "annotations", {}
+    )
+    labels = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    wi = {k: v for k, v in annotations.items() if k.startswith("azure.workload.identity/")}
+    if identity["enabled"]:
+        assert wi == {
+            "azure.workload.identity/client-id": identity["clientId"],
+            "azure.workload.identity/tenant-id": identity["tenantId"],
+        }
+        assert labels["azure.workload.identity/use"] == "true"
+    else:
+        assert wi == {}
+        assert "azure.workload.identity/use" not in labels
+    assert scenario != "everything" or identity["enabled"]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["controller.azureWorkloadIdentity.enabled=true"], "clientId is required"),
+        (["controller.settings.riskPlacementScoreEnabled=true"], "needs azureSubscriptionId"),
+        (["controller.settings.riskMediumRatePerHour=0.3"], "riskMediumRatePerHour is above"),
+    ],
+)
+def test_risk_settings_the_controller_would_refuse_are_refused(
+    tools: Tools, values: list[str], message: str
+) -> None:
+    args = [arg for value in values for arg in ("--set-json", value)]
+    with pytest.raises(AssertionError, match=message):
+        tools.template(*args)

@@ -38,7 +38,9 @@ pytestmark = pytest.mark.chart
 DASHBOARD_FILES = {name: [d / f"{name}.json" for d in OUTPUT_DIRS] for name in DASHBOARDS}
 # Panels that may legitimately show nothing after the scenario below, and why. Empty today: the
 # scenario produces every panel's data, the failure panels included.
-MAY_BE_EMPTY: dict[str, str] = {}
+MAY_BE_EMPTY: dict[str, str] = {
+    "Azure risk data age": "only with the Azure APIs enabled, which this run does not call",
+}
 
 
 def load(name: str) -> dict[str, Any]:

@@ -1,0 +1,338 @@
+"""Eviction risk per spot node group (pool, zone, VM size), with the reasons behind it. Pure.
+
+What it is for: one number per group that the controller can show (metrics, Events, `kubectl`
+output) and, later, place replicas by; every number carries the inputs it came from, their values
+and their ages, so a reader can see why a pool is "high". What it is not: a forecast. Each input
+is a trailing average or a snapshot of someone's estimate; the model combines them in one
+transparent formula and says how.
+
+The estimate is a rate: evictions per node-hour, which for small rates is the chance that one VM
+is evicted within the next hour (the unit Azure's buckets use: "10 % means a 10 % chance of being
+evicted within the next hour").
+
+    prior      = bucket rate (Resource Graph, fresh)  or  the setting's prior (per VM size, else
+                 the default)                                          [evictions per node-hour]
+    prior     *= placement factor (Spot Placement Score, fresh): High 0.5, Medium 1, Low 2;
+                 no score (DataNotFoundOrStale, restricted, unknown word): 1
+    D          = sum over this group's Preempts in the history of 2^(-age / half_life)
+    E          = n * tau * (1 - e^(-W / tau))   node-hours watched, weighted the same way:
+                 tau = half_life / ln 2 (hours), W = how long the history has watched (at most its
+                 24 h retention), n = the group's nodes now, or the distinct nodes it lost in
+                 the history if that is more (a group a wave has emptied still has an exposure)
+    estimate   = (w * prior + D) / (w + E)      w = prior weight, in node-hours
+    level      = low below `medium_rate`, high from `high_rate`, medium between
+
+Why this shape: it is the mean of a Gamma-Poisson posterior. The prior counts as `w` node-hours of
+experience at the prior rate; the cluster's own record adds D evictions over E node-hours. A young
+record or a small pool moves the estimate little, a wave of Preempts in a big pool moves it a lot,
+and old evictions fade with the half-life instead of dropping off a window's edge. Azure's bucket
+is the best prior there is (a 7- to 28-day trailing average per size and region, but regional and
+coarse); the placement score is per zone and "reflects ... the expected lifetimes ... after
+allocation", so it scales the prior within the documented meaning (a factor of 2 either way:
+coarse on purpose, as the score is). With neither API, the prior comes from settings.
+
+Inputs older than their `max_age` are not used (and a reason says so): the refreshers keep the
+last good data through failures, and this is where "last good" stops being good enough.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from rebalancer.azure.risk_data import BUCKET_RATES, EvictionRates, PlacementScores, parse_bucket
+from rebalancer.controller.cost import region_of
+from rebalancer.controller.history import RETENTION, WINDOWS, History
+from rebalancer.controller.model import NodeInfo
+
+GroupKey = tuple[str, str, str]  # (pool, zone, sku) as the Nodes' labels spell them
+
+LOW, MEDIUM, HIGH = "low", "medium", "high"
+LEVELS = (LOW, MEDIUM, HIGH)
+# Source names: metric labels and the words of the reasons.
+HISTORY = "history"
+RESOURCE_GRAPH = "resource_graph"
+PLACEMENT_SCORE = "placement_score"
+PRIOR = "prior"
+SOURCES = (HISTORY, RESOURCE_GRAPH, PLACEMENT_SCORE, PRIOR)
+PLACEMENT_FACTORS = {"High": 0.5, "Medium": 1.0, "Low": 2.0}
+PLACEMENT_VALUES = {"High": 3, "Medium": 2, "Low": 1}  # for a gauge; 0: no score
+
+
+@dataclass(frozen=True)
+class RiskSettings:
+    default_prior_rate: float = 0.05  # evictions per node-hour: the edge of Azure's lowest bucket
+    prior_rates: Mapping[str, float] = field(default_factory=dict)  # by VM size, lower case
+    prior_weight_hours: float = 24.0
+    half_life_seconds: float = 6 * 3600.0
+    medium_rate: float = 0.05
+    high_rate: float = 0.15
+    resource_graph_max_age_seconds: float = 2 * 86400.0
+    placement_score_max_age_seconds: float = 3600.0
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One input: where from, what it said, how old it is, and what it did to the estimate."""
+
+    source: str
+    detail: str
+    used: bool
+    age_seconds: float | None = None  # None: the input has no age (settings) or there is none
+
+    def __str__(self) -> str:
+        age = f", {_age(self.age_seconds)} old" if self.age_seconds is not None else ""
+        return f"{self.source}: {self.detail}{age}{'' if self.used else ' (not used)'}"
+
+
+@dataclass(frozen=True)
+class Risk:
+    pool: str
+    zone: str
+    sku: str
+    region: str
+    rate_per_hour: float
+    level: str
+    base_rate: float  # the bucket's rate or the settings' prior
+    prior_rate: float  # the base rate times the placement factor
+    observed_rate: float | None  # D / E; None while the history has watched nothing
+    placement_score: str  # as Azure spelled it; "" when none was used
+    reasons: tuple[Reason, ...]
+
+    @property
+    def key(self) -> GroupKey:
+        return (self.pool, self.zone, self.sku)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(reason.source for reason in self.reasons if reason.used)
+
+    def explain(self) -> str:
+        """One line for an Event, a log line or `kubectl` output."""
+        inputs = "; ".join(str(reason) for reason in self.reasons)
+        return (
+            f"{self.level} ({self.rate_per_hour:.3f} evictions per node-hour) "
+            f"for {self.pool}/{self.zone}/{self.sku}: {inputs}"
+        )
+
+
+def level_of(rate: float, settings: RiskSettings) -> str:
+    if rate >= settings.high_rate:
+        return HIGH
+    if rate >= settings.medium_rate:
+        return MEDIUM
+    return LOW
+
+
+def zone_number(zone: str) -> str:
+    """`eastus-1` -> `1` (the Placement Score API's `availabilityZone`); `0` or none: `` (AKS
+    labels nodes of a pool without zones with zone `0`)."""
+    number = zone.rsplit("-", 1)[-1] if zone else ""
+    return "" if number in ("", "0") else number.lower()
+
+
+def region_of_zone(zone: str) -> str:
+    return zone.rsplit("-", 1)[0].lower() if "-" in zone else ""
+
+
+def groups_of(nodes: Iterable[NodeInfo], history: History, now: datetime) -> dict[GroupKey, str]:
+    """Every spot group the controller sees, on Nodes or in the history, with its region."""
+    groups: dict[GroupKey, str] = {}
+    for entry in history.entries:
+        if entry.spot and entry.preempt and entry.pool and now - entry.first_seen <= RETENTION:
+            groups[(entry.pool, entry.zone, entry.sku)] = region_of_zone(entry.zone)
+    for node in nodes:
+        if node.spot and node.pool:
+            region = region_of(node.labels)
+            key = (node.pool, node.zone, node.sku)
+            groups[key] = region or groups.get(key, "")
+    return groups
+
+
+def assess(
+    *,
+    nodes: Iterable[NodeInfo],
+    history: History,
+    now: datetime,
+    settings: RiskSettings,
+    eviction_rates: EvictionRates | None = None,
+    placement_scores: PlacementScores | None = None,
+) -> dict[GroupKey, Risk]:
+    """The risk of every spot group seen, keyed and ordered by (pool, zone, sku)."""
+    node_list = list(nodes)
+    counts: dict[GroupKey, int] = {}
+    for node in node_list:
+        if node.spot:
+            key = (node.pool, node.zone, node.sku)
+            counts[key] = counts.get(key, 0) + 1
+    groups = groups_of(node_list, history, now)
+    return {
+        key: _assess_group(
+            key,
+            region=groups[key],
+            nodes_now=counts.get(key, 0),
+            history=history,
+            now=now,
+            settings=settings,
+            eviction_rates=eviction_rates,
+            placement_scores=placement_scores,
+        )
+        for key in sorted(groups)
+    }
+
+
+def _assess_group(
+    key: GroupKey,
+    *,
+    region: str,
+    nodes_now: int,
+    history: History,
+    now: datetime,
+    settings: RiskSettings,
+    eviction_rates: EvictionRates | None,
+    placement_scores: PlacementScores | None,
+) -> Risk:
+    pool, zone, sku = key
+    reasons: list[Reason] = []
+    prior, prior_reason, bucket_reason = _prior(sku, region, now, settings, eviction_rates)
+    reasons.append(bucket_reason)
+    if prior_reason is not None:
+        reasons.append(prior_reason)
+    factor, score, score_reason = _placement(sku, region, zone, now, settings, placement_scores)
+    reasons.append(score_reason)
+    base = prior
+    prior *= factor
+
+    decayed, exposure, history_reason = _history(key, nodes_now, history, now, settings)
+    reasons.append(history_reason)
+    weight = settings.prior_weight_hours
+    rate = (weight * prior + decayed) / (weight + exposure) if weight + exposure > 0 else prior
+    return Risk(
+        pool=pool,
+        zone=zone,
+        sku=sku,
+        region=region,
+        rate_per_hour=rate,
+        level=level_of(rate, settings),
+        base_rate=base,
+        prior_rate=prior,
+        observed_rate=decayed / exposure if exposure > 0 else None,
+        placement_score=score,
+        reasons=tuple(reasons),
+    )
+
+
+def _prior(
+    sku: str,
+    region: str,
+    now: datetime,
+    settings: RiskSettings,
+    rates: EvictionRates | None,
+) -> tuple[float, Reason | None, Reason]:
+    """(prior rate, the settings' reason when the prior comes from there, Resource Graph's)."""
+    sku_key = sku.lower()
+    if sku_key in settings.prior_rates:
+        fallback = settings.prior_rates[sku_key]
+        said = f"{fallback:.3f} per node-hour for {sku} (settings)"
+    else:
+        fallback = settings.default_prior_rate
+        said = f"{fallback:.3f} per node-hour (default, settings)"
+    if rates is None:
+        graph = Reason(RESOURCE_GRAPH, "no data (disabled or not fetched yet)", used=False)
+        return fallback, Reason(PRIOR, said, used=True), graph
+    age = (now - rates.fetched_at).total_seconds()
+    bucket = rates.buckets.get((sku_key, region))
+    if bucket is None:
+        graph = Reason(RESOURCE_GRAPH, f"no bucket for {sku} in {region or '?'}", False, age)
+        return fallback, Reason(PRIOR, said, used=True), graph
+    canonical = parse_bucket(bucket)
+    said_bucket = f"bucket {canonical or bucket} % per hour for {sku} in {region}"
+    if canonical is None or age > settings.resource_graph_max_age_seconds:
+        said_bucket += ", stale" if canonical else ", not a bucket"
+        graph = Reason(RESOURCE_GRAPH, said_bucket, used=False, age_seconds=age)
+        return fallback, Reason(PRIOR, said, used=True), graph
+    rate = BUCKET_RATES[canonical]
+    return rate, None, Reason(RESOURCE_GRAPH, f"{said_bucket} -> {rate:.3f}", True, age)
+
+
+def _placement(
+    sku: str,
+    region: str,
+    zone: str,
+    now: datetime,
+    settings: RiskSettings,
+    scores: PlacementScores | None,
+) -> tuple[float, str, Reason]:
+    """(factor on the prior, the score used or "", the reason)."""
+    if scores is None:
+        return 1.0, "", Reason(PLACEMENT_SCORE, "no data (disabled or not fetched yet)", False)
+    age = (now - scores.fetched_at).total_seconds()
+    number = zone_number(zone)
+    where = f"{sku} in {region or '?'}" + (f" zone {number}" if number else "")
+    score = scores.scores.get((sku.lower(), region, number))
+    if score is None and number:
+        score = scores.scores.get((sku.lower(), region, ""))  # a regional score, if that is all
+    if score is None:
+        return 1.0, "", Reason(PLACEMENT_SCORE, f"no score for {where}", False, age)
+    if age > settings.placement_score_max_age_seconds:
+        return 1.0, "", Reason(PLACEMENT_SCORE, f"{score} for {where}, stale", False, age)
+    factor = PLACEMENT_FACTORS.get(score)
+    if factor is None:
+        return 1.0, "", Reason(PLACEMENT_SCORE, f"{score} for {where}: no score", False, age)
+    return factor, score, Reason(PLACEMENT_SCORE, f"{score} for {where} -> x{factor:g}", True, age)
+
+
+def _history(
+    key: GroupKey,
+    nodes_now: int,
+    history: History,
+    now: datetime,
+    settings: RiskSettings,
+) -> tuple[float, float, Reason]:
+    """(decayed Preempt count D, weighted node-hours watched E, the reason)."""
+    if history.since is None:
+        return 0.0, 0.0, Reason(HISTORY, "no record yet", used=False)
+    half_life_hours = settings.half_life_seconds / 3600.0
+    tau = half_life_hours / math.log(2)
+    preempts = [
+        e
+        for e in history.entries
+        if e.preempt
+        and (e.pool, e.zone, e.sku) == key
+        and timedelta(0) <= now - e.first_seen <= RETENTION
+    ]
+    decayed = sum(
+        0.5 ** ((now - e.first_seen).total_seconds() / 3600.0 / half_life_hours) for e in preempts
+    )
+    watched = min(max(0.0, (now - history.since).total_seconds()), RETENTION.total_seconds())
+    nodes = max(nodes_now, len({e.node for e in preempts}))
+    exposure = nodes * tau * (1.0 - math.exp(-(watched / 3600.0) / tau))
+    windows = ", ".join(
+        f"{sum(1 for e in preempts if now - e.first_seen <= span)} in {name}"
+        for name, span in WINDOWS.items()
+    )
+    last = (
+        f", last {_age((now - max(e.first_seen for e in preempts)).total_seconds())} ago"
+        if preempts
+        else ""
+    )
+    detail = (
+        f"Preempts {windows}{last}; {decayed:.2f} decayed over {exposure:.1f} node-hours "
+        f"({nodes} nodes, record {_age(watched)} old)"
+    )
+    # No age: the record is read live from the cluster; its span is in the detail.
+    return decayed, exposure, Reason(HISTORY, detail, used=exposure > 0)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
