@@ -143,7 +143,7 @@ def _observe(
     for other in cluster.nodes("gpuspot"):
         other_name = other["metadata"]["name"]
         keys = {t["key"] for t in other["spec"].get("taints") or []}
-        if f"{names.PREFIX}/cooldown" in keys and other_name not in seen.cooldown:
+        if names.COOLDOWN_TAINT in keys and other_name not in seen.cooldown:
             seen.cooldown.add(other_name)
             timeline.say("controller", f"steering away: {other_name} tainted PreferNoSchedule")
     event = cluster.imds.events.get(event_id)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rebalancer.kube.errors import Conflict, KubeError, NotFound, TooManyRequests, Unavailable
+from rebalancer_sim.patch import merge_patch  # RFC 7386, as the emulator applies it
 
 Key = tuple[str, str, str]  # (resource, namespace, name)
 PDB_REFUSAL = {
@@ -26,19 +27,6 @@ PDB_REFUSAL = {
     "reason": "TooManyRequests",
     "details": {"causes": [{"reason": "DisruptionBudget", "message": "needs 1 healthy pod"}]},
 }
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 @dataclass
