@@ -41,7 +41,7 @@ def gpu_cluster(spot_nodes: int, deployments: int, replicas: int) -> dict[str, A
     return {
         "name": "bench",
         "cluster": {"name": "bench", "region": "eastus"},
-        "settings": {"nodeDeleteDelaySeconds": 2},
+        "settings": {"nodeDeleteDelaySeconds": 2, "nodeAutoDrain": False},
         "pools": [
             {"name": "system", "priority": "regular", "mode": "system", "vmSize": "Standard_D4s_v5",
              "zones": ["1"], "cpu": 4, "memory": "16Gi", "gpus": 0, "count": 1},

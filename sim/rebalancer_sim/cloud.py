@@ -8,12 +8,18 @@ at once, and `node_delete_delay_seconds` later the Node is deleted, its pods wit
 `Delete` eviction policy, shared reference B.4). With `Deallocate` the Node stays NotReady with
 the taint `node.cloudprovider.kubernetes.io/shutdown:NoSchedule`.
 
+A Reboot or Redeploy (Redeploy: the VM moves to another host, keeping its name and OS disk)
+takes the VM down for `reboot_seconds` once it starts: the node is NotReady (Unknown) meanwhile,
+the event stays Started that long, then the node is Ready again and its pods start over (they
+load their model again). A Freeze (a pause of seconds) changes nothing the cluster can see.
+
 New VMs (the autoscaler's, or spot capacity coming back) appear as Ready nodes after their
 pool's provisioning delay.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rebalancer_sim import resources as R
@@ -24,6 +30,7 @@ from rebalancer_sim.store import Store, format_time
 
 SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
 TAKES_VM_AWAY = frozenset({"Preempt", "Terminate"})
+RESTARTS_VM = frozenset({"Reboot", "Redeploy"})
 
 
 @dataclass
@@ -32,8 +39,8 @@ class Vm:
     node_name: str
     pool: PoolSpec
     instance_id: int
-    state: str = "running"  # provisioning | running | deallocated | deleted
-    ready_at: float = 0.0  # provisioning: when the node appears
+    state: str = "running"  # provisioning | running | rebooting | deallocated | deleted
+    ready_at: float = 0.0  # provisioning: when the node appears; rebooting: when it is back
     delete_node_at: float | None = None
 
 
@@ -45,8 +52,13 @@ class Cloud:
         *,
         cluster: ClusterInfo | None = None,
         node_delete_delay_seconds: float = 5.0,
+        reboot_seconds: float = 60.0,
     ) -> None:
         self.store = store
+        self.reboot_seconds = reboot_seconds
+        # Called with a node's name when its VM is back from a reboot (the kubelets restart its
+        # pods).
+        self.on_node_back: Callable[[str], object] | None = None
         self.imds = imds
         self.cluster = cluster or ClusterInfo()
         self.node_delete_delay_seconds = node_delete_delay_seconds
@@ -135,10 +147,51 @@ class Cloud:
         self, event_type: str, node_names: list[str], *, notice_seconds: float | None = None
     ) -> EmulatedEvent:
         vms = [self.vm_for(name).name for name in node_names]
-        event = self.imds.schedule(event_type, vms, notice_seconds=notice_seconds)
-        if event_type in TAKES_VM_AWAY:
+        if event_type in RESTARTS_VM:
+            # Azure keeps a Reboot/Redeploy Started while the VM is down.
+            event = self.imds.schedule(
+                event_type,
+                vms,
+                notice_seconds=notice_seconds,
+                started_seconds=self.reboot_seconds,
+            )
+        else:
+            event = self.imds.schedule(event_type, vms, notice_seconds=notice_seconds)
+        if event_type in TAKES_VM_AWAY or event_type in RESTARTS_VM:
             self._watched[event.event_id] = event
         return event
+
+    def restart(self, node_name: str) -> None:
+        """The VM reboots (or is redeployed) now: down for `reboot_seconds`, then back."""
+        vm = self.vms.get(node_name)
+        if vm is None or vm.state != "running":
+            return
+        vm.state = "rebooting"
+        vm.ready_at = self._now() + self.reboot_seconds
+        node = self.store.get(R.NODES, "", node_name)
+        if node is not None:
+            self._mark_lost(node, shutdown=False)
+
+    def _mark_back(self, vm: Vm) -> None:
+        vm.state = "running"
+        node = self.store.get(R.NODES, "", vm.node_name)
+        if node is not None:
+            now = format_time(self.store.clock.now())
+            status = dict(node.get("status") or {})
+            conditions = status.get("conditions")
+            for condition, value, reason, message in (
+                ("MemoryPressure", "False", "KubeletHasSufficientMemory", ""),
+                ("DiskPressure", "False", "KubeletHasNoDiskPressure", ""),
+                ("PIDPressure", "False", "KubeletHasSufficientPID", ""),
+                ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            ):
+                conditions = with_condition(
+                    conditions, condition, value, now=now, reason=reason, message=message
+                )
+            status["conditions"] = conditions
+            self.store.update(R.NODES, dict(node, status=status))
+        if self.on_node_back is not None:
+            self.on_node_back(vm.node_name)
 
     def take_away(self, node_name: str) -> None:
         """The VM is evicted now (capacity or price): node NotReady, then deleted or shut down."""
@@ -196,13 +249,20 @@ class Cloud:
             elif state in ("started", "finished"):
                 del self._watched[event_id]
                 for resource in event.resources:
-                    node = self._node_of_vm(resource)
-                    if node is not None:
+                    node = self.node_of_vm(resource)
+                    if node is None:
+                        continue
+                    if event.event_type in RESTARTS_VM:
+                        self.restart(node)
+                    else:
                         self.take_away(node)
-                        acted += 1
+                    acted += 1
         for vm in list(self.vms.values()):
             if vm.state == "provisioning" and vm.ready_at <= now:
                 self._boot(vm)
+                acted += 1
+            elif vm.state == "rebooting" and vm.ready_at <= now:
+                self._mark_back(vm)
                 acted += 1
             elif (
                 vm.state == "deleted"
@@ -215,7 +275,7 @@ class Cloud:
                 acted += 1
         return acted
 
-    def _node_of_vm(self, vm_name_: str) -> str | None:
+    def node_of_vm(self, vm_name_: str) -> str | None:
         # VM names are `<scale set>_<decimal id>`, node names `<scale set><base-36 id>`.
         scale_set, _, instance = vm_name_.rpartition("_")
         if not instance.isdigit():

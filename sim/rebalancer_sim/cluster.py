@@ -10,7 +10,8 @@ Typical use (tests, the demo, benchmarks)::
     await cluster.stop()
 
 Control loops run in `step()`: the timeline, the cloud, the scheduler, kubelets, the node
-lifecycle, workload and disruption controllers, garbage collection and the autoscaler, repeated
+lifecycle, workload and disruption controllers, garbage collection, the autoscaler, AKS node
+auto-drain, HorizontalPodAutoscalers and the owners that reset replicas, repeated
 until nothing changes at this instant. `start()` also runs `step()` every `tick_seconds` of real
 time; under a `ManualClock` call `advance(seconds)` to move virtual time and step through it.
 """
@@ -31,15 +32,17 @@ from aiohttp import web
 from rebalancer.clock import Clock, ManualClock, SystemClock
 from rebalancer_sim import resources as R
 from rebalancer_sim.apiserver import ApiServer
+from rebalancer_sim.autodrain import NodeAutoDrain
 from rebalancer_sim.capacity import Autoscaler
 from rebalancer_sim.cloud import Cloud
 from rebalancer_sim.disruption import DisruptionController
 from rebalancer_sim.garbage import GarbageCollector
+from rebalancer_sim.hpa import HorizontalPodAutoscalers
 from rebalancer_sim.imds import EmulatedEvent, ImdsEmulator
 from rebalancer_sim.kubelet import Kubelets, NodeLifecycle
 from rebalancer_sim.npd import CONDITION_TYPES, NodeProblemDetector
 from rebalancer_sim.objects import Obj
-from rebalancer_sim.scenario import Scenario, TimelineStep, load_scenario
+from rebalancer_sim.scenario import LOAD_ANNOTATION, Scenario, TimelineStep, load_scenario
 from rebalancer_sim.scheduler import Scheduler
 from rebalancer_sim.store import DEFAULT_HISTORY, Store
 from rebalancer_sim.workloads import (
@@ -47,6 +50,7 @@ from rebalancer_sim.workloads import (
     DeploymentController,
     ReplicaSetController,
     StatefulSetController,
+    WorkloadOwners,
 )
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -85,6 +89,7 @@ class ClusterEmulator:
             self.imds,
             cluster=scenario.cluster,
             node_delete_delay_seconds=settings.node_delete_delay_seconds,
+            reboot_seconds=settings.reboot_seconds,
         )
         self.api = ApiServer(self.store, bookmark_interval_seconds=bookmark_interval_seconds)
         for namespace in SYSTEM_NAMESPACES:
@@ -95,7 +100,9 @@ class ClusterEmulator:
             node_runs=self.cloud.node_runs,
             startup_seconds=settings.startup_seconds,
             shutdown_seconds=settings.shutdown_seconds,
+            seed=settings.seed,
         )
+        self.cloud.on_node_back = self.kubelets.restart_node
         self.node_lifecycle = NodeLifecycle(self.store)
         self.deployments = DeploymentController(self.store)
         self.replicasets = ReplicaSetController(self.store)
@@ -113,6 +120,13 @@ class ClusterEmulator:
             poll_seconds=settings.node_problem_detector_seconds or 10.0,
             condition_types=settings.node_problem_detector_conditions or CONDITION_TYPES,
         )
+        self.auto_drain = NodeAutoDrain(
+            self.cloud,
+            delay_seconds=settings.node_auto_drain_delay_seconds,
+            retry_seconds=settings.node_auto_drain_retry_seconds,
+        )
+        self.hpas = HorizontalPodAutoscalers(self.store, sync_seconds=settings.hpa_sync_seconds)
+        self.owners = WorkloadOwners(self.store)
         self._loops: list[Callable[[], int]] = [
             self.cloud.reconcile,
             self.node_lifecycle.reconcile,
@@ -125,7 +139,11 @@ class ClusterEmulator:
             self.kubelets.reconcile,
             self.disruption.reconcile,
             self.autoscaler.reconcile,
+            self.hpas.reconcile,
+            self.owners.reconcile,
         ]
+        if settings.node_auto_drain:
+            self._loops.insert(1, self.auto_drain.reconcile)
         if settings.node_problem_detector_seconds > 0:
             self._loops.append(self.node_problem_detector.reconcile)
         self._timeline = list(scenario.timeline)
@@ -156,6 +174,16 @@ class ClusterEmulator:
             pdb = workload.pdb_manifest()
             if pdb is not None:
                 self.store.create(R.PDBS, pdb)
+            hpa = workload.hpa_manifest()
+            if hpa is not None:
+                self.store.create(R.HPAS, hpa)
+            if workload.owner_reset_seconds is not None:
+                self.owners.own(
+                    workload.namespace,
+                    workload.name,
+                    replicas=workload.replicas,
+                    reset_seconds=workload.owner_reset_seconds,
+                )
         self.step()
 
     def _run_timeline(self) -> int:
@@ -207,6 +235,10 @@ class ClusterEmulator:
         elif step.action == "scale":
             self.scale(
                 str(args["workload"]), int(args["replicas"]), namespace=args.get("namespace")
+            )
+        elif step.action == "load":
+            self.set_load(
+                str(args["workload"]), float(args["percent"]), namespace=args.get("namespace")
             )
         if step.id:
             self._timeline_events.setdefault(step.id, []).extend(events)
@@ -380,8 +412,19 @@ class ClusterEmulator:
                     updated = json.loads(json.dumps(obj))
                     updated["spec"]["replicas"] = replicas
                     self.store.update(resource, updated)
+                    self.owners.want(obj["metadata"]["namespace"], workload, replicas)
                     return
         raise KeyError(f"no Deployment or StatefulSet named {workload!r}")
+
+    def set_load(self, workload: str, percent: float, *, namespace: str | None = None) -> None:
+        """The HPA metric stand-in: total CPU use of the workload's Ready pods (see hpa.py)."""
+        for hpa in self.store.items(R.HPAS, namespace):
+            if hpa["metadata"]["name"] == workload:
+                updated = json.loads(json.dumps(hpa))
+                updated["metadata"].setdefault("annotations", {})[LOAD_ANNOTATION] = f"{percent:g}"
+                self.store.update(R.HPAS, updated)
+                return
+        raise KeyError(f"no HorizontalPodAutoscaler named {workload!r}")
 
     def nodes(self, pool: str | None = None) -> list[Obj]:
         return [

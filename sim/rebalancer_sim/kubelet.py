@@ -2,10 +2,14 @@
 
 Kubelet: a pod bound to a node whose VM runs becomes Running after `start_seconds`, and Ready
 after its startup time (pod annotation `sim.spot-rebalancer.io/startup-seconds`, else the
-default): a GPU inference replica that loads a model for minutes is modelled by that number. A
-terminating pod disappears after min(its grace period, its shutdown time: annotation
-`sim.spot-rebalancer.io/shutdown-seconds`, else the default). A node whose VM is gone runs
-nothing: its pods stay as they are until the node is deleted (then pod GC removes them).
+default): a GPU inference replica that loads a model for minutes is modelled by that number, or
+by a range `low..high` from which each pod draws its own (a seeded generator: one scenario, one
+seed, the same draws in the same order). A terminating pod disappears after min(its grace
+period, its shutdown time: annotation `sim.spot-rebalancer.io/shutdown-seconds`, else the
+default), so `terminationGracePeriodSeconds` bounds a slow shutdown as it does upstream (the
+kubelet's SIGKILL), and a second delete with a shorter grace period cuts it. A node whose VM is
+gone runs nothing: its pods stay as they are until the node is deleted (then pod GC removes
+them). A VM that comes back from a reboot restarts its pods: they load again (`restart_node`).
 
 Node lifecycle controller: the taints upstream derives from node state
 (`node.kubernetes.io/unschedulable:NoSchedule` for a cordon, `not-ready`/`unreachable`
@@ -18,6 +22,7 @@ Time-based work sits in a heap of (due time, pod key) so a tick only touches wha
 from __future__ import annotations
 
 import heapq
+import random
 from collections.abc import Callable
 
 from rebalancer_sim import resources as R
@@ -41,11 +46,15 @@ UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 PodKey = tuple[str, str]
 
 
-def _seconds(pod: Obj, key: str, default: float) -> float:
+def _seconds(pod: Obj, key: str, default: float, draw: random.Random | None = None) -> float:
+    """An annotation's seconds: a number, or `low..high` drawn uniformly with `draw`."""
     value = annotation(pod, key)
     if value is None:
         return default
     try:
+        if ".." in value and draw is not None:
+            low, high = (float(part) for part in value.split("..", 1))
+            return max(0.0, draw.uniform(low, high))
         return max(0.0, float(value))
     except ValueError:
         return default
@@ -60,6 +69,7 @@ class Kubelets:
         start_seconds: float = 0.0,
         startup_seconds: float = 0.0,
         shutdown_seconds: float = 1.0,
+        seed: int = 0,
     ) -> None:
         """`node_runs(node_name)`: whether the node's VM is up (the cloud decides)."""
         self.store = store
@@ -67,6 +77,7 @@ class Kubelets:
         self.start_seconds = start_seconds
         self.startup_seconds = startup_seconds
         self.shutdown_seconds = shutdown_seconds
+        self._draw = random.Random(seed)
         self._due: list[tuple[float, int, PodKey]] = []
         self._sequence = 0
         store.listeners.append(self._on_change)
@@ -105,8 +116,35 @@ class Kubelets:
             and not condition_true(pod, "Ready")
             and (old is None or pod_phase(old) != "Running")
         ):
-            startup = _seconds(pod, STARTUP_ANNOTATION, self.startup_seconds)
+            startup = _seconds(pod, STARTUP_ANNOTATION, self.startup_seconds, self._draw)
             self._at(self._now() + startup, key)
+
+    def restart_node(self, node_name: str) -> int:
+        """The node's VM is back from a reboot: its running pods start over (not Ready, then
+        Ready after their startup time again); terminating ones finish now (their containers
+        were killed by the reboot)."""
+        restarted = 0
+        for pod in self.store.pods_on_node(node_name):
+            meta = pod["metadata"]
+            key = (meta.get("namespace", ""), meta["name"])
+            if is_terminating(pod):
+                self.store.finish_pod_termination(*key)
+            elif pod_phase(pod) == "Running":
+                status = dict(pod.get("status") or {})
+                now = format_time(self.store.clock.now())
+                conditions = status.get("conditions")
+                for condition_type in ("ContainersReady", "Ready"):
+                    conditions = with_condition(
+                        conditions, condition_type, "False", now=now, reason="ContainersNotReady"
+                    )
+                status["conditions"] = conditions
+                self.store.update(R.PODS, dict(pod, status=status))
+                startup = _seconds(pod, STARTUP_ANNOTATION, self.startup_seconds, self._draw)
+                self._at(self._now() + startup, key)
+            else:
+                continue
+            restarted += 1
+        return restarted
 
     def reconcile(self) -> int:
         now = self._now()

@@ -119,6 +119,17 @@ ALL: tuple[ResourceType, ...] = (
         ("status",),
         has_generation=True,
     ),
+    ResourceType(
+        "autoscaling",
+        "v2",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        True,
+        ("hpa",),
+        ("status",),
+        has_generation=True,
+        categories=("all",),
+    ),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
 )
@@ -139,6 +150,7 @@ DAEMONSETS = BY_KEY["daemonsets.apps"]
 CONTROLLERREVISIONS = BY_KEY["controllerrevisions.apps"]
 PDBS = BY_KEY["poddisruptionbudgets.policy"]
 LEASES = BY_KEY["leases.coordination.k8s.io"]
+HPAS = BY_KEY["horizontalpodautoscalers.autoscaling"]
 EVENTS_V1 = BY_KEY["events.events.k8s.io"]
 
 GROUPS: dict[str, list[str]] = {}

@@ -8,8 +8,17 @@ Format (every key but `name` under a pool or workload is optional)::
     settings:
       nodeDeleteDelaySeconds: 5      # VM gone -> Node deleted (Delete eviction policy)
       scaleDownUnneededSeconds: 600  # autoscaler: idle node removed after this long
-      startupSeconds: 0              # default pod time from Running to Ready
+      startupSeconds: 0              # default pod time from Running to Ready (a workload's own
+                                     # startupSeconds wins; the shipped GPU scenarios set 90)
       shutdownSeconds: 1             # default pod time to stop after deletion (capped by grace)
+      seed: 0                        # random draws (startupSeconds ranges) are reproducible
+      nodeAutoDrain: true            # AKS node auto-drain (default on, as in AKS): on a Preempt,
+                                     # Redeploy or Terminate event, cordon and evict (Eviction
+                                     # API, PDBs apply) at notice time, best effort
+      nodeAutoDrainDelaySeconds: 2   # event scheduled -> AKS starts draining (not documented)
+      nodeAutoDrainRetrySeconds: 5   # an eviction a PDB refused is retried this often
+      rebootSeconds: 60              # Reboot/Redeploy: how long the VM is down once it starts
+      hpaSyncSeconds: 15             # the HPA controller's sync period (upstream default 15 s)
       nodeProblemDetectorSeconds: 10 # AKS NPD: Scheduled Events -> Node conditions; 0 (the
                                      # default): off
       nodeProblemDetectorConditions: [VMEventScheduled, PreemptScheduled]  # default: all known
@@ -49,11 +58,21 @@ Format (every key but `name` under a pool or workload is optional)::
         nodeSelector: {kubernetes.azure.com/accelerator: nvidia}
         affinity: {}                 # Kubernetes form
         preferSpot: 100              # shorthand: preferred node affinity to spot, this weight
-        startupSeconds: 10           # -> pod annotation sim.spot-rebalancer.io/startup-seconds
+        startupSeconds: 90           # -> pod annotation sim.spot-rebalancer.io/startup-seconds;
+                                     # or [60, 120]: each pod draws its own (seeded)
         shutdownSeconds: 2
         terminationGracePeriodSeconds: 30
         podManagementPolicy: Parallel   # StatefulSet only
         pdb: {maxUnavailable: 1}     # or {minAvailable: "50%"}; a PDB named after the workload
+        hpa:                         # an autoscaling/v2 HorizontalPodAutoscaler named after it
+          minReplicas: 2
+          maxReplicas: 6
+          targetCPUUtilization: 60   # percent of the pods' CPU request
+          load: 150                  # the metric stand-in: total CPU use of the Ready pods, in
+                                     # percent of one pod's request (timeline `load` changes it)
+          scaleDownStabilizationSeconds: 300   # behavior.scaleDown (upstream default 300)
+        owner: {resetSeconds: 10}    # an operator (KServe, KAITO) that sets spec.replicas back
+                                     # to the workload's replicas every 10 s
     timeline:                        # `at`: seconds after the scenario starts
       - at: 10
         preempt: {pool: gpuspot, index: 0, noticeSeconds: 30}   # or node: <node name>
@@ -67,7 +86,9 @@ Format (every key but `name` under a pool or workload is optional)::
       - at: 30
         spotCapacity: {pool: gpuspot, available: 0, noticeSeconds: 30}   # null: unlimited
       - at: 60
-        scale: {workload: inference, replicas: 5}
+        scale: {workload: inference, replicas: 5}   # also what an owner resets to
+      - at: 90
+        load: {workload: inference, percent: 300}   # the HPA's metric stand-in
 
 `load_scenario` accepts a path or the name of a shipped scenario (`sim/rebalancer_sim/scenarios`).
 """
@@ -85,10 +106,14 @@ from rebalancer_sim.pools import ClusterInfo, PoolSpec
 from rebalancer_sim.scheduling import parse_taint
 
 STARTUP_ANNOTATION = "sim.spot-rebalancer.io/startup-seconds"
+LOAD_ANNOTATION = "sim.spot-rebalancer.io/cpu-load-percent"
 SHUTDOWN_ANNOTATION = "sim.spot-rebalancer.io/shutdown-seconds"
 SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
-ACTIONS = ("preempt", "event", "cancel", "spotCapacity", "scale")
+ACTIONS = ("preempt", "event", "cancel", "spotCapacity", "scale", "load")
+HPA_KEYS = frozenset(
+    {"minReplicas", "maxReplicas", "targetCPUUtilization", "load", "scaleDownStabilizationSeconds"}
+)
 
 
 class ScenarioError(ValueError):
@@ -108,11 +133,13 @@ class WorkloadSpec:
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     node_selector: dict[str, str] = field(default_factory=dict)
     affinity: dict[str, Any] = field(default_factory=dict)
-    startup_seconds: float | None = None
+    startup_seconds: float | tuple[float, float] | None = None  # a pair: drawn per pod
     shutdown_seconds: float | None = None
     termination_grace_period_seconds: int = 30
     pod_management_policy: str = "OrderedReady"
     pdb: dict[str, Any] | None = None
+    hpa: dict[str, Any] | None = None
+    owner_reset_seconds: float | None = None
 
     def selector_labels(self) -> dict[str, str]:
         return dict(self.labels) if self.labels else {"app": self.name}
@@ -126,7 +153,10 @@ class WorkloadSpec:
         if limits:
             resources["limits"] = limits
         annotations = dict(self.annotations)
-        if self.startup_seconds is not None:
+        if isinstance(self.startup_seconds, tuple):
+            low, high = self.startup_seconds
+            annotations[STARTUP_ANNOTATION] = f"{low:g}..{high:g}"
+        elif self.startup_seconds is not None:
             annotations[STARTUP_ANNOTATION] = str(self.startup_seconds)
         if self.shutdown_seconds is not None:
             annotations[SHUTDOWN_ANNOTATION] = str(self.shutdown_seconds)
@@ -176,6 +206,45 @@ class WorkloadSpec:
             "spec": {**self.pdb, "selector": {"matchLabels": self.selector_labels()}},
         }
 
+    def hpa_manifest(self) -> dict[str, Any] | None:
+        """An autoscaling/v2 HPA on CPU utilisation; its metric is the `load` stand-in."""
+        if self.hpa is None:
+            return None
+        hpa = self.hpa
+        return {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "annotations": {LOAD_ANNOTATION: f"{float(hpa.get('load', 0)):g}"},
+            },
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": self.kind, "name": self.name},
+                "minReplicas": int(hpa.get("minReplicas", 1)),
+                "maxReplicas": int(hpa["maxReplicas"]),
+                "metrics": [
+                    {
+                        "type": "Resource",
+                        "resource": {
+                            "name": "cpu",
+                            "target": {
+                                "type": "Utilization",
+                                "averageUtilization": int(hpa.get("targetCPUUtilization", 80)),
+                            },
+                        },
+                    }
+                ],
+                "behavior": {
+                    "scaleDown": {
+                        "stabilizationWindowSeconds": int(
+                            hpa.get("scaleDownStabilizationSeconds", 300)
+                        )
+                    }
+                },
+            },
+        }
+
 
 @dataclass
 class TimelineStep:
@@ -193,6 +262,12 @@ class Settings:
     shutdown_seconds: float = 1.0
     node_problem_detector_seconds: float = 0.0
     node_problem_detector_conditions: list[str] | None = None  # None: npd.CONDITION_TYPES
+    seed: int = 0
+    node_auto_drain: bool = True
+    node_auto_drain_delay_seconds: float = 2.0
+    node_auto_drain_retry_seconds: float = 5.0
+    reboot_seconds: float = 60.0
+    hpa_sync_seconds: float = 15.0
 
 
 @dataclass
@@ -294,14 +369,30 @@ def _workload(data: Any, index: int) -> WorkloadSpec:
             str(k): str(v) for k, v in _take(data, "nodeSelector", dict, {}, where).items()
         },
         affinity=dict(_take(data, "affinity", dict, {}, where)),
-        startup_seconds=_take(data, "startupSeconds", _NUMBER, None, where),
+        startup_seconds=_startup(data.pop("startupSeconds", None), f"{where}.startupSeconds"),
         shutdown_seconds=_take(data, "shutdownSeconds", _NUMBER, None, where),
         termination_grace_period_seconds=_take(
             data, "terminationGracePeriodSeconds", int, 30, where
         ),
         pod_management_policy=_take(data, "podManagementPolicy", str, "OrderedReady", where),
         pdb=_take(data, "pdb", dict, None, where),
+        hpa=_take(data, "hpa", dict, None, where),
     )
+    owner = _take(data, "owner", dict, None, where)
+    if owner is not None:
+        reset = owner.get("resetSeconds")
+        if not isinstance(reset, _NUMBER) or reset <= 0 or set(owner) != {"resetSeconds"}:
+            raise ScenarioError(f"{where}.owner: {{resetSeconds: <seconds > 0>}}")
+        workload.owner_reset_seconds = float(reset)
+    if workload.hpa is not None:
+        unknown = set(workload.hpa) - HPA_KEYS
+        if unknown or "maxReplicas" not in workload.hpa:
+            raise ScenarioError(
+                f"{where}.hpa: needs maxReplicas; known keys {sorted(HPA_KEYS)}"
+                + (f"; unknown {sorted(unknown)}" if unknown else "")
+            )
+        if workload.kind == "DaemonSet":
+            raise ScenarioError(f"{where}.hpa: a DaemonSet has no replicas to scale")
     prefer_spot = _take(data, "preferSpot", (int, bool), None, where)
     if data:
         raise ScenarioError(f"{where}: unknown keys {sorted(data)}")
@@ -323,6 +414,19 @@ def _workload(data: Any, index: int) -> WorkloadSpec:
     ):
         raise ScenarioError(f"{where}.pdb: exactly one of minAvailable, maxUnavailable")
     return workload
+
+
+def _startup(value: Any, where: str) -> float | tuple[float, float] | None:
+    if value is None or (isinstance(value, _NUMBER) and not isinstance(value, bool)):
+        return value
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, _NUMBER) and not isinstance(v, bool) for v in value)
+        and 0 <= value[0] <= value[1]
+    ):
+        return float(value[0]), float(value[1])
+    raise ScenarioError(f"{where}: seconds, or [low, high] to draw each pod's from")
 
 
 def _step(data: Any, index: int) -> TimelineStep:
@@ -351,6 +455,8 @@ def _step(data: Any, index: int) -> TimelineStep:
         raise ScenarioError(f"{where}.spotCapacity: needs `pool` and `available`")
     if action == "scale" and ("workload" not in args or "replicas" not in args):
         raise ScenarioError(f"{where}.scale: needs `workload` and `replicas`")
+    if action == "load" and ("workload" not in args or "percent" not in args):
+        raise ScenarioError(f"{where}.load: needs `workload` and `percent`")
     return TimelineStep(at=float(at), action=action, args=dict(args), id=step_id)
 
 
@@ -379,6 +485,16 @@ def parse_scenario(data: Any) -> Scenario:
             node_problem_detector_conditions=settings_data.pop(
                 "nodeProblemDetectorConditions", None
             ),
+            seed=int(settings_data.pop("seed", 0)),
+            node_auto_drain=bool(settings_data.pop("nodeAutoDrain", True)),
+            node_auto_drain_delay_seconds=float(
+                settings_data.pop("nodeAutoDrainDelaySeconds", 2.0)
+            ),
+            node_auto_drain_retry_seconds=float(
+                settings_data.pop("nodeAutoDrainRetrySeconds", 5.0)
+            ),
+            reboot_seconds=float(settings_data.pop("rebootSeconds", 60.0)),
+            hpa_sync_seconds=float(settings_data.pop("hpaSyncSeconds", 15.0)),
         ),
         pools=[_pool(p, i) for i, p in enumerate(data.pop("pools", None) or [])],
         workloads=[_workload(w, i) for i, w in enumerate(data.pop("workloads", None) or [])],

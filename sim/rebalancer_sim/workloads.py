@@ -489,3 +489,45 @@ def _daemon_node(pod: Obj) -> str:
             if field.get("key") == "metadata.name" and field.get("values"):
                 return str(field["values"][0])
     return ""
+
+
+class WorkloadOwners:
+    """Operators that own a Deployment or StatefulSet and set its `spec.replicas` (KServe, KAITO,
+    Dynamo's operator create Deployments and reconcile them): every `reset_seconds` each one puts
+    the replicas it wants back, whoever changed them. What it wants is the scenario's replicas,
+    or the last `ClusterEmulator.scale` (a user changing the owner's own resource). `resets`
+    records each time it overwrote someone else's count, for tests."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._owned: dict[tuple[str, str], tuple[float, int, float]] = {}  # -> period, want, next
+        self.resets: list[tuple[float, str, str, int, int]] = []  # time, ns, name, found, set
+
+    def own(self, namespace: str, name: str, *, replicas: int, reset_seconds: float) -> None:
+        now = self.store.clock.now().timestamp()
+        self._owned[(namespace, name)] = (reset_seconds, replicas, now + reset_seconds)
+
+    def want(self, namespace: str, name: str, replicas: int) -> None:
+        if (namespace, name) in self._owned:
+            period, _, due = self._owned[(namespace, name)]
+            self._owned[(namespace, name)] = (period, replicas, due)
+
+    def reconcile(self) -> int:
+        now = self.store.clock.now().timestamp()
+        worked = 0
+        for (namespace, name), (period, replicas, due) in list(self._owned.items()):
+            if now + 1e-9 < due:
+                continue
+            self._owned[(namespace, name)] = (period, replicas, now + period)
+            for resource in (R.DEPLOYMENTS, R.STATEFULSETS):
+                obj = self.store.get(resource, namespace, name)
+                if obj is None:
+                    continue
+                found = int(obj["spec"].get("replicas", 1))
+                if found != replicas:
+                    updated = json.loads(json.dumps(obj))
+                    updated["spec"]["replicas"] = replicas
+                    self.store.update(resource, updated)
+                    self.resets.append((now, namespace, name, found, replicas))
+                    worked += 1
+        return worked

@@ -210,7 +210,7 @@ ON_SPOT = {"kubernetes.azure.com/scalesetpriority": "spot"}
 CONTROLLER_SCENARIO: dict[str, Any] = {
     "name": "rbac",
     "cluster": {"name": "rbac", "region": "eastus"},
-    "settings": {"nodeDeleteDelaySeconds": 2, "shutdownSeconds": 0.3},
+    "settings": {"nodeDeleteDelaySeconds": 2, "shutdownSeconds": 0.3, "nodeAutoDrain": False},
     "pools": [
         {"name": "system", "priority": "regular", "mode": "system", "vmSize": "Standard_D4s_v5",
          "zones": ["1"], "cpu": 4, "memory": "16Gi", "gpus": 0, "count": 1},

@@ -33,7 +33,7 @@ SPOT_TOLERATIONS = ["kubernetes.azure.com/scalesetpriority=spot:NoSchedule", "sk
 BASE_SCENARIO: dict[str, Any] = {
     "name": "e2e",
     "cluster": {"name": "e2e", "region": "eastus"},
-    "settings": {"nodeDeleteDelaySeconds": 2, "shutdownSeconds": 0.5},
+    "settings": {"nodeDeleteDelaySeconds": 2, "shutdownSeconds": 0.5, "nodeAutoDrain": False},
     "pools": [
         {"name": "system", "priority": "regular", "mode": "system", "vmSize": "Standard_D4s_v5",
          "zones": ["1"], "cpu": 4, "memory": "16Gi", "gpus": 0, "count": 1},

@@ -30,7 +30,7 @@ def small_scenario(*, startup_seconds: float = 2, **changes: Any) -> Scenario:
     inference Deployment of 3 one-GPU replicas with a PDB maxUnavailable 1."""
     data: dict[str, Any] = {
         "name": "small",
-        "settings": {"nodeDeleteDelaySeconds": 5, "shutdownSeconds": 1},
+        "settings": {"nodeDeleteDelaySeconds": 5, "shutdownSeconds": 1, "nodeAutoDrain": False},
         "pools": [
             {"name": "system", "mode": "system", "cpu": 4, "memory": "16Gi", "count": 1},
             {
