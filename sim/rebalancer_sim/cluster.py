@@ -184,7 +184,9 @@ class ClusterEmulator:
                     replicas=workload.replicas,
                     reset_seconds=workload.owner_reset_seconds,
                 )
+        self.kubelets.warm = self.scenario.settings.warm_start
         self.step()
+        self.kubelets.warm = False
 
     def _run_timeline(self) -> int:
         elapsed = self.clock.now().timestamp() - self.started_at

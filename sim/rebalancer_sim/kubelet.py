@@ -78,6 +78,9 @@ class Kubelets:
         self.startup_seconds = startup_seconds
         self.shutdown_seconds = shutdown_seconds
         self._draw = random.Random(seed)
+        # While set, pods start Ready at once: the scenario's workloads as it begins, a cluster
+        # that has been serving for a while (`settings.warmStart`).
+        self.warm = False
         self._due: list[tuple[float, int, PodKey]] = []
         self._sequence = 0
         store.listeners.append(self._on_change)
@@ -117,7 +120,7 @@ class Kubelets:
             and (old is None or pod_phase(old) != "Running")
         ):
             startup = _seconds(pod, STARTUP_ANNOTATION, self.startup_seconds, self._draw)
-            self._at(self._now() + startup, key)
+            self._at(self._now() + (0.0 if self.warm else startup), key)
 
     def restart_node(self, node_name: str) -> int:
         """The node's VM is back from a reboot: its running pods start over (not Ready, then

@@ -12,6 +12,8 @@ Format (every key but `name` under a pool or workload is optional)::
                                      # startupSeconds wins; the shipped GPU scenarios set 90)
       shutdownSeconds: 1             # default pod time to stop after deletion (capped by grace)
       seed: 0                        # random draws (startupSeconds ranges) are reproducible
+      warmStart: false               # true: the workloads start Ready (a cluster that has been
+                                     # serving); only pods created later load their model
       nodeAutoDrain: true            # AKS node auto-drain (default on, as in AKS): on a Preempt,
                                      # Redeploy or Terminate event, cordon and evict (Eviction
                                      # API, PDBs apply) at notice time, best effort
@@ -263,6 +265,7 @@ class Settings:
     node_problem_detector_seconds: float = 0.0
     node_problem_detector_conditions: list[str] | None = None  # None: npd.CONDITION_TYPES
     seed: int = 0
+    warm_start: bool = False
     node_auto_drain: bool = True
     node_auto_drain_delay_seconds: float = 2.0
     node_auto_drain_retry_seconds: float = 5.0
@@ -486,6 +489,7 @@ def parse_scenario(data: Any) -> Scenario:
                 "nodeProblemDetectorConditions", None
             ),
             seed=int(settings_data.pop("seed", 0)),
+            warm_start=bool(settings_data.pop("warmStart", False)),
             node_auto_drain=bool(settings_data.pop("nodeAutoDrain", True)),
             node_auto_drain_delay_seconds=float(
                 settings_data.pop("nodeAutoDrainDelaySeconds", 2.0)

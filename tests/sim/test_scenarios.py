@@ -42,9 +42,16 @@ async def test_aks_gpu_small_plays_out() -> None:
     assert cluster.imds.document(cluster.vm_name_for(spot[0]))["Events"][0]["EventType"] == (
         "Preempt"
     )
+    # AKS node auto-drain evicts the doomed replica at 10 + 2 s (its delay); no spot room, so
+    # the on-demand pool grows (20 s) and the replacement loads for 90 s: Ready at 122 s.
+    await cluster.advance(2.5)
+    assert len(_ready(cluster, "inference")) == 2
     await cluster.advance(35)  # NotBefore at t=40, node deleted 5 s later
     assert cluster.store.get(R.NODES, "", spot[0]) is None
-    await cluster.wait_for(lambda: len(_ready(cluster, "inference")) == 3, timeout=60)
+    await cluster.advance(122 - 47.5 - 1, step_seconds=0.5)
+    assert len(_ready(cluster, "inference")) == 2
+    await cluster.advance(2, step_seconds=0.5)
+    assert len(_ready(cluster, "inference")) == 3
     pools = sorted(
         cluster.store.must_get(R.NODES, "", node)["metadata"]["labels"]["agentpool"]
         for node in _ready(cluster, "inference")
@@ -70,3 +77,29 @@ async def test_wave_preempts_every_spot_node_within_ten_seconds() -> None:
     }
     assert "ondemand" in pools and "spot" not in pools
     assert cluster.autoscaler.scale_ups > 0
+
+
+async def test_free_room_replacement_lands_on_spot_in_the_other_zone() -> None:
+    cluster = ClusterEmulator("free-room", clock=ManualClock())
+    await cluster.advance(10 + 2.5, step_seconds=0.5)  # Preempt at 10 s, auto-drain 2 s later
+    pending = [p for p in cluster.pods("inference") if not p["metadata"].get("deletionTimestamp")]
+    pools = sorted(
+        cluster.store.must_get(R.NODES, "", p["spec"]["nodeName"])["metadata"]["labels"][
+            "agentpool"
+        ]
+        for p in pending
+    )
+    # The workload prefers spot; the zone-2 spot node is free, so the warm on-demand node stays
+    # empty.
+    assert pools == ["gpuspot", "gpuspot", "gpuspot2"]
+
+
+async def test_grace_vs_notice_without_a_handler_leaves_the_pod_running_at_not_before() -> None:
+    cluster = ClusterEmulator("grace-vs-notice", clock=ManualClock())
+    doomed = sorted(n["metadata"]["name"] for n in cluster.nodes("gpuspot"))[0]
+    await cluster.advance(10 + 2.5, step_seconds=0.5)
+    (evicted,) = [p for p in cluster.pods("inference", node=doomed)]
+    assert evicted["metadata"]["deletionGracePeriodSeconds"] == 60  # its own grace
+    # NotBefore is at 25 s; the pod needs 50 s from 12 s: it still runs when the VM goes.
+    await cluster.advance(25 - 12.5 - 0.5, step_seconds=0.5)
+    assert cluster.pods("inference", node=doomed)
