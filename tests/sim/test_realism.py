@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from rebalancer.clock import ManualClock
 from rebalancer_sim import resources as R
@@ -28,7 +29,7 @@ def _realistic(**hpa: object) -> Scenario:
     return scenario
 
 
-def _live(cluster: ClusterEmulator) -> list[dict[str, object]]:
+def _live(cluster: ClusterEmulator) -> list[dict[str, Any]]:
     return [p for p in cluster.pods("default") if not p["metadata"].get("deletionTimestamp")]
 
 
