@@ -17,14 +17,17 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from importlib import resources as package_resources
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 from rebalancer import names
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer_sim.measure import ReadyDeficit
 from rebalancer_sim.scenario import parse_scenario
 from tests.helpers import free_port
 
@@ -51,6 +54,24 @@ BASE_SCENARIO: dict[str, Any] = {
 }  # fmt: skip
 
 
+def shipped(name: str, **settings: Any) -> dict[str, Any]:
+    """A shipped scenario (sim/rebalancer_sim/scenarios) as data, without its timeline (the
+    test schedules the events once its processes run), with these settings changed."""
+    resource = package_resources.files("rebalancer_sim") / "scenarios" / f"{name}.yaml"
+    data: dict[str, Any] = yaml.safe_load(resource.read_text())
+    data["timeline"] = []
+    data["settings"] = {**(data.get("settings") or {}), **settings}
+    return data
+
+
+def workload(data: dict[str, Any], name: str = "llm") -> dict[str, Any]:
+    return next(w for w in data["workloads"] if w["name"] == name)
+
+
+def pool(data: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(p for p in data["pools"] if p["name"] == name)
+
+
 def scenario(**changes: Any) -> dict[str, Any]:
     data = copy.deepcopy(BASE_SCENARIO)
     data.update(changes)
@@ -74,6 +95,8 @@ class ProcessRig:
     ports: dict[str, int] = field(default_factory=dict)
     min_ready: dict[tuple[str, str], int] = field(default_factory=dict)
     max_replicas: dict[tuple[str, str], int] = field(default_factory=dict)  # spec.replicas
+    # Ready replica-seconds short of the count at the start of sampling (measure.ReadyDeficit).
+    deficit: dict[tuple[str, str], ReadyDeficit] = field(default_factory=dict)
     watched: list[tuple[str, str]] = field(default_factory=list)
 
     # ---- what a subclass provides ------------------------------------------------------------
@@ -173,6 +196,30 @@ class ProcessRig:
 
     # ---- cluster state -----------------------------------------------------------------------
 
+    def writable_state(self, pools: tuple[str, ...] = ("gpuspot", "gpuondemand")) -> Any:
+        """What the controller could write, as data to compare before and after: the nodes'
+        labels, annotations and spec (taints, cordon), the Deployment's annotations and spec,
+        each pod's node and annotations (deletion cost), the PDBs it would see. Status is left
+        out: kubelets and the node-problem-detector write it, not the controller."""
+        nodes = {}
+        for pool in pools:
+            for name in self.pool_nodes(pool):
+                node = self.node(name) or {"metadata": {}}
+                meta = node["metadata"]
+                nodes[name] = (meta.get("labels"), meta.get("annotations"), node.get("spec"))
+        deployment = self.deployment()
+        pods = {
+            p["metadata"]["name"]: (p["spec"].get("nodeName"), p["metadata"].get("annotations"))
+            for p in self.pods()
+        }
+        return copy.deepcopy(
+            {
+                "nodes": nodes,
+                "deployment": (deployment["metadata"].get("annotations"), deployment["spec"]),
+                "pods": pods,
+            }
+        )
+
     def ready_count(self, namespace: str = "inference", prefix: str = "llm") -> int:
         return sum(
             1 for p in self.pods(namespace) if p["metadata"]["name"].startswith(prefix) and ready(p)
@@ -240,6 +287,14 @@ class ProcessRig:
                 raise AssertionError(f"{process}: {sample} never reached {at_least}")
             await asyncio.sleep(0.1)
 
+    async def more_passes(self, process: str, passes: int, *, timeout: float = 15) -> None:
+        """Wait until the controller has planned `passes` more times: each was a chance to act,
+        so what did not happen by then was decided against (a pass runs at least every
+        `resync_seconds`)."""
+        sample = "rebalancer_controller_reconcile_duration_seconds_count"
+        start = await self.metric(process, sample)
+        await self.wait_for_metric(process, sample, start + passes, timeout=timeout)
+
     async def wait_for_leader(self, candidates: list[str], *, timeout: float = 15) -> str:
         """The one controller process that reports itself the leader."""
         deadline = time.monotonic() + timeout
@@ -263,6 +318,9 @@ class ProcessRig:
                 count = self.ready_count(namespace, prefix)
                 key = (namespace, prefix)
                 self.min_ready[key] = min(self.min_ready.get(key, count), count)
+                self.deficit.setdefault(key, ReadyDeficit(baseline=count)).sample(
+                    time.monotonic(), count
+                )
                 with contextlib.suppress(KeyError, AssertionError):  # not a Deployment
                     replicas = int(self.deployment(prefix, namespace)["spec"]["replicas"])
                     self.max_replicas[key] = max(self.max_replicas.get(key, replicas), replicas)
@@ -359,6 +417,7 @@ async def sampling(rig: ProcessRig, *workloads: tuple[str, str]) -> AsyncIterato
     rig.watched = list(workloads) or [("inference", "llm")]
     rig.min_ready.clear()
     rig.max_replicas.clear()
+    rig.deficit.clear()
     task = asyncio.create_task(rig.sample())
     try:
         yield
@@ -366,3 +425,5 @@ async def sampling(rig: ProcessRig, *workloads: tuple[str, str]) -> AsyncIterato
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        for key, deficit in rig.deficit.items():  # up to the end of sampling
+            deficit.sample(time.monotonic(), rig.ready_count(*key))
