@@ -40,9 +40,10 @@ from rebalancer_sim.scenario import Scenario, load_scenario
 DEMO_SCENARIO = "autodrain-pdb"  # sim/rebalancer_sim/scenarios/autodrain-pdb.yaml
 NAMESPACE, DEPLOYMENT = "inference", "llm"
 LEASE = ("default", "spot-rebalancer-controller")
-# What the processes may add per doomed replica to the unavoidable deficit: notice -> agent ->
-# node -> controller -> surge, the emulator's ticks and the 50 ms sampling.
-REACTION_SECONDS = 3.0
+# What the processes may add per doomed replica to the unavoidable deficit: the agent's 1 s IMDS
+# poll, watch and plan, a controller pass up to 1 s late at the deadline (resync 1 s), the
+# emulator's ticks and the 50 ms sampling.
+REACTION_SECONDS = 4.0
 
 
 @dataclass
@@ -327,6 +328,17 @@ async def _demo(notice_seconds: float) -> int:
             f"  {'Ready deficit, replica-seconds':<44}"
             f"{ours_d.replica_seconds:>18.1f}{alone_d.replica_seconds:>19.1f}"
         )
+        print(
+            f"  {'AKS auto-drain: evictions done / refused':<44}"
+            f"{f'{ours.auto_drain.evictions} / {ours.auto_drain.blocked}':>18}"
+            f"{f'{alone.auto_drain.evictions} / {alone.auto_drain.blocked}':>19}"
+        )
+        if ours.auto_drain.blocked and not ours.auto_drain.evictions:
+            print(
+                "  With us, AKS's evictions were refused: the surge's replica still loading "
+                "counts as unavailable\n  under the PDB (maxUnavailable 1), so it allowed no "
+                "disruption until we deleted the doomed replica."
+            )
         if seen.drained_at is not None:
             print(
                 f"  Our node was drained {seen.drained_at:.1f} s after the notice, "

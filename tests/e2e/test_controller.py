@@ -28,7 +28,7 @@ DEADLINE_TAINT = f"{names.PREFIX}/evicting"
 # The controller deletes what is left this long before a deadline; what the processes may add
 # to a failover per replica (agent poll, watch, surge, emulator ticks).
 MARGIN = float(ControllerSettings.model_fields["deadline_margin_seconds"].default)
-REACTION = 3.0
+REACTION = 4.0
 
 
 async def test_single_preempt_fails_over_before_the_node_goes(tmp_path: Path) -> None:
