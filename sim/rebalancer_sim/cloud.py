@@ -297,12 +297,16 @@ class Cloud:
         )
         pending = {node for event in self._watched.values() for node in event.resources}
         doomed = [vm for vm in running if vm.name not in pending]
-        excess = len(doomed) - available
+        provisioning = self.pool_vms(pool_name, "provisioning")
+        # Requests not yet fulfilled are refused first (Azure has no room for them), then the
+        # running VMs above the room get a Preempt.
+        over = len(doomed) + len(provisioning) - available
+        refused = min(len(provisioning), max(0, over))
+        for vm in provisioning[:refused]:
+            del self.vms[vm.node_name]
         events = []
-        for vm in doomed[: max(0, excess)]:
+        for vm in doomed[: max(0, over - refused)]:
             events.append(
                 self.schedule_event("Preempt", [vm.node_name], notice_seconds=notice_seconds)
             )
-        for vm in self.pool_vms(pool_name, "provisioning")[: max(0, excess - len(doomed))]:
-            del self.vms[vm.node_name]
         return events
