@@ -126,7 +126,9 @@ async def test_a_wave_through_the_npd_conditions(rig: KubeRig) -> None:
     assert all(drained_at[n] < events[n].not_before.timestamp() for n in doomed)
     assert rig.deployment()["spec"]["replicas"] == 4
     assert all(rig.pool_of(p["spec"]["nodeName"]) == "gpuondemand" for p in rig.pods())
-    assert rig.min_ready[("inference", "llm")] >= 3, rig.min_ready
+    # Unavoidable: nothing. 30 s of notice, less the controller's 5 s drain margin and a few
+    # seconds of reaction, against a 3 s load on warm on-demand nodes.
+    assert rig.min_ready[("inference", "llm")] == 4, rig.min_ready
     assert (
         await rig.metric("controller-0", "rebalancer_controller_drain_missed_deadline_total") == 0
     )
