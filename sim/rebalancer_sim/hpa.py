@@ -20,7 +20,8 @@ The simplification is the metric: there is no metrics API. CPU utilisation is a 
 by the scenario: the annotation `sim.spot-rebalancer.io/cpu-load-percent` on the HPA is the
 total CPU use of the workload's Ready pods in percent of one pod's request (150: three pods at
 50 %, or two at 75 %); each Ready pod's utilisation is that divided by their number, as if a load
-balancer spread the traffic evenly. Only a `Resource` cpu `Utilization` target is read; other
+balancer spread the traffic evenly; without the annotation there is no metric, and the HPA
+only keeps the replicas within its bounds. Only a `Resource` cpu `Utilization` target is read; other
 metric types, container resources and user-defined scaling policies are not modelled.
 `rescales` records every change the HPA made, for tests.
 """
@@ -164,10 +165,13 @@ class HorizontalPodAutoscalers:
                 ignored += 1  # pending or loading: no usable sample (upstream's unready pods)
         if ready == 0:
             return None  # upstream: "did not receive metrics for targeted pods"
+        value = annotation(hpa, LOAD_ANNOTATION)
         try:
-            load = float(annotation(hpa, LOAD_ANNOTATION) or 0.0)
+            load = float(value) if value is not None else None
         except ValueError:
-            return None
+            load = None
+        if load is None:
+            return None  # no metric at all: upstream does not scale on metrics it lacks
         utilization = load / ready
         ratio = utilization / goal
         if not (ignored and ratio > 1.0):

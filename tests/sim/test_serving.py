@@ -113,3 +113,52 @@ async def test_sim_serve_command(tmp_path: Path) -> None:
         process.send_signal(signal.SIGINT)
         code = await asyncio.wait_for(process.wait(), 15)
     assert code == 0
+
+
+async def test_hpas_are_served_and_a_client_can_raise_min_replicas(
+    served: ClusterEmulator,
+) -> None:
+    """What the controller does to an HPA during a surge: read it, merge-patch minReplicas."""
+    assert served.urls is not None
+    served.hpas.sync_seconds = 1.0  # instead of upstream's 15 s: a shorter test
+    base = f"{served.urls.api}/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers"
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "inference"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "inference"},
+            "minReplicas": 2,
+            "maxReplicas": 6,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": 60},
+                    },
+                }
+            ],
+        },
+    }
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer x"}) as session:
+        async with session.post(base, json=hpa) as response:
+            assert response.status == 201
+        headers = {"Content-Type": "application/merge-patch+json"}
+        patch = json.dumps({"spec": {"minReplicas": 4}})
+        async with session.patch(f"{base}/inference", data=patch, headers=headers) as response:
+            assert response.status == 200
+        async with session.get(base) as response:
+            listed = await response.json()
+    assert listed["kind"] == "HorizontalPodAutoscalerList"
+    assert [i["spec"]["minReplicas"] for i in listed["items"]] == [4]
+    # The HPA controller applies the new minimum at its next sync: 3 replicas -> 4 (with no
+    # load annotation it has no metric, and would not scale on one).
+    await eventually(
+        lambda: (
+            served.store.must_get(R.DEPLOYMENTS, "default", "inference")["spec"]["replicas"] == 4
+        ),
+        within=3,
+        message="the Deployment at the HPA's new minimum",
+    )
+    assert [(r.old, r.new) for r in served.hpas.rescales] == [(3, 4)]
