@@ -28,7 +28,7 @@ from rebalancer.controller.actions import (
     WorkloadKey,
 )
 from rebalancer.timefmt import iso
-from rebalancer.vocabulary import EventReason, Rejection, Result
+from rebalancer.vocabulary import EventReason, Reason, Rejection, Result
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,15 @@ def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:
                 EventReason.SURGE,
                 f"Scaled to {action.replicas} to replace {action.added} replica(s) on evicted "
                 f"nodes before they go ({events})",
+            )
+        case ScaleBack() if action.reason == Reason.SURGE_NOT_HELD:
+            return KubeEvent(
+                _workload(action.workload, action.basis.uid),
+                EventReason.SURGE_NOT_HELD,
+                f"Replicas were set back to {action.basis.replicas} by someone else (an operator "
+                "or autoscaler that owns them) while replacements loaded: not fighting it; the "
+                "pods on evicted nodes are drained now, so their replacements start at once",
+                warning=True,
             )
         case ScaleBack():
             target = "left as is" if action.replicas is None else f"to {action.replicas}"

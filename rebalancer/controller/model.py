@@ -224,6 +224,9 @@ class Surge:
     # Scaled back already; kept until the doomed pods are gone, so that a doomed pod the
     # ReplicaSet has not removed yet is never taken for a new one and surged for twice.
     completed: bool = False
+    # Someone else set replicas back while the replacements loaded: the surge could not be
+    # held, so its doomed pods are drained at once instead of at the deadline.
+    reverted: bool = False
 
     def to_json(self) -> str:
         return json.dumps(
@@ -234,6 +237,7 @@ class Surge:
                 "doomedPods": list(self.doomed_pods),
                 "deadline": self.deadline,
                 "completed": self.completed,
+                "reverted": self.reverted,
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -250,6 +254,7 @@ class Surge:
             doomed_pods=_strings(data, "doomedPods"),
             deadline=_optional_str(data, "deadline"),
             completed=data.get("completed", False) is True,
+            reverted=data.get("reverted", False) is True,
         )
         if record.added > len(record.doomed_pods):
             raise ValueError("more replicas added than pods it replaces")

@@ -354,6 +354,10 @@ def _surges(
                 )
             continue
         fresh = [name for name in names_now if name not in old.doomed_pods]
+        if old.reverted:
+            # Not held: never surged again (the owner would undo it again); drained plainly.
+            handled.difference_update(pod.key for pod, _ in doomed)
+            continue
         if not fresh:
             continue
         if old.completed:
@@ -400,6 +404,13 @@ def _scale_backs(
         if surge.completed:
             if not any(f"{pod.namespace}/{pod.name}" in doomed_names for pod in pods):
                 actions.append(ForgetSurge(key, basis=basis))
+            continue
+        if workload.replicas < surge.base_replicas + surge.added:
+            # An owner (an operator, an autoscaler) set replicas back while the replacements
+            # load: fighting it would flap. Let go, say so, and drain the doomed pods now, so that
+            # their replacements start at once instead of at the deadline.
+            reverted = replace(surge, completed=True, reverted=True)
+            actions.append(ScaleBack(key, None, Reason.SURGE_NOT_HELD, reverted, basis=basis))
             continue
         alive = [
             pod

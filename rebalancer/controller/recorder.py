@@ -383,6 +383,13 @@ class Recorder:
                     replicas=action.replicas,
                     doomed=list(action.record.doomed_pods) if action.record else [],
                 )
+            case ScaleBack() if action.reason == Reason.SURGE_NOT_HELD:
+                self._surge_started.pop(action.workload, None)
+                self.metrics.failovers.labels("blocked", str(action.reason)).inc()
+                log.warning(
+                    "surge not held: replicas set back by others",
+                    workload="/".join(action.workload),
+                )
             case ScaleBack():
                 started = self._surge_started.pop(action.workload, None)
                 if started is not None and action.reason == Reason.REPLACEMENTS_READY:

@@ -7,6 +7,7 @@ allows nothing) and checks the controller's writes against that, not against wha
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 
 import pytest
@@ -256,3 +257,41 @@ async def test_a_pdb_that_allows_nothing_is_asked_again_then_overridden_at_the_d
         if w.body["reason"] == "SpotRebalancerEvictionBlocked"
     ]
     assert len(warnings) == 1 and warnings[0].body["involvedObject"]["uid"] == "uid-cache-0"
+
+
+async def test_an_owner_that_sets_replicas_back_is_not_fought_and_the_node_drains_early() -> None:
+    """An operator owns the Deployment and sets `spec.replicas` back to 3 every 10 s. The surge
+    cannot be held; fighting it would flap. The controller lets go once, says so, and evicts
+    the doomed pod at once, so its replacement starts loading now instead of at the deadline."""
+    api = cluster()
+
+    async def owner() -> None:
+        while True:
+            await asyncio.sleep(10)
+            if replicas(api) != 3:
+                api.edit("deployments", "ml", "llm", lambda d: d["spec"].update(replicas=3))
+
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        resetting = asyncio.create_task(owner())
+        try:
+            t0 = CLOCK.monotonic()
+            preempt(api, "spot-0", seconds=60)
+            await until(lambda: replicas(api) == 4, within=5, what="the surge")
+            await until(
+                lambda: api.written("POST", "pods/eviction"), within=15, what="the early eviction"
+            )
+            evicted = api.written("POST", "pods/eviction")[0]
+            await asyncio.sleep(20)  # two more resets: nothing more from the controller
+        finally:
+            resetting.cancel()
+    assert evicted.name == "llm-a"
+    assert evicted.at - t0 < 12  # at the first reset, not at the deadline (55 s)
+    assert replicas_written(api).count(4) == 1  # surged once, never again against the owner
+    warnings = [w.body["reason"] for w in api.written("POST", "events")]
+    assert warnings.count("SpotRebalancerSurgeNotHeld") == 1
+    records = [
+        (w.body["metadata"]["annotations"] or {}).get(names.SURGE_ANNOTATION)
+        for w in api.written("PATCH", "deployments")
+    ]
+    assert any(r and json.loads(r)["reverted"] for r in records), records
