@@ -268,6 +268,11 @@ class ControllerSettings(CommonSettings):
         "",
         description="Fail over only workloads with these labels: 'k=v,k2' (k2: the key exists).",
     )
+    hold_doomed_pods: bool = Field(
+        True,
+        description="While replacements load, a PodDisruptionBudget of ours holds the doomed "
+        "pods against evictions by others (AKS node auto-drain, kubectl drain).",
+    )
     agent_node_selector: str = Field(
         f"{names.AKS_SPOT_LABEL}=spot",
         description="Nodes that run our agent, 'k=v,k2': notices in the agent's condition and "

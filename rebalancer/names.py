@@ -50,6 +50,13 @@ RETURN_ANNOTATION: Final = f"{PREFIX}/return"
 RETURN_BACKOFF_ANNOTATION: Final = f"{PREFIX}/return-backoff-until"
 # On a pod whose deletion cost we lowered: its cost before.
 ORIGINAL_COST_ANNOTATION: Final = f"{PREFIX}/original-deletion-cost"
+# On the doomed pods of a surge, while replacements load: the workload's name. A
+# PodDisruptionBudget of ours selects them (`spot-rebalancer-hold-<workload>`, maxUnavailable 0),
+# so evictions by others (AKS node auto-drain, kubectl drain) wait; our own deletions do not.
+HOLD_LABEL: Final = f"{PREFIX}/hold"
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "spot-rebalancer"
+HOLD_PREFIX: Final = "spot-rebalancer-hold-"
 # Set by a user on a workload: leave it alone.
 OPT_OUT_ANNOTATION: Final = f"{PREFIX}/ignore"
 # The eviction history ConfigMap's key (the ConfigMap is named after the Lease: `<lease>-history`).

@@ -291,6 +291,53 @@ class Delete:
     reason: Reason = Reason.DEADLINE
 
 
+@dataclass(frozen=True)
+class LabelPod:
+    """Put the hold label on a doomed pod (its workload's name), or take it off (None)."""
+
+    pod: PodKey
+    hold: str | None
+    reason: Reason = field(default=Reason.NOTICE, compare=False)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A PodDisruptionBudget (maxUnavailable 0) on a surged workload's doomed pods, so that
+    evictions by others wait until the replacements are Ready."""
+
+    namespace: str
+    workload: str
+    reason: Reason = field(default=Reason.NOTICE, compare=False)
+
+    @property
+    def name(self) -> str:
+        return f"{names.HOLD_PREFIX}{self.workload}"[:253]
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY},
+            },
+            "spec": {
+                "maxUnavailable": 0,
+                "selector": {"matchLabels": {names.HOLD_LABEL: self.workload}},
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Release:
+    """Delete a hold whose surge is over."""
+
+    namespace: str
+    name: str
+    reason: Reason = field(default=Reason.RECORD_DONE, compare=False)
+
+
 # ---- the rest --------------------------------------------------------------------------------
 
 
@@ -330,9 +377,12 @@ Action = (
     | Delete
     | ReportBlocked
     | RecordHistory
+    | LabelPod
+    | Hold
+    | Release
 )
 ACTION_TYPES: tuple[type, ...] = (
     Cordon, Restore, MarkDrained, StartCooldown, EndCooldown, ScaleUp, ScaleBack, ForgetSurge,
     StartReturn, FinishReturn, ForgetReturn, SetDeletionCost, Evict, Delete, ReportBlocked,
-    RecordHistory,
+    RecordHistory, LabelPod, Hold, Release,
 )  # fmt: skip

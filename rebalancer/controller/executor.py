@@ -30,9 +30,12 @@ from rebalancer.controller.actions import (
     Action,
     Delete,
     Evict,
+    Hold,
+    LabelPod,
     NodeAction,
     Outcome,
     RecordHistory,
+    Release,
     ReportBlocked,
     SetDeletionCost,
     WorkloadAction,
@@ -135,6 +138,22 @@ class Executor:
                 )
             case ReportBlocked():
                 return APPLIED  # nothing to write: the recorder says it
+            case LabelPod():
+                self._may_write()
+                namespace, name = action.pod
+                labels = {names.HOLD_LABEL: action.hold}
+                return _written(await self._writer.label_pod(namespace, name, labels))
+            case Hold():
+                self._may_write()
+                try:
+                    await self._writer.create(_pdbs(action.namespace), action.body())
+                except Conflict:
+                    return NOOP  # there already
+                return APPLIED
+            case Release():
+                self._may_write()
+                gone = await self._writer.delete(f"{_pdbs(action.namespace)}/{quote(action.name)}")
+                return APPLIED if gone else NOOP
             case RecordHistory():
                 return await self._record_history(action)
         raise TypeError(f"unknown action {action!r}")
@@ -171,6 +190,10 @@ class Executor:
             # Written by another leader since we read it: the next pass merges into the newer one.
             raise Rejected(Rejection.STALE, "the history changed since it was read") from None
         return APPLIED
+
+
+def _pdbs(namespace: str) -> str:
+    return f"/apis/policy/v1/namespaces/{quote(namespace, safe='')}/poddisruptionbudgets"
 
 
 def _written(done: bool | None) -> Outcome:

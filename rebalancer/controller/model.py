@@ -17,6 +17,7 @@ from rebalancer.controller.scheduling import Taint
 from rebalancer.names import (
     DELETION_COST,
     GPU_RESOURCE,
+    HOLD_LABEL,
     MIRROR_ANNOTATION,
     OPT_OUT_ANNOTATION,
     ORIGINAL_COST_ANNOTATION,
@@ -137,6 +138,29 @@ class NodeInfo:
             resource_version=str(meta.get("resourceVersion", "")),
             raw_taints=tuple(dict(t) for t in spec.get("taints") or []),
             uid=str(meta.get("uid", "")),
+        )
+
+
+@dataclass(frozen=True)
+class HoldInfo:
+    """A PodDisruptionBudget of ours that holds a surge's doomed pods against evictions."""
+
+    namespace: str
+    name: str
+    workload: str  # the Deployment's name: the value of the hold label it selects
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> HoldInfo:
+        meta = obj.get("metadata") or {}
+        selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            workload=str(selector.get(HOLD_LABEL, "")),
         )
 
 

@@ -43,8 +43,11 @@ from rebalancer.controller.actions import (
     Evict,
     FinishReturn,
     ForgetSurge,
+    Hold,
+    LabelPod,
     MarkDrained,
     RecordHistory,
+    Release,
     ReportBlocked,
     Restore,
     ScaleBack,
@@ -93,6 +96,8 @@ class Settings:
     # Pools that may have no Node (REBALANCER_POOLS), for the fail-over check.
     declared_pools: Mapping[str, Pool] = field(default_factory=dict)
     record_history: bool = True
+    # Hold a surge's doomed pods against evictions by others (a PodDisruptionBudget of ours).
+    hold_doomed_pods: bool = True
 
     def policy_for(self, event_type: str) -> Policy:
         return self.event_policy.get(event_type, self.unknown_event_policy)
@@ -114,7 +119,7 @@ class Plan:
 # replacements start loading); pod costs and deadline deletions before any scale-back, which
 # must find the doomed pods already marked or gone; scale-backs; evictions, marks and the rest.
 STEPS: tuple[tuple[type, ...], ...] = (
-    (Cordon, Restore, ScaleUp, RecordHistory),
+    (Cordon, Restore, ScaleUp, RecordHistory, Hold, LabelPod),
     (SetDeletionCost, Delete),
     (ScaleBack, FinishReturn),
 )
@@ -129,6 +134,7 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     surge_actions, surged_pods = _surges(snapshot, settings, active)
     actions += surge_actions
     actions += _scale_backs(snapshot, settings, active)
+    actions += _holds(snapshot, settings, surge_actions)
     actions += _drain(snapshot, settings, active, surged_pods)
     actions += _cooldowns(snapshot, settings, active)[:STEERING_PER_PASS]
     actions += _restore_deletion_costs(snapshot, active)
@@ -475,6 +481,41 @@ def _scale_backs(
             actions.append(ScaleBack(key, None, Reason.REPLICAS_CHANGED, record, basis=basis))
         else:
             actions.append(ScaleBack(key, surge.base_replicas, reason, record, basis=basis))
+    return actions
+
+
+def _holds(snapshot: Snapshot, settings: Settings, planned: list[Action]) -> list[Action]:
+    """While a surge's replacements load, its doomed pods wear the hold label and a
+    PodDisruptionBudget of ours (maxUnavailable 0) selects them: an eviction by anyone else (AKS
+    node auto-drain evicts at notice time; kubectl drain; the cluster autoscaler) is refused, so
+    the old replicas serve until the replacements are Ready. Our own removals are deletions,
+    which no budget stops. A hold whose surge is over is released, and its labels taken off."""
+    held: dict[tuple[str, str], set[str]] = {}  # (namespace, workload) -> "ns/pod" it holds
+    for workload in snapshot.workloads.values():
+        surge = workload.surge
+        if surge is not None and not surge.completed and workload.kind == "Deployment":
+            held[(workload.namespace, workload.name)] = set(surge.doomed_pods)
+    for action in planned:  # surges this pass starts: hold at once, AKS's drain starts now too
+        if isinstance(action, ScaleUp) and action.record is not None:
+            _, namespace, name = action.workload
+            held[(namespace, name)] = set(action.record.doomed_pods)
+    if not settings.hold_doomed_pods:
+        held = {}
+    actions: list[Action] = []
+    existing = {(h.namespace, h.workload) for h in snapshot.holds.values()}
+    for namespace, name in sorted(set(held) - existing):
+        actions.append(Hold(namespace, name))
+    for hold in sorted(snapshot.holds.values(), key=lambda h: h.key):
+        if (hold.namespace, hold.workload) not in held:
+            actions.append(Release(hold.namespace, hold.name))
+    wanted = {pod: name for (_, name), pods in held.items() for pod in pods}
+    for pod in snapshot.pods.values():
+        if pod.deleting:
+            continue  # on its way out: its label no longer matters
+        label = pod.labels.get(names.HOLD_LABEL)
+        want = wanted.get(f"{pod.namespace}/{pod.name}")
+        if label != want:
+            actions.append(LabelPod(pod.key, want))
     return actions
 
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rebalancer import names
 from rebalancer.azure.arm import ArmClient, identity_token
 from rebalancer.azure.placement_scores import PlacementScoreClient
 from rebalancer.azure.price_book import PriceBook
@@ -33,7 +34,7 @@ from rebalancer.controller.actions import Action
 from rebalancer.controller.cost import region_of
 from rebalancer.controller.executor import DryRunExecutor, Executor, HistoryObject
 from rebalancer.controller.history import History, history_from_configmap
-from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
+from rebalancer.controller.model import HoldInfo, NodeInfo, PodInfo, WorkloadInfo
 from rebalancer.controller.options import planner_settings, retry_policy, risk_settings
 from rebalancer.controller.planner import plan
 from rebalancer.controller.recorder import Recorder
@@ -95,9 +96,13 @@ class Controller:
             history.collection, history_from_configmap, "history",
             fieldSelector=f"metadata.name={history.name}",
         )  # fmt: skip
+        self.holds: Informer[HoldInfo] = informer(
+            "/apis/policy/v1/poddisruptionbudgets", HoldInfo.from_json, "holds",
+            labelSelector=f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY}",
+        )  # fmt: skip
         self.informers: list[Informer[Any]] = [
             self.nodes, self.pods, self.replicasets, self.deployments, self.statefulsets,
-            self.history,
+            self.history, self.holds,
         ]  # fmt: skip
         self.elector = LeaderElector(
             client,
@@ -303,6 +308,7 @@ class Controller:
             workloads=workloads,
             replicaset_owners={k: owner for k, owner in self.replicasets.items.items() if owner},
             history=next(iter(self.history.items.values()), History()),
+            holds=dict(self.holds.items),
         )
 
     async def reconcile(self) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from rebalancer import names
 from rebalancer.controller.planner import preempts_last_hour
-from rebalancer.kube.errors import Conflict, ServerError
+from rebalancer.kube.errors import Conflict, ServerError, TooManyRequests
 from rebalancer.timefmt import iso
 from tests.fakes.api import FakeApi, Write
 from tests.loop.rig import (
@@ -77,7 +77,10 @@ async def test_a_notice_is_cordoned_surged_replaced_and_drained_before_its_deadl
     writes = api.written()
     cordon = first(writes, lambda w: w.resource == "nodes" and w.name == "spot-0")
     surge = first(writes, lambda w: w.resource == "deployments")
-    lowered = first(writes, lambda w: w.resource == "pods" and w.name == "llm-a")
+    lowered = first(
+        writes,
+        lambda w: w.resource == "pods" and names.DELETION_COST in str(w.body),
+    )
     drained = first(
         writes,
         lambda w: (
@@ -95,7 +98,17 @@ async def test_a_notice_is_cordoned_surged_replaced_and_drained_before_its_deadl
     history = api.get("configmaps", "spot-rebalancer", "ctl-history")
     assert EVENT in history["data"][names.HISTORY_KEY]
     assert names.COOLDOWN_UNTIL in annotations(api, "nodes", "", "spot-2")
-    assert api.written("POST", "pods/eviction") == [] and api.written("DELETE") == []
+    assert api.written("POST", "pods/eviction") == [] and api.written("DELETE", "pods") == []
+    # The doomed pod was held against others' evictions while the replacement loaded, then let go.
+    held = first(writes, lambda w: w.resource == "poddisruptionbudgets" and w.method == "POST")
+    released = first(
+        writes, lambda w: w.resource == "poddisruptionbudgets" and w.method == "DELETE"
+    )
+    assert surge.at <= held.at < lowered.at < released.at
+    assert held.body["spec"] == {
+        "maxUnavailable": 0,
+        "selector": {"matchLabels": {names.HOLD_LABEL: "llm"}},
+    }
 
 
 async def test_a_cancelled_notice_leaves_nothing_of_ours() -> None:
@@ -118,7 +131,12 @@ async def test_a_cancelled_notice_leaves_nothing_of_ours() -> None:
     assert not spot0["spec"].get("unschedulable")
     assert [t["key"] for t in spot0["spec"]["taints"]] == ["kubernetes.azure.com/scalesetpriority"]
     # The doomed replica was never touched: nothing evicted, deleted or re-costed.
-    assert [w for w in api.written() if w.resource.startswith("pods")] == []
+    touched = [w for w in api.written() if w.resource.startswith("pods")]
+    assert [w.body for w in touched] == [
+        {"metadata": {"labels": {names.HOLD_LABEL: "llm"}}},  # held while the notice stood
+        {"metadata": {"labels": {names.HOLD_LABEL: None}}},  # let go when it went
+    ]
+    assert not [k for (r, _, _) in api.objects for k in [r] if k == "poddisruptionbudgets"]
 
 
 async def test_a_new_leader_keeps_the_quiet_time_of_the_preempt_before_it() -> None:
@@ -295,3 +313,47 @@ async def test_an_owner_that_sets_replicas_back_is_not_fought_and_the_node_drain
         for w in api.written("PATCH", "deployments")
     ]
     assert any(r and json.loads(r)["reverted"] for r in records), records
+
+
+async def test_aks_node_auto_drain_waits_for_the_replacement_while_the_pod_is_held() -> None:
+    """AKS node auto-drain evicts the doomed replica at notice time, through the Eviction API.
+    While its replacement loads (20 s), the hold (a PodDisruptionBudget of ours) refuses that
+    eviction, so three replicas stay Ready; then the replacement is Ready, the hold goes, and the
+    node is drained well before its deadline."""
+    api = cluster()
+    refused: list[float] = []
+
+    async def aks_auto_drain() -> None:
+        while ("pods", "ml", "llm-a") in api.objects:
+            try:
+                await api.request(
+                    "POST",
+                    "/api/v1/namespaces/ml/pods/llm-a/eviction",
+                    body={"deleteOptions": {}},
+                )
+            except TooManyRequests:
+                refused.append(CLOCK.monotonic())
+            await asyncio.sleep(5)  # it retries, as kubectl drain does
+
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        t0 = CLOCK.monotonic()
+        preempt(api, "spot-0", seconds=30)
+        await until(lambda: replicas(api) == 4, within=5, what="the surge")
+        draining = asyncio.create_task(aks_auto_drain())
+        replicaset_scales(api, new_pod="llm-d", on="od-1")
+        await asyncio.sleep(20)  # the model loads
+        ready_while_loading = sum(
+            1
+            for (r, ns, _), p in api.objects.items()
+            if r == "pods" and p["status"]["conditions"][0]["status"] == "True"
+        )
+        becomes_ready(api, "llm-d")
+        await until(
+            lambda: ("pods", "ml", "llm-a") not in api.objects, within=15, what="llm-a gone"
+        )
+        draining.cancel()
+        gone = CLOCK.monotonic()
+    assert ready_while_loading == 3  # the doomed replica served until its replacement was Ready
+    assert refused and refused[0] - t0 < 2  # auto-drain tried at once and was held
+    assert 20 <= gone - t0 < 30  # gone after the load, before the deadline

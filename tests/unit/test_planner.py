@@ -16,6 +16,8 @@ from rebalancer.controller.actions import (
     EndCooldown,
     Evict,
     ForgetSurge,
+    Hold,
+    LabelPod,
     MarkDrained,
     RecordHistory,
     ReportBlocked,
@@ -240,8 +242,11 @@ def test_surge_in_progress_waits_for_replacements() -> None:
         pod("p3", "od-0", ready=False),  # the replacement, loading its model
     ]
     result = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
-    waiting = [a for a in result.actions if not isinstance(a, StartCooldown)]
+    waiting = [a for a in result.actions if not isinstance(a, StartCooldown | Hold | LabelPod)]
     assert waiting == []  # nothing to do but wait: no scale-back, no eviction, no second surge
+    # The doomed pod is held against evictions by others while the replacement loads.
+    assert of_type(result.actions, Hold) == [Hold("ml", "infer")]
+    assert of_type(result.actions, LabelPod) == [LabelPod(("ml", "p0"), "infer")]
 
 
 LOWERED = {
