@@ -57,6 +57,9 @@ HOLD_LABEL: Final = f"{PREFIX}/hold"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "spot-rebalancer"
 HOLD_PREFIX: Final = "spot-rebalancer-hold-"
+# On an HorizontalPodAutoscaler whose minReplicas (and maxReplicas) we raised for a surge: its
+# values before, "min,max", so they are put back exactly when the surge ends.
+HPA_ORIGINAL_ANNOTATION: Final = f"{PREFIX}/original-replicas-bounds"
 # Set by a user on a workload: leave it alone.
 OPT_OUT_ANNOTATION: Final = f"{PREFIX}/ignore"
 # The eviction history ConfigMap's key (the ConfigMap is named after the Lease: `<lease>-history`).

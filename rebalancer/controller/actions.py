@@ -330,6 +330,27 @@ class Hold:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """Set an HorizontalPodAutoscaler's bounds: raised for a surge (the originals recorded on
+    it), or put back (`original` None: the annotation removed). Planned from `resource_version`."""
+
+    namespace: str
+    name: str
+    min_replicas: int
+    max_replicas: int
+    original: str | None
+    # (min, max, our annotation) as planned from: the executor checks the fresh object against it.
+    basis: tuple[int, int, str | None] = field(default=(-1, -1, None), compare=False)
+    reason: Reason = field(default=Reason.NOTICE, compare=False)
+
+    def patch(self) -> dict[str, Any]:
+        return {
+            "metadata": {"annotations": {names.HPA_ORIGINAL_ANNOTATION: self.original}},
+            "spec": {"minReplicas": self.min_replicas, "maxReplicas": self.max_replicas},
+        }
+
+
+@dataclass(frozen=True)
 class Release:
     """Delete a hold whose surge is over."""
 
@@ -380,9 +401,10 @@ Action = (
     | LabelPod
     | Hold
     | Release
+    | Bound
 )
 ACTION_TYPES: tuple[type, ...] = (
     Cordon, Restore, MarkDrained, StartCooldown, EndCooldown, ScaleUp, ScaleBack, ForgetSurge,
     StartReturn, FinishReturn, ForgetReturn, SetDeletionCost, Evict, Delete, ReportBlocked,
-    RecordHistory, LabelPod, Hold, Release,
+    RecordHistory, LabelPod, Hold, Release, Bound,
 )  # fmt: skip

@@ -28,6 +28,7 @@ from rebalancer.controller.actions import (
     APPLIED,
     NOOP,
     Action,
+    Bound,
     Delete,
     Evict,
     Hold,
@@ -40,7 +41,7 @@ from rebalancer.controller.actions import (
     SetDeletionCost,
     WorkloadAction,
 )
-from rebalancer.controller.model import WorkloadInfo
+from rebalancer.controller.model import ScalerInfo, WorkloadInfo
 from rebalancer.kube.errors import Conflict, KubeError, TooManyRequests
 from rebalancer.kube.writes import Writer
 from rebalancer.retry import RetryPolicy, retrying
@@ -150,6 +151,8 @@ class Executor:
                 except Conflict:
                     return NOOP  # there already
                 return APPLIED
+            case Bound():
+                return await self._bound(action)
             case Release():
                 self._may_write()
                 gone = await self._writer.delete(f"{_pdbs(action.namespace)}/{quote(action.name)}")
@@ -170,6 +173,22 @@ class Executor:
         patch["metadata"]["resourceVersion"] = info.resource_version
         self._may_write()
         return _written(await self._writer.patch_workload(kind, namespace, name, patch))
+
+    async def _bound(self, action: Bound) -> Outcome:
+        path = (
+            f"/apis/autoscaling/v2/namespaces/{quote(action.namespace, safe='')}"
+            f"/horizontalpodautoscalers/{quote(action.name, safe='')}"
+        )
+        fresh = await self._writer.get(path)
+        if fresh is None:
+            raise Rejected(Rejection.GONE)
+        info = ScalerInfo.from_json(fresh)
+        if (info.min_replicas, info.max_replicas, info.original) != action.basis:
+            raise Rejected(Rejection.STALE, "its bounds changed since the plan")
+        patch = action.patch()
+        patch["metadata"]["resourceVersion"] = info.resource_version
+        self._may_write()
+        return _written(await self._writer.patch(path, patch))
 
     async def _record_history(self, action: RecordHistory) -> Outcome:
         where = self._history

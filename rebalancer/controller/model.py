@@ -18,6 +18,7 @@ from rebalancer.names import (
     DELETION_COST,
     GPU_RESOURCE,
     HOLD_LABEL,
+    HPA_ORIGINAL_ANNOTATION,
     MIRROR_ANNOTATION,
     OPT_OUT_ANNOTATION,
     ORIGINAL_COST_ANNOTATION,
@@ -161,6 +162,39 @@ class HoldInfo:
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
             workload=str(selector.get(HOLD_LABEL, "")),
+        )
+
+
+@dataclass(frozen=True)
+class ScalerInfo:
+    """An HorizontalPodAutoscaler (autoscaling/v2), as far as a surge cares: what it scales and
+    its bounds, and the bounds it had before we raised them (our annotation), if we did."""
+
+    namespace: str
+    name: str
+    target: tuple[str, str]  # (kind, name) of what it scales
+    min_replicas: int
+    max_replicas: int
+    original: str | None  # "min,max" before our raise
+    resource_version: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ScalerInfo:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        ref = spec.get("scaleTargetRef") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            target=(str(ref.get("kind", "")), str(ref.get("name", ""))),
+            min_replicas=int(spec.get("minReplicas") or 1),
+            max_replicas=int(spec.get("maxReplicas") or 1),
+            original=(meta.get("annotations") or {}).get(HPA_ORIGINAL_ANNOTATION),
+            resource_version=str(meta.get("resourceVersion", "")),
         )
 
 

@@ -37,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from rebalancer import names
 from rebalancer.controller.actions import (
     Action,
+    Bound,
     Cordon,
     Delete,
     EndCooldown,
@@ -119,7 +120,7 @@ class Plan:
 # replacements start loading); pod costs and deadline deletions before any scale-back, which
 # must find the doomed pods already marked or gone; scale-backs; evictions, marks and the rest.
 STEPS: tuple[tuple[type, ...], ...] = (
-    (Cordon, Restore, ScaleUp, RecordHistory, Hold, LabelPod),
+    (Cordon, Restore, ScaleUp, RecordHistory, Hold, LabelPod, Bound),
     (SetDeletionCost, Delete),
     (ScaleBack, FinishReturn),
 )
@@ -135,6 +136,7 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     actions += surge_actions
     actions += _scale_backs(snapshot, settings, active)
     actions += _holds(snapshot, settings, surge_actions)
+    actions += _bounds(snapshot, surge_actions)
     actions += _drain(snapshot, settings, active, surged_pods)
     actions += _cooldowns(snapshot, settings, active)[:STEERING_PER_PASS]
     actions += _restore_deletion_costs(snapshot, active)
@@ -516,6 +518,44 @@ def _holds(snapshot: Snapshot, settings: Settings, planned: list[Action]) -> lis
         want = wanted.get(f"{pod.namespace}/{pod.name}")
         if label != want:
             actions.append(LabelPod(pod.key, want))
+    return actions
+
+
+def _bounds(snapshot: Snapshot, planned: list[Action]) -> list[Action]:
+    """An HorizontalPodAutoscaler would scale a surged Deployment back within its sync period,
+    and a ReplicaSet scaling down removes the not-ready replacements first. While a surge is on,
+    the HPA's minReplicas (and maxReplicas, if lower) is raised to the surged count, its own
+    values recorded on it; when the surge ends they are put back exactly."""
+    need: dict[tuple[str, str], int] = {}  # (namespace, deployment) -> replicas to keep
+    for workload in snapshot.workloads.values():
+        surge = workload.surge
+        if surge is not None and not surge.completed and workload.kind == "Deployment":
+            need[(workload.namespace, workload.name)] = surge.base_replicas + surge.added
+    for action in planned:
+        if isinstance(action, ScaleUp):
+            _, namespace, name = action.workload
+            need[(namespace, name)] = action.replicas
+    actions: list[Action] = []
+    for scaler in sorted(snapshot.scalers.values(), key=lambda s: s.key):
+        kind, target = scaler.target
+        basis = (scaler.min_replicas, scaler.max_replicas, scaler.original)
+        wanted = need.get((scaler.namespace, target)) if kind == "Deployment" else None
+        if wanted is not None:
+            if scaler.min_replicas < wanted or scaler.max_replicas < wanted:
+                original = scaler.original or f"{scaler.min_replicas},{scaler.max_replicas}"
+                actions.append(
+                    Bound(
+                        scaler.namespace, scaler.name, max(scaler.min_replicas, wanted),
+                        max(scaler.max_replicas, wanted), original, basis,
+                    )
+                )  # fmt: skip
+        elif scaler.original is not None:
+            low, _, high = scaler.original.partition(",")
+            try:
+                bounds = (max(1, int(low)), max(1, int(high)))
+            except ValueError:
+                bounds = (scaler.min_replicas, scaler.max_replicas)  # unreadable: drop it only
+            actions.append(Bound(scaler.namespace, scaler.name, *bounds, None, basis))
     return actions
 
 

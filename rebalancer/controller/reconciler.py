@@ -34,7 +34,7 @@ from rebalancer.controller.actions import Action
 from rebalancer.controller.cost import region_of
 from rebalancer.controller.executor import DryRunExecutor, Executor, HistoryObject
 from rebalancer.controller.history import History, history_from_configmap
-from rebalancer.controller.model import HoldInfo, NodeInfo, PodInfo, WorkloadInfo
+from rebalancer.controller.model import HoldInfo, NodeInfo, PodInfo, ScalerInfo, WorkloadInfo
 from rebalancer.controller.options import planner_settings, retry_policy, risk_settings
 from rebalancer.controller.planner import plan
 from rebalancer.controller.recorder import Recorder
@@ -100,9 +100,12 @@ class Controller:
             "/apis/policy/v1/poddisruptionbudgets", HoldInfo.from_json, "holds",
             labelSelector=f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY}",
         )  # fmt: skip
+        self.scalers: Informer[ScalerInfo] = informer(
+            "/apis/autoscaling/v2/horizontalpodautoscalers", ScalerInfo.from_json, "scalers"
+        )
         self.informers: list[Informer[Any]] = [
             self.nodes, self.pods, self.replicasets, self.deployments, self.statefulsets,
-            self.history, self.holds,
+            self.history, self.holds, self.scalers,
         ]  # fmt: skip
         self.elector = LeaderElector(
             client,
@@ -309,6 +312,7 @@ class Controller:
             replicaset_owners={k: owner for k, owner in self.replicasets.items.items() if owner},
             history=next(iter(self.history.items.values()), History()),
             holds=dict(self.holds.items),
+            scalers=dict(self.scalers.items),
         )
 
     async def reconcile(self) -> None:

@@ -121,6 +121,17 @@ ALL: tuple[ResourceType, ...] = (
     ),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
+    # Stored and served only (the controller reads and patches them); no HPA controller here.
+    ResourceType(
+        "autoscaling",
+        "v2",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        True,
+        ("hpa",),
+        ("status",),
+        has_generation=True,
+    ),
 )
 
 BY_KEY: dict[str, ResourceType] = {r.key: r for r in ALL}

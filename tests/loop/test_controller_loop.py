@@ -357,3 +357,61 @@ async def test_aks_node_auto_drain_waits_for_the_replacement_while_the_pod_is_he
     assert ready_while_loading == 3  # the doomed replica served until its replacement was Ready
     assert refused and refused[0] - t0 < 2  # auto-drain tried at once and was held
     assert 20 <= gone - t0 < 30  # gone after the load, before the deadline
+
+
+async def test_an_hpa_keeps_the_surge_while_replacements_load_and_gets_its_bounds_back() -> None:
+    """An HPA (min 3, max 3, wanting 3) owns llm's replicas and syncs every 15 s. Left alone it
+    would set the surge back within 15 s and the ReplicaSet would remove the loading replacement.
+    Its bounds are raised to 4 for the surge (the originals recorded on it) and put back after;
+    the surge holds through a 40 s load without a single reset."""
+    api = cluster()
+    api.put_object(
+        "horizontalpodautoscalers",
+        {
+            "metadata": {"namespace": "ml", "name": "llm", "annotations": {}},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"},
+                "minReplicas": 3,
+                "maxReplicas": 3,
+            },
+        },
+    )
+    resets: list[float] = []
+
+    async def hpa_controller() -> None:
+        while True:
+            await asyncio.sleep(15)
+            spec = api.get("horizontalpodautoscalers", "ml", "llm")["spec"]
+            wanted = min(max(3, spec["minReplicas"]), spec["maxReplicas"])
+            if replicas(api) != wanted:
+                resets.append(CLOCK.monotonic())
+                api.edit(
+                    "deployments", "ml", "llm", lambda d, n=wanted: d["spec"].update(replicas=n)
+                )
+
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        scaling = asyncio.create_task(hpa_controller())
+        try:
+            preempt(api, "spot-0", seconds=60)
+            await fail_over(api, load_seconds=40)
+            await until(lambda: replicas(api) == 3, within=10, what="the scale-back")
+            replicaset_scales_down(api)
+            await until(
+                lambda: (
+                    names.HPA_ORIGINAL_ANNOTATION
+                    not in annotations(api, "horizontalpodautoscalers", "ml", "llm")
+                ),
+                within=10,
+                what="the HPA's bounds put back",
+            )
+        finally:
+            scaling.cancel()
+    spec = api.get("horizontalpodautoscalers", "ml", "llm")["spec"]
+    assert (spec["minReplicas"], spec["maxReplicas"]) == (3, 3)
+    raised = [w.body for w in api.written("PATCH", "horizontalpodautoscalers")]
+    assert raised[0]["spec"] == {"minReplicas": 4, "maxReplicas": 4}
+    assert raised[0]["metadata"]["annotations"] == {names.HPA_ORIGINAL_ANNOTATION: "3,3"}
+    assert resets == []  # the HPA never set the surge back
+    warnings = [w.body["reason"] for w in api.written("POST", "events")]
+    assert "SpotRebalancerSurgeNotHeld" not in warnings
