@@ -117,11 +117,14 @@ class Plan:
 
 
 # Cordons, surges and the history first (each starts a clock: the node stops taking pods, the
-# replacements start loading); pod costs and deadline deletions before any scale-back, which
-# must find the doomed pods already marked or gone; scale-backs; evictions, marks and the rest.
+# replacements start loading); holds, pod costs and deadline deletions before any scale-back,
+# which must find the doomed pods already marked or gone; scale-backs; evictions, marks and the
+# rest.
 STEPS: tuple[tuple[type, ...], ...] = (
-    (Cordon, Restore, ScaleUp, RecordHistory, Hold, LabelPod, Bound),
-    (SetDeletionCost, Delete),
+    (Cordon, Restore, ScaleUp, RecordHistory),
+    # Holds and HPA bounds right after: a wave's cordons and surges must not queue behind one
+    # label per doomed pod for the request budget.
+    (Hold, LabelPod, Bound, SetDeletionCost, Delete),
     (ScaleBack, FinishReturn),
 )
 
