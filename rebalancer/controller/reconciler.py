@@ -272,17 +272,21 @@ class Controller:
         backoff = Backoff(initial_seconds=0.5, max_seconds=30.0)
         failures = 0
         while not stop.is_set():
+            lists = informer.lists
             try:
                 await informer.run(stop)
                 return
-            except Exception as error:
-                failures += 1
+            except Exception:
+                # A crash after a good list is a new one; crashes with no list between them are
+                # a loop that restarting does not fix.
+                failures = 1 if informer.lists > lists else failures + 1
                 self.metrics.reconcile_errors.labels("informer").inc()
                 self.log.exception("cache crashed; restarting it", informer=informer.name)
                 if failures >= 3:
                     self._dead_informers.add(informer.name)
+                else:
+                    self._dead_informers.discard(informer.name)
                 await sleep_or_stop(stop, backoff.delay(failures))
-                del error
 
     async def _wait_for_change(self, stop: asyncio.Event) -> None:
         wake = asyncio.ensure_future(self._wake.wait())

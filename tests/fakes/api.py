@@ -49,7 +49,7 @@ class Write:
 class Fault:
     method: str
     path_part: str
-    error: Callable[[], KubeError]
+    error: Callable[[], Exception]
     times: int
 
 
@@ -89,7 +89,7 @@ class FakeApi:
     def get(self, resource: str, namespace: str, name: str) -> dict[str, Any]:
         return self.objects[(resource, namespace, name)]
 
-    def fail(self, method: str, path_part: str, error: Callable[[], KubeError], times: int) -> None:
+    def fail(self, method: str, path_part: str, error: Callable[[], Exception], times: int) -> None:
         self.faults.append(Fault(method, path_part, error, times))
 
     def written(self, method: str = "", resource: str = "", ok: bool = True) -> list[Write]:
