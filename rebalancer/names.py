@@ -50,10 +50,11 @@ RETURN_ANNOTATION: Final = f"{PREFIX}/return"
 RETURN_BACKOFF_ANNOTATION: Final = f"{PREFIX}/return-backoff-until"
 # On a pod whose deletion cost we lowered: its cost before.
 ORIGINAL_COST_ANNOTATION: Final = f"{PREFIX}/original-deletion-cost"
-# On the doomed pods of a surge, while replacements load: the workload's name. A
-# PodDisruptionBudget of ours selects them (`spot-rebalancer-hold-<workload>`, maxUnavailable 0),
-# so evictions by others (AKS node auto-drain, kubectl drain) wait; our own deletions do not.
-HOLD_LABEL: Final = f"{PREFIX}/hold"
+# On a PodDisruptionBudget of ours (`spot-rebalancer-hold-<deployment>`, maxUnavailable 0, the
+# Deployment's own selector) that holds a surged Deployment's pods while replacements load, so
+# evictions by others (AKS node auto-drain, kubectl drain) wait; our own deletions do not. The
+# value is the Deployment's name.
+HOLD_LABEL: Final = f"{PREFIX}/hold-for"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "spot-rebalancer"
 HOLD_PREFIX: Final = "spot-rebalancer-hold-"

@@ -292,21 +292,13 @@ class Delete:
 
 
 @dataclass(frozen=True)
-class LabelPod:
-    """Put the hold label on a doomed pod (its workload's name), or take it off (None)."""
-
-    pod: PodKey
-    hold: str | None
-    reason: Reason = field(default=Reason.NOTICE, compare=False)
-
-
-@dataclass(frozen=True)
 class Hold:
-    """A PodDisruptionBudget (maxUnavailable 0) on a surged workload's doomed pods, so that
-    evictions by others wait until the replacements are Ready."""
+    """A PodDisruptionBudget (maxUnavailable 0) on a surged Deployment's pods (its own
+    selector), so that evictions by others wait until the replacements are Ready."""
 
     namespace: str
     workload: str
+    selector: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     reason: Reason = field(default=Reason.NOTICE, compare=False)
 
     @property
@@ -320,12 +312,12 @@ class Hold:
             "metadata": {
                 "name": self.name,
                 "namespace": self.namespace,
-                "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY},
+                "labels": {
+                    names.MANAGED_BY_LABEL: names.MANAGED_BY,
+                    names.HOLD_LABEL: self.workload,
+                },
             },
-            "spec": {
-                "maxUnavailable": 0,
-                "selector": {"matchLabels": {names.HOLD_LABEL: self.workload}},
-            },
+            "spec": {"maxUnavailable": 0, "selector": dict(self.selector)},
         }
 
 
@@ -398,7 +390,6 @@ Action = (
     | Delete
     | ReportBlocked
     | RecordHistory
-    | LabelPod
     | Hold
     | Release
     | Bound
@@ -406,5 +397,5 @@ Action = (
 ACTION_TYPES: tuple[type, ...] = (
     Cordon, Restore, MarkDrained, StartCooldown, EndCooldown, ScaleUp, ScaleBack, ForgetSurge,
     StartReturn, FinishReturn, ForgetReturn, SetDeletionCost, Evict, Delete, ReportBlocked,
-    RecordHistory, LabelPod, Hold, Release, Bound,
+    RecordHistory, Hold, Release, Bound,
 )  # fmt: skip

@@ -32,7 +32,6 @@ from rebalancer.controller.actions import (
     Delete,
     Evict,
     Hold,
-    LabelPod,
     NodeAction,
     Outcome,
     RecordHistory,
@@ -139,11 +138,6 @@ class Executor:
                 )
             case ReportBlocked():
                 return APPLIED  # nothing to write: the recorder says it
-            case LabelPod():
-                self._may_write()
-                namespace, name = action.pod
-                labels = {names.HOLD_LABEL: action.hold}
-                return _written(await self._writer.label_pod(namespace, name, labels))
             case Hold():
                 self._may_write()
                 try:

@@ -157,11 +157,10 @@ class HoldInfo:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> HoldInfo:
         meta = obj.get("metadata") or {}
-        selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         return cls(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            workload=str(selector.get(HOLD_LABEL, "")),
+            workload=str((meta.get("labels") or {}).get(HOLD_LABEL, "")),
         )
 
 
@@ -427,6 +426,7 @@ class WorkloadInfo:
     resource_version: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     uid: str = ""
+    selector: Mapping[str, Any] = field(default_factory=dict)  # spec.selector, as the API has it
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -470,4 +470,5 @@ class WorkloadInfo:
             resource_version=str(meta.get("resourceVersion", "")),
             labels=dict(meta.get("labels") or {}),
             uid=str(meta.get("uid", "")),
+            selector=dict(spec.get("selector") or {}),
         )

@@ -45,7 +45,6 @@ from rebalancer.controller.actions import (
     FinishReturn,
     ForgetSurge,
     Hold,
-    LabelPod,
     MarkDrained,
     RecordHistory,
     Release,
@@ -122,9 +121,8 @@ class Plan:
 # rest.
 STEPS: tuple[tuple[type, ...], ...] = (
     (Cordon, Restore, ScaleUp, RecordHistory),
-    # Holds and HPA bounds right after: a wave's cordons and surges must not queue behind one
-    # label per doomed pod for the request budget.
-    (Hold, LabelPod, Bound, SetDeletionCost, Delete),
+    # Holds and HPA bounds right after: a wave's cordons and surges come first.
+    (Hold, Bound, SetDeletionCost, Delete),
     (ScaleBack, FinishReturn),
 )
 
@@ -248,14 +246,18 @@ def _record_history(snapshot: Snapshot, settings: Settings) -> list[Action]:
 def preempts_last_hour(snapshot: Snapshot, pool: str, zone: str) -> int:
     """Preempt notices of a pool and zone in the last hour: the history's, and the ones this
     pass sees that it has not recorded yet."""
+    return preempt_counts(snapshot).get((pool, zone), 0)
+
+
+def preempt_counts(snapshot: Snapshot) -> dict[tuple[str, str], int]:
+    """`preempts_last_hour` of every (pool, zone) at once: one walk of the history and nodes."""
     window = WINDOWS["1h"]
-    recorded = snapshot.history.preempt_count(pool, zone, now=snapshot.now, window=window)
-    pending = sum(
-        1
-        for e in new_entries(snapshot)
-        if e.preempt and (e.pool, e.zone) == (pool, zone) and snapshot.now - e.first_seen <= window
-    )
-    return recorded + pending
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    recorded = snapshot.history.preempts(now=snapshot.now, window=window)
+    for entry in (*recorded, *new_entries(snapshot)):
+        if entry.preempt and snapshot.now - entry.first_seen <= window:
+            counts[(entry.pool, entry.zone)] += 1
+    return counts
 
 
 # ---- cordon, surge, scale back, drain --------------------------------------------------------
@@ -490,37 +492,31 @@ def _scale_backs(
 
 
 def _holds(snapshot: Snapshot, settings: Settings, planned: list[Action]) -> list[Action]:
-    """While a surge's replacements load, its doomed pods wear the hold label and a
-    PodDisruptionBudget of ours (maxUnavailable 0) selects them: an eviction by anyone else (AKS
-    node auto-drain evicts at notice time; kubectl drain; the cluster autoscaler) is refused, so
-    the old replicas serve until the replacements are Ready. Our own removals are deletions,
-    which no budget stops. A hold whose surge is over is released, and its labels taken off."""
-    held: dict[tuple[str, str], set[str]] = {}  # (namespace, workload) -> "ns/pod" it holds
+    """While a surge's replacements load, a PodDisruptionBudget of ours (maxUnavailable 0, the
+    Deployment's own selector) holds its pods: an eviction by anyone else (AKS node auto-drain
+    evicts at notice time; kubectl drain; the cluster autoscaler) is refused, so the old
+    replicas serve until the replacements are Ready. Our own removals are deletions, which no
+    budget stops. One write per surged Deployment, none per pod: a wave's cordons come first.
+    A hold whose surge is over is released."""
+    held: dict[tuple[str, str], WorkloadInfo] = {}
     for workload in snapshot.workloads.values():
         surge = workload.surge
         if surge is not None and not surge.completed and workload.kind == "Deployment":
-            held[(workload.namespace, workload.name)] = set(surge.doomed_pods)
+            held[(workload.namespace, workload.name)] = workload
     for action in planned:  # surges this pass starts: hold at once, AKS's drain starts now too
-        if isinstance(action, ScaleUp) and action.record is not None:
-            _, namespace, name = action.workload
-            held[(namespace, name)] = set(action.record.doomed_pods)
+        if isinstance(action, ScaleUp):
+            workload = snapshot.workloads[action.workload]
+            held[(workload.namespace, workload.name)] = workload
     if not settings.hold_doomed_pods:
         held = {}
     actions: list[Action] = []
     existing = {(h.namespace, h.workload) for h in snapshot.holds.values()}
-    for namespace, name in sorted(set(held) - existing):
-        actions.append(Hold(namespace, name))
+    for (namespace, name), workload in sorted(held.items()):
+        if (namespace, name) not in existing and workload.selector:
+            actions.append(Hold(namespace, name, workload.selector))
     for hold in sorted(snapshot.holds.values(), key=lambda h: h.key):
         if (hold.namespace, hold.workload) not in held:
             actions.append(Release(hold.namespace, hold.name))
-    wanted = {pod: name for (_, name), pods in held.items() for pod in pods}
-    for pod in snapshot.pods.values():
-        if pod.deleting:
-            continue  # on its way out: its label no longer matters
-        label = pod.labels.get(names.HOLD_LABEL)
-        want = wanted.get(f"{pod.namespace}/{pod.name}")
-        if label != want:
-            actions.append(LabelPod(pod.key, want))
     return actions
 
 
@@ -607,23 +603,24 @@ def _drain(
 # ---- steering away from an evicted pool ------------------------------------------------------
 
 
-def cooldown_for(snapshot: Snapshot, settings: Settings, node: NodeInfo) -> float:
+def cooldown_for(settings: Settings, preempts_last_hour: int) -> float:
     """The base cool-down, times the pool's Preempt notices in the last hour (at most 4x): a pool
     that keeps being evicted is avoided for longer."""
-    count = preempts_last_hour(snapshot, node.pool, node.zone)
-    return settings.cooldown_seconds * min(MAX_COOLDOWN_FACTOR, max(1, count))
+    return settings.cooldown_seconds * min(MAX_COOLDOWN_FACTOR, max(1, preempts_last_hour))
 
 
 def _cooldowns(
     snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice]
 ) -> list[Action]:
     """PreferNoSchedule on the rest of a spot pool (same pool and zone) that is being evicted."""
+    counts = preempt_counts(snapshot)
     evicted_groups: dict[tuple[str, str], datetime] = {}
     for node_name, notice in active.items():
         node = snapshot.nodes[node_name]
         if node.spot and notice.event_type in (EventType.PREEMPT, MANUAL):
             started = notice.seen_at or snapshot.now
-            until = started + timedelta(seconds=cooldown_for(snapshot, settings, node))
+            count = counts.get((node.pool, node.zone), 0)
+            until = started + timedelta(seconds=cooldown_for(settings, count))
             group = (node.pool, node.zone)
             evicted_groups[group] = max(until, evicted_groups.get(group, until))
     actions: list[Action] = []

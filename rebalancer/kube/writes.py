@@ -89,16 +89,6 @@ class Writer:
             return False
         return True
 
-    async def label_pod(self, namespace: str, name: str, labels: Mapping[str, str | None]) -> bool:
-        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
-        try:
-            await self._client.request(
-                "PATCH", path, body={"metadata": {"labels": dict(labels)}}, content_type=MERGE
-            )
-        except NotFound:
-            return False
-        return True
-
     async def patch_workload(
         self, kind: str, namespace: str, name: str, patch: dict[str, Any]
     ) -> bool:

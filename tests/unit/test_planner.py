@@ -17,7 +17,6 @@ from rebalancer.controller.actions import (
     Evict,
     ForgetSurge,
     Hold,
-    LabelPod,
     MarkDrained,
     RecordHistory,
     ReportBlocked,
@@ -154,7 +153,11 @@ def deployment(
         "Deployment",
         {
             "metadata": {"namespace": "ml", "name": "infer", "annotations": notes},
-            "spec": {"replicas": replicas, "template": {"spec": spec}},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "infer"}},
+                "template": {"spec": spec},
+            },
             "status": {"readyReplicas": replicas},
         },
     )
@@ -242,11 +245,11 @@ def test_surge_in_progress_waits_for_replacements() -> None:
         pod("p3", "od-0", ready=False),  # the replacement, loading its model
     ]
     result = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
-    waiting = [a for a in result.actions if not isinstance(a, StartCooldown | Hold | LabelPod)]
+    waiting = [a for a in result.actions if not isinstance(a, StartCooldown | Hold)]
     assert waiting == []  # nothing to do but wait: no scale-back, no eviction, no second surge
-    # The doomed pod is held against evictions by others while the replacement loads.
-    assert of_type(result.actions, Hold) == [Hold("ml", "infer")]
-    assert of_type(result.actions, LabelPod) == [LabelPod(("ml", "p0"), "infer")]
+    # The workload's pods are held against evictions by others while the replacement loads.
+    (hold,) = of_type(result.actions, Hold)
+    assert hold == Hold("ml", "infer") and hold.selector == {"matchLabels": {"app": "infer"}}
 
 
 LOWERED = {
