@@ -28,12 +28,15 @@ from typing import TYPE_CHECKING
 from rebalancer import names
 from rebalancer.controller.actions import (
     Action,
+    Bound,
     Cordon,
     Delete,
     EndCooldown,
     Evict,
+    Hold,
     MarkDrained,
     RecordHistory,
+    Release,
     ReportBlocked,
     Restore,
     SetDeletionCost,
@@ -270,6 +273,11 @@ def apply(world: World, action: Action) -> bool:
                 return False
             world.delete_pod(pod, action.grace_seconds)
         case ReportBlocked():
+            return False
+        case Hold() | Release() | Bound():
+            # Holds against evictions by others and HPA bounds: the virtual cluster has neither
+            # another evictor (AKS node auto-drain, kubectl drain) nor an HPA, so nothing a
+            # replica sees changes.
             return False
         case WorkloadAction():
             if not _patch_deployment(world, action):
