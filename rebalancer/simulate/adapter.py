@@ -85,22 +85,46 @@ NUDGE_SECONDS = 0.001
 
 
 def failover_settings(world: World) -> Settings:
-    """Today's product with its defaults: fail over make-before-break, return to spot. The
-    pools are declared (REBALANCER_POOLS), as the README asks for autoscaled pools."""
-    return Settings(declared_pools=declared_pools(world))
+    """Today's product with its defaults, or the scenario's values of the controller's
+    settings: fail over make-before-break, return to spot. The pools are declared
+    (REBALANCER_POOLS), as the README asks for autoscaled pools."""
+    scenario = world.scenario
+    defaults = Settings()
+    returns = defaults.returns
+    return Settings(
+        deadline_margin_seconds=_or(
+            scenario.deadline_margin_seconds, defaults.deadline_margin_seconds
+        ),
+        cooldown_seconds=_or(scenario.cooldown_seconds, defaults.cooldown_seconds),
+        returns=ReturnSettings(
+            quiet_seconds=_or(scenario.return_quiet_seconds, returns.quiet_seconds),
+            pending_timeout_seconds=_or(
+                scenario.return_pending_timeout_seconds, returns.pending_timeout_seconds
+            ),
+        ),
+        declared_pools=declared_pools(world),
+    )
 
 
 def drain_settings(world: World) -> Settings:
     """The product configured as a plain handler: Preempt -> cordon and drain, no cool-down
     taints that steer placement, no return to spot."""
-    policies = dict(Settings().event_policy)
+    defaults = Settings()
+    policies = dict(defaults.event_policy)
     policies.update({EventType.PREEMPT: EventPolicy.DRAIN, EventType.TERMINATE: EventPolicy.DRAIN})
     return Settings(
         event_policy=policies,
+        deadline_margin_seconds=_or(
+            world.scenario.deadline_margin_seconds, defaults.deadline_margin_seconds
+        ),
         cooldown_seconds=0.0,
         returns=ReturnSettings(enabled=False),
         declared_pools=declared_pools(world),
     )
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def at(seconds: float) -> datetime:
