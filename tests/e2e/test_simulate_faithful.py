@@ -77,7 +77,8 @@ QUIET = 12.0
 PENDING_TIMEOUT = 30.0
 
 LATENCY = 1.5  # seconds: how late one step can be on the emulator (see the docstring)
-AVAILABILITY_TOLERANCE = 2 * 2 * LATENCY / 105  # two outages, start and end
+HORIZON = load_traces([TRACE])[0].seconds  # 105 s
+AVAILABILITY_TOLERANCE = 2 * 2 * LATENCY / HORIZON  # two outages, start and end
 DEFICIT_TOLERANCE = 2 * 3 * LATENCY  # replica-seconds: three replicas missed, start and end
 PRICES = prices_for(scenario_from({"vmSize": VM_SIZE, "region": REGION}, source="test"))
 COST_TOLERANCE = (3 * 4 * LATENCY * PRICES.on_demand + 6 * LATENCY * PRICES.spot) / 3600  # USD
