@@ -141,8 +141,13 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     actions += _drain(snapshot, settings, active, surged_pods)
     actions += _cooldowns(snapshot, settings, active)[:STEERING_PER_PASS]
     actions += _restore_deletion_costs(snapshot, active)
+    surging = frozenset(a.workload for a in surge_actions if isinstance(a, ScaleUp | ReportBlocked))
     actions += plan_returns(
-        snapshot, managed=set(chosen), active_nodes=set(active), settings=settings.returns
+        snapshot,
+        managed=set(chosen),
+        active_nodes=set(active),
+        settings=settings.returns,
+        busy=surging,
     )
     return Plan(
         steps=_in_steps(actions),

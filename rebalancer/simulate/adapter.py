@@ -318,6 +318,15 @@ def apply(world: World, action: Action) -> bool:
 def _patch_deployment(world: World, action: WorkloadAction) -> bool:
     """The merge patch the executor would send: our annotations and, maybe, the replicas."""
     deployment = world.deployments[action.workload[2]]
+    # As the executor does: applied only if the Deployment is still what the plan was made from.
+    now = (
+        deployment.replicas,
+        deployment.annotations.get(SURGE_ANNOTATION),
+        deployment.annotations.get(RETURN_ANNOTATION),
+    )
+    planned = (action.basis.replicas, action.basis.surge, action.basis.return_record)
+    if now != planned:
+        return False
     patch = action.patch()
     before = (deployment.replicas, dict(deployment.annotations))
     for key, value in patch["metadata"]["annotations"].items():
