@@ -147,6 +147,7 @@ class EventReason(StrEnum):
     SURGE = "SpotRebalancerSurge"
     SCALE_BACK = "SpotRebalancerScaleBack"
     SURGE_NOT_HELD = "SpotRebalancerSurgeNotHeld"
+    REPLACEMENT_PLACED = "SpotRebalancerReplacementPlaced"
     EVICTED = "SpotRebalancerEvicted"
     EVICTION_BLOCKED = "SpotRebalancerEvictionBlocked"
     DELETED = "SpotRebalancerDeleted"

@@ -27,6 +27,8 @@ from rebalancer.controller.actions import (
     StartReturn,
     WorkloadKey,
 )
+from rebalancer.controller.model import NodeInfo
+from rebalancer.controller.pools import Options
 from rebalancer.timefmt import iso
 from rebalancer.vocabulary import EventReason, Reason, Rejection, Result
 
@@ -57,6 +59,25 @@ def _pod(action: Evict | Delete) -> dict[str, str]:
         "uid": action.uid,
         "apiVersion": "v1",
     }
+
+
+def replacement_placed(
+    workload: WorkloadKey, uid: str, pod: str, node: NodeInfo, options: Options
+) -> KubeEvent:
+    """Where a surge's replacement went, and what else there was (no placement policy chooses
+    yet: the Kubernetes scheduler does, steered by our PreferNoSchedule on evicted pools)."""
+    kind = "spot" if node.spot else "on-demand"
+    others = (
+        f"on-demand pools that fit: {', '.join(options.on_demand) or 'none'}; spot pools with "
+        f"room: {', '.join(options.spot_with_room) or 'none'}; spot pools being evicted "
+        f"(avoided): {', '.join(options.spot_evicted) or 'none'}"
+    )
+    return KubeEvent(
+        _workload(workload, uid),
+        EventReason.REPLACEMENT_PLACED,
+        f"Replacement {pod} scheduled on {node.name} ({kind} pool {node.pool}, zone "
+        f"{node.zone or '?'}) by the Kubernetes scheduler. {others}",
+    )
 
 
 def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:

@@ -220,6 +220,7 @@ class PodInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     grace_seconds: int = 30
     deletion_at: datetime | None = None  # a terminating pod is killed by then (deletionTimestamp)
+    created: datetime | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -266,6 +267,7 @@ class PodInfo:
             labels=dict(meta.get("labels") or {}),
             grace_seconds=int(spec.get("terminationGracePeriodSeconds", 30) or 0),
             deletion_at=parse_iso(meta.get("deletionTimestamp")),
+            created=parse_iso(meta.get("creationTimestamp")),
         )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rebalancer.kube.errors import Conflict, KubeError, NotFound, TooManyRequests, Unavailable
+from rebalancer.timefmt import iso
 from rebalancer_sim.patch import merge_patch  # RFC 7386, as the emulator applies it
 
 Key = tuple[str, str, str]  # (resource, namespace, name)
@@ -70,6 +71,8 @@ class FakeApi:
         meta = obj.setdefault("metadata", {})
         key = (resource, meta.get("namespace", ""), meta["name"])
         meta.setdefault("uid", f"uid-{meta['name']}")
+        if key not in self.objects:
+            meta.setdefault("creationTimestamp", _now())
         meta["resourceVersion"] = str(next(self._versions))
         kind = "MODIFIED" if key in self.objects else "ADDED"
         self.objects[key] = obj
@@ -296,3 +299,10 @@ class Killable:
 
     async def close(self) -> None:
         pass
+
+
+def _now() -> str:
+    """The event loop's virtual time as a wall clock, as tests/loop/rig.py's CLOCK gives it."""
+    from tests.loop.rig import CLOCK
+
+    return iso(CLOCK.now())

@@ -62,6 +62,7 @@ async def test_a_notice_is_cordoned_surged_replaced_and_drained_before_its_deadl
     api = cluster()
     async with running(api) as controller:
         await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        await asyncio.sleep(5)  # the replicas have run for a while when the notice comes
         not_before = preempt(api, "spot-0", seconds=30)
         await fail_over(api, load_seconds=10)
         await until(lambda: replicas(api) == 3, within=10, what="the scale-back")
@@ -99,6 +100,16 @@ async def test_a_notice_is_cordoned_surged_replaced_and_drained_before_its_deadl
     assert EVENT in history["data"][names.HISTORY_KEY]
     assert names.COOLDOWN_UNTIL in annotations(api, "nodes", "", "spot-2")
     assert api.written("POST", "pods/eviction") == [] and api.written("DELETE", "pods") == []
+    # Where the replacement went, and what else there was, said on the Deployment.
+    (placed,) = [
+        w.body["message"]
+        for w in api.written("POST", "events")
+        if w.body["reason"] == "SpotRebalancerReplacementPlaced"
+    ]
+    assert "llm-d scheduled on od-1 (on-demand pool gpuondemand" in placed
+    assert "on-demand pools that fit: gpuondemand" in placed
+    assert "spot pools with room: gpuspot" in placed  # spot-2 was free
+    assert "being evicted (avoided): gpuspot" in placed
     # The doomed pod was held against others' evictions while the replacement loaded, then let go.
     held = first(writes, lambda w: w.resource == "poddisruptionbudgets" and w.method == "POST")
     released = first(
