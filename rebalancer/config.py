@@ -248,7 +248,11 @@ class ControllerSettings(CommonSettings):
     lease_duration_seconds: float = Field(15.0, gt=0, description="Lease duration.")
     renew_deadline_seconds: float = Field(10.0, gt=0, description="Give up leading after this.")
     retry_period_seconds: float = Field(2.0, gt=0, description="Between lease attempts.")
-    dry_run: bool = Field(False, description="Plan, log and count, but write nothing.")
+    dry_run: bool = Field(
+        False,
+        description="Plan, log and count what it would do, and write nothing but its Lease "
+        "(so that one replica reports).",
+    )
     resync_seconds: float = Field(
         1.0, gt=0, le=60, description="Plan at least this often, even without a change."
     )
@@ -267,6 +271,11 @@ class ControllerSettings(CommonSettings):
     workload_selector: str = Field(
         "",
         description="Fail over only workloads with these labels: 'k=v,k2' (k2: the key exists).",
+    )
+    hold_doomed_pods: bool = Field(
+        True,
+        description="While replacements load, a PodDisruptionBudget of ours holds the doomed "
+        "pods against evictions by others (AKS node auto-drain, kubectl drain).",
     )
     agent_node_selector: str = Field(
         f"{names.AKS_SPOT_LABEL}=spot",

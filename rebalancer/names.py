@@ -50,6 +50,17 @@ RETURN_ANNOTATION: Final = f"{PREFIX}/return"
 RETURN_BACKOFF_ANNOTATION: Final = f"{PREFIX}/return-backoff-until"
 # On a pod whose deletion cost we lowered: its cost before.
 ORIGINAL_COST_ANNOTATION: Final = f"{PREFIX}/original-deletion-cost"
+# On a PodDisruptionBudget of ours (`spot-rebalancer-hold-<deployment>`, maxUnavailable 0, the
+# Deployment's own selector) that holds a surged Deployment's pods while replacements load, so
+# evictions by others (AKS node auto-drain, kubectl drain) wait; our own deletions do not. The
+# value is the Deployment's name.
+HOLD_LABEL: Final = f"{PREFIX}/hold-for"
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "spot-rebalancer"
+HOLD_PREFIX: Final = "spot-rebalancer-hold-"
+# On an HorizontalPodAutoscaler whose minReplicas (and maxReplicas) we raised for a surge: its
+# values before, "min,max", so they are put back exactly when the surge ends.
+HPA_ORIGINAL_ANNOTATION: Final = f"{PREFIX}/original-replicas-bounds"
 # Set by a user on a workload: leave it alone.
 OPT_OUT_ANNOTATION: Final = f"{PREFIX}/ignore"
 # The eviction history ConfigMap's key (the ConfigMap is named after the Lease: `<lease>-history`).

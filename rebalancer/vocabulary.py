@@ -75,6 +75,7 @@ class Reason(StrEnum):
     COOLDOWN_OVER = "CooldownOver"
     NO_ON_DEMAND_POOL = "NoCompatibleOnDemandPool"
     UNREADABLE_RECORD = "UnreadableSurgeRecord"
+    SURGE_NOT_HELD = "SurgeNotHeld"  # someone set replicas back while replacements loaded
     NEW_NOTICE = "NewNotice"  # recorded in the eviction history
     RECORD_DONE = "RecordDone"  # a finished record whose pods are gone is dropped
     COST_RESTORED = "CostRestored"
@@ -108,7 +109,7 @@ FAILOVER_REASONS: Final = {
         Reason.CANCELLED,
         Reason.REPLICAS_CHANGED,
     ),
-    "blocked": (Reason.NO_ON_DEMAND_POOL, Reason.UNREADABLE_RECORD),
+    "blocked": (Reason.NO_ON_DEMAND_POOL, Reason.UNREADABLE_RECORD, Reason.SURGE_NOT_HELD),
 }
 
 
@@ -145,6 +146,8 @@ class EventReason(StrEnum):
     RESTORED = "SpotRebalancerRestored"
     SURGE = "SpotRebalancerSurge"
     SCALE_BACK = "SpotRebalancerScaleBack"
+    SURGE_NOT_HELD = "SpotRebalancerSurgeNotHeld"
+    REPLACEMENT_PLACED = "SpotRebalancerReplacementPlaced"
     EVICTED = "SpotRebalancerEvicted"
     EVICTION_BLOCKED = "SpotRebalancerEvictionBlocked"
     DELETED = "SpotRebalancerDeleted"

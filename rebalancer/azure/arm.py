@@ -23,6 +23,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, Protocol
 
@@ -118,8 +119,9 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [""])[0][:300]
 
 
-def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """`Retry-After` (seconds or an HTTP date), else `x-ms-user-quota-resets-after` (hh:mm:ss)."""
+def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
+    """`Retry-After` (seconds or an HTTP date, counted from `now`), else
+    `x-ms-user-quota-resets-after` (hh:mm:ss)."""
     text = headers.get("Retry-After", "").strip()
     if text:
         if re.fullmatch(r"\d+(\.\d+)?", text):
@@ -129,9 +131,7 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
         except (TypeError, ValueError):
             when = None
         if when is not None:
-            from datetime import UTC, datetime
-
-            return max(0.0, (when - datetime.now(UTC)).total_seconds())
+            return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
     return quota_reset_seconds(headers)
 
 
@@ -192,7 +192,7 @@ class ArmClient:
                 continue
             code = _error_code(text)
             if status == 429:
-                wait = retry_after_seconds(headers)
+                wait = retry_after_seconds(headers, self.clock.now())
                 if wait is not None and wait <= self.max_wait_seconds and attempt < self.attempts:
                     await self.clock.sleep(wait)
                     continue

@@ -291,6 +291,66 @@ class Delete:
     reason: Reason = Reason.DEADLINE
 
 
+@dataclass(frozen=True)
+class Hold:
+    """A PodDisruptionBudget (maxUnavailable 0) on a surged Deployment's pods (its own
+    selector), so that evictions by others wait until the replacements are Ready."""
+
+    namespace: str
+    workload: str
+    selector: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    reason: Reason = field(default=Reason.NOTICE, compare=False)
+
+    @property
+    def name(self) -> str:
+        return f"{names.HOLD_PREFIX}{self.workload}"[:253]
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {
+                    names.MANAGED_BY_LABEL: names.MANAGED_BY,
+                    names.HOLD_LABEL: self.workload,
+                },
+            },
+            "spec": {"maxUnavailable": 0, "selector": dict(self.selector)},
+        }
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Set an HorizontalPodAutoscaler's bounds: raised for a surge (the originals recorded on
+    it), or put back (`original` None: the annotation removed). Planned from `resource_version`."""
+
+    namespace: str
+    name: str
+    min_replicas: int
+    max_replicas: int
+    original: str | None
+    # (min, max, our annotation) as planned from: the executor checks the fresh object against it.
+    basis: tuple[int, int, str | None] = field(default=(-1, -1, None), compare=False)
+    reason: Reason = field(default=Reason.NOTICE, compare=False)
+
+    def patch(self) -> dict[str, Any]:
+        return {
+            "metadata": {"annotations": {names.HPA_ORIGINAL_ANNOTATION: self.original}},
+            "spec": {"minReplicas": self.min_replicas, "maxReplicas": self.max_replicas},
+        }
+
+
+@dataclass(frozen=True)
+class Release:
+    """Delete a hold whose surge is over."""
+
+    namespace: str
+    name: str
+    reason: Reason = field(default=Reason.RECORD_DONE, compare=False)
+
+
 # ---- the rest --------------------------------------------------------------------------------
 
 
@@ -330,9 +390,12 @@ Action = (
     | Delete
     | ReportBlocked
     | RecordHistory
+    | Hold
+    | Release
+    | Bound
 )
 ACTION_TYPES: tuple[type, ...] = (
     Cordon, Restore, MarkDrained, StartCooldown, EndCooldown, ScaleUp, ScaleBack, ForgetSurge,
     StartReturn, FinishReturn, ForgetReturn, SetDeletionCost, Evict, Delete, ReportBlocked,
-    RecordHistory,
+    RecordHistory, Hold, Release, Bound,
 )  # fmt: skip

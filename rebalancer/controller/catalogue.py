@@ -27,8 +27,10 @@ from rebalancer.controller.actions import (
     StartReturn,
     WorkloadKey,
 )
+from rebalancer.controller.model import NodeInfo
+from rebalancer.controller.pools import Options
 from rebalancer.timefmt import iso
-from rebalancer.vocabulary import EventReason, Rejection, Result
+from rebalancer.vocabulary import EventReason, Reason, Rejection, Result
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,25 @@ def _pod(action: Evict | Delete) -> dict[str, str]:
         "uid": action.uid,
         "apiVersion": "v1",
     }
+
+
+def replacement_placed(
+    workload: WorkloadKey, uid: str, pod: str, node: NodeInfo, options: Options
+) -> KubeEvent:
+    """Where a surge's replacement went, and what else there was (no placement policy chooses
+    yet: the Kubernetes scheduler does, steered by our PreferNoSchedule on evicted pools)."""
+    kind = "spot" if node.spot else "on-demand"
+    others = (
+        f"on-demand pools that fit: {', '.join(options.on_demand) or 'none'}; spot pools with "
+        f"room: {', '.join(options.spot_with_room) or 'none'}; spot pools being evicted "
+        f"(avoided): {', '.join(options.spot_evicted) or 'none'}"
+    )
+    return KubeEvent(
+        _workload(workload, uid),
+        EventReason.REPLACEMENT_PLACED,
+        f"Replacement {pod} scheduled on {node.name} ({kind} pool {node.pool}, zone "
+        f"{node.zone or '?'}) by the Kubernetes scheduler. {others}",
+    )
 
 
 def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:
@@ -104,6 +125,15 @@ def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:
                 EventReason.SURGE,
                 f"Scaled to {action.replicas} to replace {action.added} replica(s) on evicted "
                 f"nodes before they go ({events})",
+            )
+        case ScaleBack() if action.reason == Reason.SURGE_NOT_HELD:
+            return KubeEvent(
+                _workload(action.workload, action.basis.uid),
+                EventReason.SURGE_NOT_HELD,
+                f"Replicas were set back to {action.basis.replicas} by someone else (an operator "
+                "or autoscaler that owns them) while replacements loaded: not fighting it; the "
+                "pods on evicted nodes are drained now, so their replacements start at once",
+                warning=True,
             )
         case ScaleBack():
             target = "left as is" if action.replicas is None else f"to {action.replicas}"

@@ -28,16 +28,19 @@ from rebalancer.controller.actions import (
     APPLIED,
     NOOP,
     Action,
+    Bound,
     Delete,
     Evict,
+    Hold,
     NodeAction,
     Outcome,
     RecordHistory,
+    Release,
     ReportBlocked,
     SetDeletionCost,
     WorkloadAction,
 )
-from rebalancer.controller.model import WorkloadInfo
+from rebalancer.controller.model import ScalerInfo, WorkloadInfo
 from rebalancer.kube.errors import Conflict, KubeError, TooManyRequests
 from rebalancer.kube.writes import Writer
 from rebalancer.retry import RetryPolicy, retrying
@@ -135,6 +138,19 @@ class Executor:
                 )
             case ReportBlocked():
                 return APPLIED  # nothing to write: the recorder says it
+            case Hold():
+                self._may_write()
+                try:
+                    await self._writer.create(_pdbs(action.namespace), action.body())
+                except Conflict:
+                    return NOOP  # there already
+                return APPLIED
+            case Bound():
+                return await self._bound(action)
+            case Release():
+                self._may_write()
+                gone = await self._writer.delete(f"{_pdbs(action.namespace)}/{quote(action.name)}")
+                return APPLIED if gone else NOOP
             case RecordHistory():
                 return await self._record_history(action)
         raise TypeError(f"unknown action {action!r}")
@@ -151,6 +167,22 @@ class Executor:
         patch["metadata"]["resourceVersion"] = info.resource_version
         self._may_write()
         return _written(await self._writer.patch_workload(kind, namespace, name, patch))
+
+    async def _bound(self, action: Bound) -> Outcome:
+        path = (
+            f"/apis/autoscaling/v2/namespaces/{quote(action.namespace, safe='')}"
+            f"/horizontalpodautoscalers/{quote(action.name, safe='')}"
+        )
+        fresh = await self._writer.get(path)
+        if fresh is None:
+            raise Rejected(Rejection.GONE)
+        info = ScalerInfo.from_json(fresh)
+        if (info.min_replicas, info.max_replicas, info.original) != action.basis:
+            raise Rejected(Rejection.STALE, "its bounds changed since the plan")
+        patch = action.patch()
+        patch["metadata"]["resourceVersion"] = info.resource_version
+        self._may_write()
+        return _written(await self._writer.patch(path, patch))
 
     async def _record_history(self, action: RecordHistory) -> Outcome:
         where = self._history
@@ -171,6 +203,10 @@ class Executor:
             # Written by another leader since we read it: the next pass merges into the newer one.
             raise Rejected(Rejection.STALE, "the history changed since it was read") from None
         return APPLIED
+
+
+def _pdbs(namespace: str) -> str:
+    return f"/apis/policy/v1/namespaces/{quote(namespace, safe='')}/poddisruptionbudgets"
 
 
 def _written(done: bool | None) -> Outcome:

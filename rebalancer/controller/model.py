@@ -17,6 +17,8 @@ from rebalancer.controller.scheduling import Taint
 from rebalancer.names import (
     DELETION_COST,
     GPU_RESOURCE,
+    HOLD_LABEL,
+    HPA_ORIGINAL_ANNOTATION,
     MIRROR_ANNOTATION,
     OPT_OUT_ANNOTATION,
     ORIGINAL_COST_ANNOTATION,
@@ -141,6 +143,61 @@ class NodeInfo:
 
 
 @dataclass(frozen=True)
+class HoldInfo:
+    """A PodDisruptionBudget of ours that holds a surge's doomed pods against evictions."""
+
+    namespace: str
+    name: str
+    workload: str  # the Deployment's name: the value of the hold label it selects
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> HoldInfo:
+        meta = obj.get("metadata") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            workload=str((meta.get("labels") or {}).get(HOLD_LABEL, "")),
+        )
+
+
+@dataclass(frozen=True)
+class ScalerInfo:
+    """An HorizontalPodAutoscaler (autoscaling/v2), as far as a surge cares: what it scales and
+    its bounds, and the bounds it had before we raised them (our annotation), if we did."""
+
+    namespace: str
+    name: str
+    target: tuple[str, str]  # (kind, name) of what it scales
+    min_replicas: int
+    max_replicas: int
+    original: str | None  # "min,max" before our raise
+    resource_version: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ScalerInfo:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        ref = spec.get("scaleTargetRef") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            target=(str(ref.get("kind", "")), str(ref.get("name", ""))),
+            min_replicas=int(spec.get("minReplicas") or 1),
+            max_replicas=int(spec.get("maxReplicas") or 1),
+            original=(meta.get("annotations") or {}).get(HPA_ORIGINAL_ANNOTATION),
+            resource_version=str(meta.get("resourceVersion", "")),
+        )
+
+
+@dataclass(frozen=True)
 class Owner:
     kind: str
     name: str
@@ -163,6 +220,7 @@ class PodInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     grace_seconds: int = 30
     deletion_at: datetime | None = None  # a terminating pod is killed by then (deletionTimestamp)
+    created: datetime | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -209,6 +267,7 @@ class PodInfo:
             labels=dict(meta.get("labels") or {}),
             grace_seconds=int(spec.get("terminationGracePeriodSeconds", 30) or 0),
             deletion_at=parse_iso(meta.get("deletionTimestamp")),
+            created=parse_iso(meta.get("creationTimestamp")),
         )
 
 
@@ -224,6 +283,9 @@ class Surge:
     # Scaled back already; kept until the doomed pods are gone, so that a doomed pod the
     # ReplicaSet has not removed yet is never taken for a new one and surged for twice.
     completed: bool = False
+    # Someone else set replicas back while the replacements loaded: the surge could not be
+    # held, so its doomed pods are drained at once instead of at the deadline.
+    reverted: bool = False
 
     def to_json(self) -> str:
         return json.dumps(
@@ -234,6 +296,7 @@ class Surge:
                 "doomedPods": list(self.doomed_pods),
                 "deadline": self.deadline,
                 "completed": self.completed,
+                "reverted": self.reverted,
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -250,6 +313,7 @@ class Surge:
             doomed_pods=_strings(data, "doomedPods"),
             deadline=_optional_str(data, "deadline"),
             completed=data.get("completed", False) is True,
+            reverted=data.get("reverted", False) is True,
         )
         if record.added > len(record.doomed_pods):
             raise ValueError("more replicas added than pods it replaces")
@@ -364,6 +428,7 @@ class WorkloadInfo:
     resource_version: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     uid: str = ""
+    selector: Mapping[str, Any] = field(default_factory=dict)  # spec.selector, as the API has it
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -407,4 +472,5 @@ class WorkloadInfo:
             resource_version=str(meta.get("resourceVersion", "")),
             labels=dict(meta.get("labels") or {}),
             uid=str(meta.get("uid", "")),
+            selector=dict(spec.get("selector") or {}),
         )

@@ -20,6 +20,7 @@ def planner_settings(settings: ControllerSettings) -> Settings:
         gpu_workloads_only=settings.gpu_workloads_only,
         workload_selector=parse_selector(settings.workload_selector),
         agent_nodes=parse_selector(settings.agent_node_selector),
+        hold_doomed_pods=settings.hold_doomed_pods,
         declared_pools=declared_pools(settings.pools),
         returns=ReturnSettings(
             enabled=settings.return_enabled,

@@ -37,14 +37,17 @@ from datetime import UTC, datetime, timedelta
 from rebalancer import names
 from rebalancer.controller.actions import (
     Action,
+    Bound,
     Cordon,
     Delete,
     EndCooldown,
     Evict,
     FinishReturn,
     ForgetSurge,
+    Hold,
     MarkDrained,
     RecordHistory,
+    Release,
     ReportBlocked,
     Restore,
     ScaleBack,
@@ -93,6 +96,8 @@ class Settings:
     # Pools that may have no Node (REBALANCER_POOLS), for the fail-over check.
     declared_pools: Mapping[str, Pool] = field(default_factory=dict)
     record_history: bool = True
+    # Hold a surge's doomed pods against evictions by others (a PodDisruptionBudget of ours).
+    hold_doomed_pods: bool = True
 
     def policy_for(self, event_type: str) -> Policy:
         return self.event_policy.get(event_type, self.unknown_event_policy)
@@ -111,11 +116,13 @@ class Plan:
 
 
 # Cordons, surges and the history first (each starts a clock: the node stops taking pods, the
-# replacements start loading); pod costs and deadline deletions before any scale-back, which
-# must find the doomed pods already marked or gone; scale-backs; evictions, marks and the rest.
+# replacements start loading); holds, pod costs and deadline deletions before any scale-back,
+# which must find the doomed pods already marked or gone; scale-backs; evictions, marks and the
+# rest.
 STEPS: tuple[tuple[type, ...], ...] = (
     (Cordon, Restore, ScaleUp, RecordHistory),
-    (SetDeletionCost, Delete),
+    # Holds and HPA bounds right after: a wave's cordons and surges come first.
+    (Hold, Bound, SetDeletionCost, Delete),
     (ScaleBack, FinishReturn),
 )
 
@@ -129,11 +136,18 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     surge_actions, surged_pods = _surges(snapshot, settings, active)
     actions += surge_actions
     actions += _scale_backs(snapshot, settings, active)
+    actions += _holds(snapshot, settings, surge_actions)
+    actions += _bounds(snapshot, surge_actions)
     actions += _drain(snapshot, settings, active, surged_pods)
     actions += _cooldowns(snapshot, settings, active)[:STEERING_PER_PASS]
     actions += _restore_deletion_costs(snapshot, active)
+    surging = frozenset(a.workload for a in surge_actions if isinstance(a, ScaleUp | ReportBlocked))
     actions += plan_returns(
-        snapshot, managed=set(chosen), active_nodes=set(active), settings=settings.returns
+        snapshot,
+        managed=set(chosen),
+        active_nodes=set(active),
+        settings=settings.returns,
+        busy=surging,
     )
     return Plan(
         steps=_in_steps(actions),
@@ -237,14 +251,18 @@ def _record_history(snapshot: Snapshot, settings: Settings) -> list[Action]:
 def preempts_last_hour(snapshot: Snapshot, pool: str, zone: str) -> int:
     """Preempt notices of a pool and zone in the last hour: the history's, and the ones this
     pass sees that it has not recorded yet."""
+    return preempt_counts(snapshot).get((pool, zone), 0)
+
+
+def preempt_counts(snapshot: Snapshot) -> dict[tuple[str, str], int]:
+    """`preempts_last_hour` of every (pool, zone) at once: one walk of the history and nodes."""
     window = WINDOWS["1h"]
-    recorded = snapshot.history.preempt_count(pool, zone, now=snapshot.now, window=window)
-    pending = sum(
-        1
-        for e in new_entries(snapshot)
-        if e.preempt and (e.pool, e.zone) == (pool, zone) and snapshot.now - e.first_seen <= window
-    )
-    return recorded + pending
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    recorded = snapshot.history.preempts(now=snapshot.now, window=window)
+    for entry in (*recorded, *new_entries(snapshot)):
+        if entry.preempt and snapshot.now - entry.first_seen <= window:
+            counts[(entry.pool, entry.zone)] += 1
+    return counts
 
 
 # ---- cordon, surge, scale back, drain --------------------------------------------------------
@@ -354,6 +372,10 @@ def _surges(
                 )
             continue
         fresh = [name for name in names_now if name not in old.doomed_pods]
+        if old.reverted:
+            # Not held: never surged again (the owner would undo it again); drained plainly.
+            handled.difference_update(pod.key for pod, _ in doomed)
+            continue
         if not fresh:
             continue
         if old.completed:
@@ -400,6 +422,13 @@ def _scale_backs(
         if surge.completed:
             if not any(f"{pod.namespace}/{pod.name}" in doomed_names for pod in pods):
                 actions.append(ForgetSurge(key, basis=basis))
+            continue
+        if workload.replicas < surge.base_replicas + surge.added:
+            # An owner (an operator, an autoscaler) set replicas back while the replacements
+            # load: fighting it would flap. Let go, say so, and drain the doomed pods now, so that
+            # their replacements start at once instead of at the deadline.
+            reverted = replace(surge, completed=True, reverted=True)
+            actions.append(ScaleBack(key, None, Reason.SURGE_NOT_HELD, reverted, basis=basis))
             continue
         alive = [
             pod
@@ -467,6 +496,73 @@ def _scale_backs(
     return actions
 
 
+def _holds(snapshot: Snapshot, settings: Settings, planned: list[Action]) -> list[Action]:
+    """While a surge's replacements load, a PodDisruptionBudget of ours (maxUnavailable 0, the
+    Deployment's own selector) holds its pods: an eviction by anyone else (AKS node auto-drain
+    evicts at notice time; kubectl drain; the cluster autoscaler) is refused, so the old
+    replicas serve until the replacements are Ready. Our own removals are deletions, which no
+    budget stops. One write per surged Deployment, none per pod: a wave's cordons come first.
+    A hold whose surge is over is released."""
+    held: dict[tuple[str, str], WorkloadInfo] = {}
+    for workload in snapshot.workloads.values():
+        surge = workload.surge
+        if surge is not None and not surge.completed and workload.kind == "Deployment":
+            held[(workload.namespace, workload.name)] = workload
+    for action in planned:  # surges this pass starts: hold at once, AKS's drain starts now too
+        if isinstance(action, ScaleUp):
+            workload = snapshot.workloads[action.workload]
+            held[(workload.namespace, workload.name)] = workload
+    if not settings.hold_doomed_pods:
+        held = {}
+    actions: list[Action] = []
+    existing = {(h.namespace, h.workload) for h in snapshot.holds.values()}
+    for (namespace, name), workload in sorted(held.items()):
+        if (namespace, name) not in existing and workload.selector:
+            actions.append(Hold(namespace, name, workload.selector))
+    for hold in sorted(snapshot.holds.values(), key=lambda h: h.key):
+        if (hold.namespace, hold.workload) not in held:
+            actions.append(Release(hold.namespace, hold.name))
+    return actions
+
+
+def _bounds(snapshot: Snapshot, planned: list[Action]) -> list[Action]:
+    """An HorizontalPodAutoscaler would scale a surged Deployment back within its sync period,
+    and a ReplicaSet scaling down removes the not-ready replacements first. While a surge is on,
+    the HPA's minReplicas (and maxReplicas, if lower) is raised to the surged count, its own
+    values recorded on it; when the surge ends they are put back exactly."""
+    need: dict[tuple[str, str], int] = {}  # (namespace, deployment) -> replicas to keep
+    for workload in snapshot.workloads.values():
+        surge = workload.surge
+        if surge is not None and not surge.completed and workload.kind == "Deployment":
+            need[(workload.namespace, workload.name)] = surge.base_replicas + surge.added
+    for action in planned:
+        if isinstance(action, ScaleUp):
+            _, namespace, name = action.workload
+            need[(namespace, name)] = action.replicas
+    actions: list[Action] = []
+    for scaler in sorted(snapshot.scalers.values(), key=lambda s: s.key):
+        kind, target = scaler.target
+        basis = (scaler.min_replicas, scaler.max_replicas, scaler.original)
+        wanted = need.get((scaler.namespace, target)) if kind == "Deployment" else None
+        if wanted is not None:
+            if scaler.min_replicas < wanted or scaler.max_replicas < wanted:
+                original = scaler.original or f"{scaler.min_replicas},{scaler.max_replicas}"
+                actions.append(
+                    Bound(
+                        scaler.namespace, scaler.name, max(scaler.min_replicas, wanted),
+                        max(scaler.max_replicas, wanted), original, basis,
+                    )
+                )  # fmt: skip
+        elif scaler.original is not None:
+            low, _, high = scaler.original.partition(",")
+            try:
+                bounds = (max(1, int(low)), max(1, int(high)))
+            except ValueError:
+                bounds = (scaler.min_replicas, scaler.max_replicas)  # unreadable: drop it only
+            actions.append(Bound(scaler.namespace, scaler.name, *bounds, None, basis))
+    return actions
+
+
 def _drain(
     snapshot: Snapshot,
     settings: Settings,
@@ -512,23 +608,24 @@ def _drain(
 # ---- steering away from an evicted pool ------------------------------------------------------
 
 
-def cooldown_for(snapshot: Snapshot, settings: Settings, node: NodeInfo) -> float:
+def cooldown_for(settings: Settings, preempts_last_hour: int) -> float:
     """The base cool-down, times the pool's Preempt notices in the last hour (at most 4x): a pool
     that keeps being evicted is avoided for longer."""
-    count = preempts_last_hour(snapshot, node.pool, node.zone)
-    return settings.cooldown_seconds * min(MAX_COOLDOWN_FACTOR, max(1, count))
+    return settings.cooldown_seconds * min(MAX_COOLDOWN_FACTOR, max(1, preempts_last_hour))
 
 
 def _cooldowns(
     snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice]
 ) -> list[Action]:
     """PreferNoSchedule on the rest of a spot pool (same pool and zone) that is being evicted."""
+    counts = preempt_counts(snapshot)
     evicted_groups: dict[tuple[str, str], datetime] = {}
     for node_name, notice in active.items():
         node = snapshot.nodes[node_name]
         if node.spot and notice.event_type in (EventType.PREEMPT, MANUAL):
             started = notice.seen_at or snapshot.now
-            until = started + timedelta(seconds=cooldown_for(snapshot, settings, node))
+            count = counts.get((node.pool, node.zone), 0)
+            until = started + timedelta(seconds=cooldown_for(settings, count))
             group = (node.pool, node.zone)
             evicted_groups[group] = max(until, evicted_groups.get(group, until))
     actions: list[Action] = []

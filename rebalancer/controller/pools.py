@@ -132,3 +132,38 @@ def on_demand_fallback(
         else:
             fits.append(pool.name)
     return Fallback(pools=tuple(sorted(fits)), rejected=rejected)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Where a replacement could go when it was scheduled: the pools that fit its template, by
+    kind. Said in an Event so that a user sees where it went and what else there was."""
+
+    on_demand: tuple[str, ...]
+    spot_with_room: tuple[str, ...]  # spot pools with a Ready, schedulable node with free GPUs
+    spot_evicted: tuple[str, ...]  # spot pools with a notice on one of their nodes
+
+
+def placement_options(
+    template_spec: Mapping[str, Any],
+    gpus: int,
+    nodes: Iterable[NodeInfo],
+    free_gpus: Mapping[str, int],
+    noticed: set[str],
+) -> Options:
+    listed = list(nodes)
+    pools = pools_of(listed)
+    fits = [p for p in pools.values() if not p.problems_for(template_spec, gpus)]
+    by_name = {n.name: n for n in listed}
+    room = {
+        p.name
+        for p in fits
+        for n in (by_name[name] for name in p.nodes)
+        if n.ready and not n.unschedulable and free_gpus.get(n.name, 0) >= max(1, gpus)
+    }
+    evicted = {p.name for p in fits if any(name in noticed for name in p.nodes)}
+    return Options(
+        on_demand=tuple(sorted(p.name for p in fits if not p.spot)),
+        spot_with_room=tuple(sorted(p.name for p in fits if p.spot and p.name in room)),
+        spot_evicted=tuple(sorted(evicted)),
+    )

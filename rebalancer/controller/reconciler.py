@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rebalancer import names
 from rebalancer.azure.arm import ArmClient, identity_token
 from rebalancer.azure.placement_scores import PlacementScoreClient
 from rebalancer.azure.price_book import PriceBook
@@ -33,7 +34,7 @@ from rebalancer.controller.actions import Action
 from rebalancer.controller.cost import region_of
 from rebalancer.controller.executor import DryRunExecutor, Executor, HistoryObject
 from rebalancer.controller.history import History, history_from_configmap
-from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
+from rebalancer.controller.model import HoldInfo, NodeInfo, PodInfo, ScalerInfo, WorkloadInfo
 from rebalancer.controller.options import planner_settings, retry_policy, risk_settings
 from rebalancer.controller.planner import plan
 from rebalancer.controller.recorder import Recorder
@@ -95,9 +96,16 @@ class Controller:
             history.collection, history_from_configmap, "history",
             fieldSelector=f"metadata.name={history.name}",
         )  # fmt: skip
+        self.holds: Informer[HoldInfo] = informer(
+            "/apis/policy/v1/poddisruptionbudgets", HoldInfo.from_json, "holds",
+            labelSelector=f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY}",
+        )  # fmt: skip
+        self.scalers: Informer[ScalerInfo] = informer(
+            "/apis/autoscaling/v2/horizontalpodautoscalers", ScalerInfo.from_json, "scalers"
+        )
         self.informers: list[Informer[Any]] = [
             self.nodes, self.pods, self.replicasets, self.deployments, self.statefulsets,
-            self.history,
+            self.history, self.holds, self.scalers,
         ]  # fmt: skip
         self.elector = LeaderElector(
             client,
@@ -264,17 +272,21 @@ class Controller:
         backoff = Backoff(initial_seconds=0.5, max_seconds=30.0)
         failures = 0
         while not stop.is_set():
+            lists = informer.lists
             try:
                 await informer.run(stop)
                 return
-            except Exception as error:
-                failures += 1
+            except Exception:
+                # A crash after a good list is a new one; crashes with no list between them are
+                # a loop that restarting does not fix.
+                failures = 1 if informer.lists > lists else failures + 1
                 self.metrics.reconcile_errors.labels("informer").inc()
                 self.log.exception("cache crashed; restarting it", informer=informer.name)
                 if failures >= 3:
                     self._dead_informers.add(informer.name)
+                else:
+                    self._dead_informers.discard(informer.name)
                 await sleep_or_stop(stop, backoff.delay(failures))
-                del error
 
     async def _wait_for_change(self, stop: asyncio.Event) -> None:
         wake = asyncio.ensure_future(self._wake.wait())
@@ -303,6 +315,8 @@ class Controller:
             workloads=workloads,
             replicaset_owners={k: owner for k, owner in self.replicasets.items.items() if owner},
             history=next(iter(self.history.items.values()), History()),
+            holds=dict(self.holds.items),
+            scalers=dict(self.scalers.items),
         )
 
     async def reconcile(self) -> None:

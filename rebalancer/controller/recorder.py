@@ -35,10 +35,11 @@ from rebalancer.controller.actions import (
     ScaleUp,
     StartReturn,
 )
-from rebalancer.controller.catalogue import event_for
+from rebalancer.controller.catalogue import event_for, replacement_placed
 from rebalancer.controller.history import WINDOWS
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planner import Plan
+from rebalancer.controller.pools import placement_options
 from rebalancer.controller.risk import (
     HISTORY,
     LEVELS,
@@ -120,6 +121,7 @@ class Recorder:
         self._logged: set[str] = set()
         self._reported: set[tuple[tuple[str, str, str], str]] = set()
         self._reported_pods: set[tuple[tuple[str, str], str]] = set()
+        self._placed: set[tuple[str, str]] = set()
         self._metric_groups: set[tuple[str, str, str, bool]] = set()
         self._deficit_workloads: set[str] = set()
         self._eviction_series: set[tuple[str, str, str]] = set()
@@ -145,6 +147,7 @@ class Recorder:
             self.log_once("notice ignored", why, node=node)
         self._notices(snapshot)
         self._deficit(snapshot, elapsed)
+        self._placements(snapshot, plan)
         self._evictions(snapshot)
         self._risk(snapshot)
         self._accountant.account(snapshot, plan.managed, self._clock.monotonic())
@@ -208,6 +211,51 @@ class Recorder:
             deficit = max(0, workload.surge.base_replicas - workload.ready_replicas)
             if deficit:
                 child.inc(deficit * elapsed)
+
+    def _placements(self, snapshot: Snapshot, plan: Plan) -> None:
+        """An Event, once per replacement, saying where it was scheduled and what else there was.
+        A replacement: a pod of a surged workload created after the surge's first notice was
+        first seen, not one of the doomed."""
+        if self._events is None:
+            return
+        first_seen = {e.event_id: e.first_seen for e in snapshot.history.entries}
+        noticed = set(plan.active)
+        free: dict[str, int] | None = None
+        for workload in snapshot.workloads.values():
+            surge = workload.surge
+            if surge is None or surge.completed:
+                continue
+            seen = [first_seen[e] for e in surge.event_ids if e in first_seen]
+            if not seen:
+                continue
+            for pod in snapshot.pods_by_workload.get(workload.key, []):
+                name = f"{pod.namespace}/{pod.name}"
+                if (
+                    name in surge.doomed_pods
+                    or not pod.node_name
+                    or pod.node_name not in snapshot.nodes
+                    or pod.created is None
+                    or pod.created < min(seen)
+                    or (pod.uid, "placed") in self._placed
+                ):
+                    continue
+                self._placed.add((pod.uid, "placed"))
+                if free is None:
+                    free = free_gpus(snapshot)
+                options = placement_options(
+                    workload.template_spec, workload.gpus_per_replica,
+                    snapshot.nodes.values(), free, noticed,
+                )  # fmt: skip
+                event = replacement_placed(
+                    workload.key, workload.uid, pod.name, snapshot.nodes[pod.node_name], options
+                )
+                self._log.info(
+                    "replacement placed", workload="/".join(workload.key), message=event.message
+                )
+                self._events.emit(
+                    regarding=event.regarding, reason=event.reason, message=event.message,
+                    now=self._clock.now(),
+                )  # fmt: skip
 
     def _evictions(self, snapshot: Snapshot) -> None:
         """Preempt notices per pool, SKU and zone in each window, from the history on the
@@ -383,6 +431,13 @@ class Recorder:
                     replicas=action.replicas,
                     doomed=list(action.record.doomed_pods) if action.record else [],
                 )
+            case ScaleBack() if action.reason == Reason.SURGE_NOT_HELD:
+                self._surge_started.pop(action.workload, None)
+                self.metrics.failovers.labels("blocked", str(action.reason)).inc()
+                log.warning(
+                    "surge not held: replicas set back by others",
+                    workload="/".join(action.workload),
+                )
             case ScaleBack():
                 started = self._surge_started.pop(action.workload, None)
                 if started is not None and action.reason == Reason.REPLACEMENTS_READY:
@@ -441,3 +496,12 @@ class Recorder:
             self._logged.clear()
         self._logged.add(key)
         self._log.info(message, subject=repr(subject), **fields)
+
+
+def free_gpus(snapshot: Snapshot) -> dict[str, int]:
+    """GPUs not asked for by a running pod, per node."""
+    return {
+        name: node.allocatable_gpus
+        - sum(p.gpus for p in snapshot.pods_by_node.get(name, []) if not p.finished)
+        for name, node in snapshot.nodes.items()
+    }

@@ -70,8 +70,11 @@ def plan_returns(
     managed: set[WorkloadKey],
     active_nodes: set[str],
     settings: ReturnSettings,
+    busy: frozenset[WorkloadKey] = frozenset(),
 ) -> list[Action]:
-    """Actions that move replicas back to spot, or finish and undo moves in progress."""
+    """Actions that move replicas back to spot, or finish and undo moves in progress. No return
+    starts for a workload in `busy` (surged in this same pass: both would be planned from the
+    same replica count)."""
     nodes = snapshot.nodes
     pools = pools_of(nodes.values())
     actions: list[Action] = []
@@ -94,7 +97,7 @@ def plan_returns(
             break
         if key not in managed or workload.kind != "Deployment":
             continue
-        if RETURN_ANNOTATION in workload.annotations or workload.surge is not None:
+        if key in busy or RETURN_ANNOTATION in workload.annotations or workload.surge is not None:
             continue
         backoff = parse_iso(workload.annotations.get(RETURN_BACKOFF_ANNOTATION))
         if backoff is not None and snapshot.now < backoff:

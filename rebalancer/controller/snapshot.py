@@ -13,7 +13,7 @@ from datetime import datetime
 from functools import cached_property
 
 from rebalancer.controller.history import History
-from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
+from rebalancer.controller.model import HoldInfo, NodeInfo, PodInfo, ScalerInfo, WorkloadInfo
 
 WorkloadKey = tuple[str, str, str]  # (kind, namespace, name)
 PodKey = tuple[str, str]  # (namespace, name)
@@ -27,6 +27,8 @@ class Snapshot:
     workloads: Mapping[WorkloadKey, WorkloadInfo]
     replicaset_owners: Mapping[PodKey, str]  # (namespace, replicaset) -> deployment
     history: History = field(default_factory=History)
+    holds: Mapping[PodKey, HoldInfo] = field(default_factory=dict)  # our PDBs, by (ns, name)
+    scalers: Mapping[PodKey, ScalerInfo] = field(default_factory=dict)  # HPAs, by (ns, name)
 
     def workload_of(self, pod: PodInfo) -> WorkloadInfo | None:
         """The Deployment (through its ReplicaSet) or StatefulSet that owns a pod."""

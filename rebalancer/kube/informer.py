@@ -55,6 +55,7 @@ class Informer(Generic[T]):
         self.synced = asyncio.Event()
         self.resource_version = ""
         self.relists = 0
+        self.lists = 0  # complete lists so far (a supervisor tells a recovery from a crash loop)
         self.errors = 0
         self._on_change = on_change or (lambda: None)
         self._watch_timeout = watch_timeout_seconds
@@ -107,6 +108,7 @@ class Informer(Generic[T]):
                 self.resource_version = str(meta.get("resourceVersion", ""))
                 break
         self.items = items
+        self.lists += 1
         self.synced.set()
         self._on_change()
 

@@ -73,6 +73,22 @@ class Writer:
     async def create(self, path: str, body: Mapping[str, Any]) -> None:
         await self._client.request("POST", path, body=dict(body))
 
+    async def patch(self, path: str, patch: Mapping[str, Any]) -> bool:
+        """A JSON merge patch; False when the object is gone."""
+        try:
+            await self._client.request("PATCH", path, body=dict(patch), content_type=MERGE)
+        except NotFound:
+            return False
+        return True
+
+    async def delete(self, path: str) -> bool:
+        """DELETE; False when it was gone already."""
+        try:
+            await self._client.request("DELETE", path)
+        except NotFound:
+            return False
+        return True
+
     async def patch_workload(
         self, kind: str, namespace: str, name: str, patch: dict[str, Any]
     ) -> bool:

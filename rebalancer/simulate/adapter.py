@@ -28,12 +28,15 @@ from typing import TYPE_CHECKING
 from rebalancer import names
 from rebalancer.controller.actions import (
     Action,
+    Bound,
     Cordon,
     Delete,
     EndCooldown,
     Evict,
+    Hold,
     MarkDrained,
     RecordHistory,
+    Release,
     ReportBlocked,
     Restore,
     SetDeletionCost,
@@ -82,22 +85,46 @@ NUDGE_SECONDS = 0.001
 
 
 def failover_settings(world: World) -> Settings:
-    """Today's product with its defaults: fail over make-before-break, return to spot. The
-    pools are declared (REBALANCER_POOLS), as the README asks for autoscaled pools."""
-    return Settings(declared_pools=declared_pools(world))
+    """Today's product with its defaults, or the scenario's values of the controller's
+    settings: fail over make-before-break, return to spot. The pools are declared
+    (REBALANCER_POOLS), as the README asks for autoscaled pools."""
+    scenario = world.scenario
+    defaults = Settings()
+    returns = defaults.returns
+    return Settings(
+        deadline_margin_seconds=_or(
+            scenario.deadline_margin_seconds, defaults.deadline_margin_seconds
+        ),
+        cooldown_seconds=_or(scenario.cooldown_seconds, defaults.cooldown_seconds),
+        returns=ReturnSettings(
+            quiet_seconds=_or(scenario.return_quiet_seconds, returns.quiet_seconds),
+            pending_timeout_seconds=_or(
+                scenario.return_pending_timeout_seconds, returns.pending_timeout_seconds
+            ),
+        ),
+        declared_pools=declared_pools(world),
+    )
 
 
 def drain_settings(world: World) -> Settings:
     """The product configured as a plain handler: Preempt -> cordon and drain, no cool-down
     taints that steer placement, no return to spot."""
-    policies = dict(Settings().event_policy)
+    defaults = Settings()
+    policies = dict(defaults.event_policy)
     policies.update({EventType.PREEMPT: EventPolicy.DRAIN, EventType.TERMINATE: EventPolicy.DRAIN})
     return Settings(
         event_policy=policies,
+        deadline_margin_seconds=_or(
+            world.scenario.deadline_margin_seconds, defaults.deadline_margin_seconds
+        ),
         cooldown_seconds=0.0,
         returns=ReturnSettings(enabled=False),
         declared_pools=declared_pools(world),
     )
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def at(seconds: float) -> datetime:
@@ -271,6 +298,11 @@ def apply(world: World, action: Action) -> bool:
             world.delete_pod(pod, action.grace_seconds)
         case ReportBlocked():
             return False
+        case Hold() | Release() | Bound():
+            # Holds against evictions by others and HPA bounds: the virtual cluster has neither
+            # another evictor (AKS node auto-drain, kubectl drain) nor an HPA, so nothing a
+            # replica sees changes.
+            return False
         case WorkloadAction():
             if not _patch_deployment(world, action):
                 return False
@@ -286,6 +318,15 @@ def apply(world: World, action: Action) -> bool:
 def _patch_deployment(world: World, action: WorkloadAction) -> bool:
     """The merge patch the executor would send: our annotations and, maybe, the replicas."""
     deployment = world.deployments[action.workload[2]]
+    # As the executor does: applied only if the Deployment is still what the plan was made from.
+    now = (
+        deployment.replicas,
+        deployment.annotations.get(SURGE_ANNOTATION),
+        deployment.annotations.get(RETURN_ANNOTATION),
+    )
+    planned = (action.basis.replicas, action.basis.surge, action.basis.return_record)
+    if now != planned:
+        return False
     patch = action.patch()
     before = (deployment.replicas, dict(deployment.annotations))
     for key, value in patch["metadata"]["annotations"].items():

@@ -100,6 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus-per-node", type=int)
     parser.add_argument("--hedge-spare", type=int, help="spothedge: spare spot replicas (k)")
     parser.add_argument("--seed", type=int)
+    for name in ("deadline-margin", "cooldown", "return-quiet", "return-pending-timeout"):
+        env = "REBALANCER_" + name.upper().replace("-", "_") + "_SECONDS"
+        parser.add_argument(
+            f"--{name}-seconds", type=float, help=f"the controller's {env} (default: its own)"
+        )
     parser.add_argument("--prices", metavar="FILE", help="price file (default: bundled table)")
     parser.add_argument("--days", type=float, help="simulate only the first DAYS of the traces")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")

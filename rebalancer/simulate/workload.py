@@ -125,6 +125,11 @@ class Scenario:
     hedge_spare: int = 1  # SpotHedge reference: spare spot replicas (num_overprovision)
     seed: int = 1
     warmup_seconds: float = 1800.0  # before t=0, not counted: the service starts settled
+    # The controller's settings of the same names (REBALANCER_...); None: its default.
+    deadline_margin_seconds: float | None = None
+    cooldown_seconds: float | None = None
+    return_quiet_seconds: float | None = None
+    return_pending_timeout_seconds: float | None = None
 
     def node_gpus(self) -> int:
         if self.gpus_per_node is not None:
@@ -151,7 +156,13 @@ _INTS = {
     "hedge_spare",
     "seed",
 }
-_FLOATS = {"scale_down_seconds", "warmup_seconds"}
+_CONTROLLER = {
+    "deadline_margin_seconds",
+    "cooldown_seconds",
+    "return_quiet_seconds",
+    "return_pending_timeout_seconds",
+}
+_FLOATS = {"scale_down_seconds", "warmup_seconds", *_CONTROLLER}
 _STRINGS = {"vm_size", "region"}
 
 
@@ -174,7 +185,7 @@ def scenario_from(
             known = ", ".join(sorted(KEYS))
             raise InputError(f"{source}: unknown setting {key!r} (known: {known})")
         where = f"{source}: {key}"
-        if value is None and name in ("on_demand_limit", "gpus_per_node"):
+        if value is None and name in ("on_demand_limit", "gpus_per_node", *_CONTROLLER):
             changes[name] = None
         elif name in _DISTRIBUTIONS:
             changes[name] = parse_distribution(value, what=where)
@@ -195,6 +206,8 @@ def scenario_from(
         raise InputError(f"{source}: replicas must be at least 1")
     if scenario.gpus_per_replica < 1:
         raise InputError(f"{source}: gpusPerReplica must be at least 1 (a GPU workload)")
+    if scenario.return_pending_timeout_seconds == 0:
+        raise InputError(f"{source}: returnPendingTimeoutSeconds must be above 0")
     return scenario
 
 

@@ -119,6 +119,7 @@ ALL: tuple[ResourceType, ...] = (
         ("status",),
         has_generation=True,
     ),
+    # Served, and scaled by the HPA controller (hpa.py); the rebalancer reads and patches them.
     ResourceType(
         "autoscaling",
         "v2",

@@ -273,6 +273,18 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
     action on the cluster emulator, recording each request the API server receives."""
     cluster = ClusterEmulator(parse_scenario(CONTROLLER_SCENARIO), tick_seconds=0.05)
     cluster.store.create(R.NAMESPACES, {"metadata": {"name": RELEASE_NAMESPACE}})
+    # An HPA on `llm` whose bounds the surge raises, and the scale-back puts back.
+    cluster.store.create(
+        R.BY_KEY["horizontalpodautoscalers.autoscaling"],
+        {
+            "metadata": {"namespace": "inference", "name": "llm"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"},
+                "minReplicas": 2,
+                "maxReplicas": 2,
+            },
+        },
+    )
     recorded: list[tuple[str, str, dict[str, str]]] = []
     handle = cluster.api._handle  # wrapped before start(), which routes every request to it
 

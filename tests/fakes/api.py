@@ -4,7 +4,8 @@ It answers `request()` and `stream()` as `rebalancer.kube.client.KubeClient` doe
 rules where the controller depends on them: resourceVersions on every write, a JSON merge patch
 or PUT carrying `metadata.resourceVersion` fails with 409 when the object moved on, a delete or
 eviction with a UID precondition, watches that start from a list's resourceVersion, and an
-eviction refused (429 with a DisruptionBudget cause) for the pods in `pdb_blocked`. No controllers
+eviction refused (429 with a DisruptionBudget cause) for the pods in `pdb_blocked` and those a
+PodDisruptionBudget with `maxUnavailable: 0` selects (by matchLabels). No controllers
 run: a test plays the ReplicaSet, the scheduler and Azure itself, step by step. Every write is
 logged in order (`writes`), and `fail()` makes chosen requests fail as a real server can.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rebalancer.kube.errors import Conflict, KubeError, NotFound, TooManyRequests, Unavailable
+from rebalancer.timefmt import iso
 from rebalancer_sim.patch import merge_patch  # RFC 7386, as the emulator applies it
 
 Key = tuple[str, str, str]  # (resource, namespace, name)
@@ -48,7 +50,7 @@ class Write:
 class Fault:
     method: str
     path_part: str
-    error: Callable[[], KubeError]
+    error: Callable[[], Exception]
     times: int
 
 
@@ -69,6 +71,8 @@ class FakeApi:
         meta = obj.setdefault("metadata", {})
         key = (resource, meta.get("namespace", ""), meta["name"])
         meta.setdefault("uid", f"uid-{meta['name']}")
+        if key not in self.objects:
+            meta.setdefault("creationTimestamp", _now())
         meta["resourceVersion"] = str(next(self._versions))
         kind = "MODIFIED" if key in self.objects else "ADDED"
         self.objects[key] = obj
@@ -88,7 +92,7 @@ class FakeApi:
     def get(self, resource: str, namespace: str, name: str) -> dict[str, Any]:
         return self.objects[(resource, namespace, name)]
 
-    def fail(self, method: str, path_part: str, error: Callable[[], KubeError], times: int) -> None:
+    def fail(self, method: str, path_part: str, error: Callable[[], Exception], times: int) -> None:
         self.faults.append(Fault(method, path_part, error, times))
 
     def written(self, method: str = "", resource: str = "", ok: bool = True) -> list[Write]:
@@ -204,7 +208,7 @@ class FakeApi:
         if method == "GET":
             return copy.deepcopy(current)
         if method == "POST" and sub == "eviction":
-            if (namespace, name) in self.pdb_blocked:
+            if (namespace, name) in self.pdb_blocked or self._budget_allows_none(current):
                 raise TooManyRequests("Cannot evict pod", status=429, body=PDB_REFUSAL)
             self._precondition_uid(current, (body.get("deleteOptions") or {}).get("preconditions"))
             self.remove(resource, namespace, name)
@@ -226,6 +230,20 @@ class FakeApi:
         else:
             raise KubeError(f"{method} not served", status=405)
         return copy.deepcopy(self.put_object(resource, updated))
+
+    def _budget_allows_none(self, pod: dict[str, Any]) -> bool:
+        """A PodDisruptionBudget with maxUnavailable 0 selects the pod (matchLabels only)."""
+        labels = pod["metadata"].get("labels") or {}
+        for (res, ns, _), pdb in self.objects.items():
+            if res != "poddisruptionbudgets" or ns != pod["metadata"].get("namespace"):
+                continue
+            spec = pdb.get("spec") or {}
+            wanted = (spec.get("selector") or {}).get("matchLabels") or {}
+            if spec.get("maxUnavailable") == 0 and all(
+                labels.get(k) == v for k, v in wanted.items()
+            ):
+                return True
+        return False
 
     @staticmethod
     def _precondition_uid(current: dict[str, Any], preconditions: Any) -> None:
@@ -281,3 +299,10 @@ class Killable:
 
     async def close(self) -> None:
         pass
+
+
+def _now() -> str:
+    """The event loop's virtual time as a wall clock, as tests/loop/rig.py's CLOCK gives it."""
+    from tests.loop.rig import CLOCK
+
+    return iso(CLOCK.now())

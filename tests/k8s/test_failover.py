@@ -75,6 +75,12 @@ async def test_single_preempt_fails_over_before_the_node_goes(rig: KubeRig) -> N
         )
         == 1
     )
+    # What a user sees: the real kubectl describe lists our Events on the Deployment (it finds
+    # them by involvedObject, uid included).
+    described = rig.plane.kubectl("describe", "deployment", "llm", "-n", "inference")
+    assert "SpotRebalancerSurge" in described and "SpotRebalancerScaleBack" in described
+    # The hold against others' evictions was taken and given back under the chart's RBAC.
+    assert "spot-rebalancer-hold-llm" not in rig.plane.kubectl("get", "pdb", "-A")
 
 
 async def test_a_wave_through_the_npd_conditions(rig: KubeRig) -> None:

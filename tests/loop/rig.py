@@ -78,6 +78,7 @@ def pod(name: str, node_name: str, *, ready: bool = True, owner: str = "llm-rs")
             "namespace": "ml",
             "name": name,
             "annotations": {},
+            "labels": {"app": "llm"},
             "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": True}],
         },
         "spec": {
@@ -106,6 +107,7 @@ def cluster() -> FakeApi:
             "metadata": {"namespace": "ml", "name": "llm", "annotations": {}},
             "spec": {
                 "replicas": 3,
+                "selector": {"matchLabels": {"app": "llm"}},
                 "template": {
                     "spec": {
                         "tolerations": TOLERATIONS,

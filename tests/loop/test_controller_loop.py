@@ -7,13 +7,14 @@ allows nothing) and checks the controller's writes against that, not against wha
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 
 import pytest
 
 from rebalancer import names
 from rebalancer.controller.planner import preempts_last_hour
-from rebalancer.kube.errors import Conflict, ServerError
+from rebalancer.kube.errors import Conflict, ServerError, TooManyRequests
 from rebalancer.timefmt import iso
 from tests.fakes.api import FakeApi, Write
 from tests.loop.rig import (
@@ -61,6 +62,7 @@ async def test_a_notice_is_cordoned_surged_replaced_and_drained_before_its_deadl
     api = cluster()
     async with running(api) as controller:
         await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        await asyncio.sleep(5)  # the replicas have run for a while when the notice comes
         not_before = preempt(api, "spot-0", seconds=30)
         await fail_over(api, load_seconds=10)
         await until(lambda: replicas(api) == 3, within=10, what="the scale-back")
@@ -76,7 +78,10 @@ async def test_a_notice_is_cordoned_surged_replaced_and_drained_before_its_deadl
     writes = api.written()
     cordon = first(writes, lambda w: w.resource == "nodes" and w.name == "spot-0")
     surge = first(writes, lambda w: w.resource == "deployments")
-    lowered = first(writes, lambda w: w.resource == "pods" and w.name == "llm-a")
+    lowered = first(
+        writes,
+        lambda w: w.resource == "pods" and names.DELETION_COST in str(w.body),
+    )
     drained = first(
         writes,
         lambda w: (
@@ -94,7 +99,25 @@ async def test_a_notice_is_cordoned_surged_replaced_and_drained_before_its_deadl
     history = api.get("configmaps", "spot-rebalancer", "ctl-history")
     assert EVENT in history["data"][names.HISTORY_KEY]
     assert names.COOLDOWN_UNTIL in annotations(api, "nodes", "", "spot-2")
-    assert api.written("POST", "pods/eviction") == [] and api.written("DELETE") == []
+    assert api.written("POST", "pods/eviction") == [] and api.written("DELETE", "pods") == []
+    # Where the replacement went, and what else there was, said on the Deployment.
+    (placed,) = [
+        w.body["message"]
+        for w in api.written("POST", "events")
+        if w.body["reason"] == "SpotRebalancerReplacementPlaced"
+    ]
+    assert "llm-d scheduled on od-1 (on-demand pool gpuondemand" in placed
+    assert "on-demand pools that fit: gpuondemand" in placed
+    assert "spot pools with room: gpuspot" in placed  # spot-2 was free
+    assert "being evicted (avoided): gpuspot" in placed
+    # The doomed pod was held against others' evictions while the replacement loaded, then let go.
+    held = first(writes, lambda w: w.resource == "poddisruptionbudgets" and w.method == "POST")
+    released = first(
+        writes, lambda w: w.resource == "poddisruptionbudgets" and w.method == "DELETE"
+    )
+    assert surge.at <= held.at < lowered.at < released.at
+    assert held.body["spec"] == {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "llm"}}}
+    assert held.body["metadata"]["labels"][names.HOLD_LABEL] == "llm"
 
 
 async def test_a_cancelled_notice_leaves_nothing_of_ours() -> None:
@@ -118,6 +141,10 @@ async def test_a_cancelled_notice_leaves_nothing_of_ours() -> None:
     assert [t["key"] for t in spot0["spec"]["taints"]] == ["kubernetes.azure.com/scalesetpriority"]
     # The doomed replica was never touched: nothing evicted, deleted or re-costed.
     assert [w for w in api.written() if w.resource.startswith("pods")] == []
+    held = api.written("POST", "poddisruptionbudgets")
+    released = api.written("DELETE", "poddisruptionbudgets")
+    assert len(held) == len(released) == 1  # held while the notice stood, let go when it went
+    assert not [r for (r, _, _) in api.objects if r == "poddisruptionbudgets"]
 
 
 async def test_a_new_leader_keeps_the_quiet_time_of_the_preempt_before_it() -> None:
@@ -256,3 +283,143 @@ async def test_a_pdb_that_allows_nothing_is_asked_again_then_overridden_at_the_d
         if w.body["reason"] == "SpotRebalancerEvictionBlocked"
     ]
     assert len(warnings) == 1 and warnings[0].body["involvedObject"]["uid"] == "uid-cache-0"
+
+
+async def test_an_owner_that_sets_replicas_back_is_not_fought_and_the_node_drains_early() -> None:
+    """An operator owns the Deployment and sets `spec.replicas` back to 3 every 10 s. The surge
+    cannot be held; fighting it would flap. The controller lets go once, says so, and evicts
+    the doomed pod at once, so its replacement starts loading now instead of at the deadline."""
+    api = cluster()
+
+    async def owner() -> None:
+        while True:
+            await asyncio.sleep(10)
+            if replicas(api) != 3:
+                api.edit("deployments", "ml", "llm", lambda d: d["spec"].update(replicas=3))
+
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        resetting = asyncio.create_task(owner())
+        try:
+            t0 = CLOCK.monotonic()
+            preempt(api, "spot-0", seconds=60)
+            await until(lambda: replicas(api) == 4, within=5, what="the surge")
+            await until(
+                lambda: api.written("POST", "pods/eviction"), within=15, what="the early eviction"
+            )
+            evicted = api.written("POST", "pods/eviction")[0]
+            await asyncio.sleep(20)  # two more resets: nothing more from the controller
+        finally:
+            resetting.cancel()
+    assert evicted.name == "llm-a"
+    assert evicted.at - t0 < 12  # at the first reset, not at the deadline (55 s)
+    assert replicas_written(api).count(4) == 1  # surged once, never again against the owner
+    warnings = [w.body["reason"] for w in api.written("POST", "events")]
+    assert warnings.count("SpotRebalancerSurgeNotHeld") == 1
+    records = [
+        (w.body["metadata"]["annotations"] or {}).get(names.SURGE_ANNOTATION)
+        for w in api.written("PATCH", "deployments")
+    ]
+    assert any(r and json.loads(r)["reverted"] for r in records), records
+
+
+async def test_aks_node_auto_drain_waits_for_the_replacement_while_the_pod_is_held() -> None:
+    """AKS node auto-drain evicts the doomed replica at notice time, through the Eviction API.
+    While its replacement loads (20 s), the hold (a PodDisruptionBudget of ours) refuses that
+    eviction, so three replicas stay Ready; then the replacement is Ready, the hold goes, and the
+    node is drained well before its deadline."""
+    api = cluster()
+    refused: list[float] = []
+
+    async def aks_auto_drain() -> None:
+        while ("pods", "ml", "llm-a") in api.objects:
+            try:
+                await api.request(
+                    "POST",
+                    "/api/v1/namespaces/ml/pods/llm-a/eviction",
+                    body={"deleteOptions": {}},
+                )
+            except TooManyRequests:
+                refused.append(CLOCK.monotonic())
+            await asyncio.sleep(5)  # it retries, as kubectl drain does
+
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        t0 = CLOCK.monotonic()
+        preempt(api, "spot-0", seconds=30)
+        await until(lambda: replicas(api) == 4, within=5, what="the surge")
+        draining = asyncio.create_task(aks_auto_drain())
+        replicaset_scales(api, new_pod="llm-d", on="od-1")
+        await asyncio.sleep(20)  # the model loads
+        ready_while_loading = sum(
+            1
+            for (r, ns, _), p in api.objects.items()
+            if r == "pods" and p["status"]["conditions"][0]["status"] == "True"
+        )
+        becomes_ready(api, "llm-d")
+        await until(
+            lambda: ("pods", "ml", "llm-a") not in api.objects, within=15, what="llm-a gone"
+        )
+        draining.cancel()
+        gone = CLOCK.monotonic()
+    assert ready_while_loading == 3  # the doomed replica served until its replacement was Ready
+    assert refused and refused[0] - t0 < 2  # auto-drain tried at once and was held
+    assert 20 <= gone - t0 < 30  # gone after the load, before the deadline
+
+
+async def test_an_hpa_keeps_the_surge_while_replacements_load_and_gets_its_bounds_back() -> None:
+    """An HPA (min 3, max 3, wanting 3) owns llm's replicas and syncs every 15 s. Left alone it
+    would set the surge back within 15 s and the ReplicaSet would remove the loading replacement.
+    Its bounds are raised to 4 for the surge (the originals recorded on it) and put back after;
+    the surge holds through a 40 s load without a single reset."""
+    api = cluster()
+    api.put_object(
+        "horizontalpodautoscalers",
+        {
+            "metadata": {"namespace": "ml", "name": "llm", "annotations": {}},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"},
+                "minReplicas": 3,
+                "maxReplicas": 3,
+            },
+        },
+    )
+    resets: list[float] = []
+
+    async def hpa_controller() -> None:
+        while True:
+            await asyncio.sleep(15)
+            spec = api.get("horizontalpodautoscalers", "ml", "llm")["spec"]
+            wanted = min(max(3, spec["minReplicas"]), spec["maxReplicas"])
+            if replicas(api) != wanted:
+                resets.append(CLOCK.monotonic())
+                api.edit(
+                    "deployments", "ml", "llm", lambda d, n=wanted: d["spec"].update(replicas=n)
+                )
+
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        scaling = asyncio.create_task(hpa_controller())
+        try:
+            preempt(api, "spot-0", seconds=60)
+            await fail_over(api, load_seconds=40)
+            await until(lambda: replicas(api) == 3, within=10, what="the scale-back")
+            replicaset_scales_down(api)
+            await until(
+                lambda: (
+                    names.HPA_ORIGINAL_ANNOTATION
+                    not in annotations(api, "horizontalpodautoscalers", "ml", "llm")
+                ),
+                within=10,
+                what="the HPA's bounds put back",
+            )
+        finally:
+            scaling.cancel()
+    spec = api.get("horizontalpodautoscalers", "ml", "llm")["spec"]
+    assert (spec["minReplicas"], spec["maxReplicas"]) == (3, 3)
+    raised = [w.body for w in api.written("PATCH", "horizontalpodautoscalers")]
+    assert raised[0]["spec"] == {"minReplicas": 4, "maxReplicas": 4}
+    assert raised[0]["metadata"]["annotations"] == {names.HPA_ORIGINAL_ANNOTATION: "3,3"}
+    assert resets == []  # the HPA never set the surge back
+    warnings = [w.body["reason"] for w in api.written("POST", "events")]
+    assert "SpotRebalancerSurgeNotHeld" not in warnings

@@ -86,3 +86,21 @@ async def test_a_deep_annotation_on_one_node_blinds_the_controller_to_nothing_el
         preempt(api, "spot-0", seconds=30)
         await until(lambda: replicas(api) == 4, within=5, what="the surge for spot-0")
         assert controller.liveness().ok and controller.readiness().ok
+
+
+@pytest.mark.parametrize(("crashes", "alive"), [(2, True), (50, False)])
+async def test_a_crashing_cache_is_restarted_and_liveness_says_when_it_cannot_be(
+    crashes: int, alive: bool
+) -> None:
+    """The pod cache's list crashes with a bug of ours (not an API error, which it handles
+    itself). The supervisor restarts it; twice is recovered from, a crash loop fails /healthz
+    so that the kubelet restarts the process."""
+    api = cluster()
+    api.fail("GET", "/api/v1/pods", lambda: RuntimeError("a bug"), times=crashes)
+    async with running(api) as controller:
+        if alive:
+            await until(lambda: controller.readiness().ok, within=30, what="caches synced")
+            assert controller.liveness().ok
+        else:
+            await until(lambda: not controller.liveness().ok, within=60, what="liveness failing")
+            assert "pods" in controller.liveness().reason

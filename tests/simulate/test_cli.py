@@ -59,6 +59,20 @@ def test_flags_override_the_config(
     assert json.loads(capsys.readouterr().out)["scenario"]["replicas"] == 4
 
 
+def test_the_controllers_settings_from_the_config_and_flags(
+    write_trace: Callable[..., Path], tmp_path: Path, capsys: Capture
+) -> None:
+    trace = write_trace("a", [1, 1, 1])
+    config = tmp_path / "sim.yaml"
+    config.write_text("cooldownSeconds: 60\nreturnQuietSeconds: 120\n")
+    argv = ["simulate", "--trace", str(trace), "--config", str(config), "--policy", "failover"]
+    assert main([*argv, "--return-quiet-seconds", "300", "--json"]) == 0
+    settings = json.loads(capsys.readouterr().out)["scenario"]
+    assert settings["cooldownSeconds"] == 60
+    assert settings["returnQuietSeconds"] == 300
+    assert settings["deadlineMarginSeconds"] is None  # the controller's own default
+
+
 def _fails(argv: list[str], capsys: Capture) -> str:
     assert main(["simulate", *argv]) == 2
     captured = capsys.readouterr()

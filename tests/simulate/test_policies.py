@@ -104,6 +104,22 @@ def test_failover_serves_until_the_deadline_then_returns_to_spot() -> None:
     assert result.cost == pytest.approx(expected)
 
 
+def test_failover_takes_the_controllers_settings_from_the_scenario() -> None:
+    # A 15 s deadline margin: the old replica is deleted at 3600 + 30 - 15, 10 s earlier than
+    # with the default 5 s. A 2-hour quiet time: spot is back at 7200, but the pool was evicted
+    # at 3600, so no return before 10800, the end: the replica stays on demand.
+    margin, quiet = 15.0, 2 * HOUR
+    result = run(
+        "failover",
+        [trace("a", AWAY_AND_BACK)],
+        deadlineMarginSeconds=margin,
+        returnQuietSeconds=quiet,
+    )
+    assert result.outages == [pytest.approx(PROVISION + LOAD - (NOTICE - margin))]
+    assert result.counters.returns == 0
+    assert result.samples[-1].on_demand_nodes == 1
+
+
 def test_failover_covers_the_notice_when_a_spare_spot_node_is_ready() -> None:
     # Two pools, one replica: the autoscaler keeps one node per spot pool (the minimum), so the
     # surge lands at once on the other pool's Ready node. The model loads for 90 s, longer than

@@ -16,6 +16,7 @@ from rebalancer.controller.actions import (
     EndCooldown,
     Evict,
     ForgetSurge,
+    Hold,
     MarkDrained,
     RecordHistory,
     ReportBlocked,
@@ -152,7 +153,11 @@ def deployment(
         "Deployment",
         {
             "metadata": {"namespace": "ml", "name": "infer", "annotations": notes},
-            "spec": {"replicas": replicas, "template": {"spec": spec}},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "infer"}},
+                "template": {"spec": spec},
+            },
             "status": {"readyReplicas": replicas},
         },
     )
@@ -240,8 +245,11 @@ def test_surge_in_progress_waits_for_replacements() -> None:
         pod("p3", "od-0", ready=False),  # the replacement, loading its model
     ]
     result = plan(snapshot(nodes, pods, [deployment(4, surge=SURGE)]), Settings())
-    waiting = [a for a in result.actions if not isinstance(a, StartCooldown)]
+    waiting = [a for a in result.actions if not isinstance(a, StartCooldown | Hold)]
     assert waiting == []  # nothing to do but wait: no scale-back, no eviction, no second surge
+    # The workload's pods are held against evictions by others while the replacement loads.
+    (hold,) = of_type(result.actions, Hold)
+    assert hold == Hold("ml", "infer") and hold.selector == {"matchLabels": {"app": "infer"}}
 
 
 LOWERED = {

@@ -11,6 +11,7 @@ import pytest
 from rebalancer.controller.actions import (
     FinishReturn,
     ForgetReturn,
+    ScaleUp,
     SetDeletionCost,
     StartReturn,
 )
@@ -235,3 +236,17 @@ def test_the_give_up_records_what_it_waits_for() -> None:
         plan(state([*AFTER_FAILOVER, new], returning()), Settings()).actions, FinishReturn
     )
     assert finish.record is not None and finish.record.completed and finish.record.gave_up
+
+
+def test_no_return_starts_in_the_pass_that_surges_the_workload() -> None:
+    """A notice dooms one replica while another runs on demand with spot room elsewhere: the
+    surge and a return would both be planned from the same replica count (found by `rebalancer
+    simulate`, whose world applied both); the surge goes first, the return waits."""
+    cluster = [
+        node_json("spot-0", pool="otherspot", notice_seconds=30),  # another spot pool is evicted
+        node_json("spot-1"),  # the quiet spot pool has room
+        node_json("od-0", pool="odgpu", spot=False),
+    ]
+    pods = [pod("p0", "spot-0"), pod("p1", "od-0")]
+    result = plan(state(pods, deployment(2), cluster=cluster), Settings())
+    assert of_type(result.actions, ScaleUp) and of_type(result.actions, StartReturn) == []
