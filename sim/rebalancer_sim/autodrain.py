@@ -5,9 +5,10 @@ the Scheduled Events of a node's VM: for a `Preempt`, `Redeploy` or `Terminate` 
 node and drains it, best effort, at notice time; it does nothing for `Freeze` and `Reboot`. The
 node gets the taint `remediator.aks.microsoft.com/unschedulable:NoSchedule` (the 2023 AKS docs;
 shared reference, "AKS node auto-drain"). Its drain goes through the Eviction API, so
-PodDisruptionBudgets apply: an eviction a PDB refuses (429) is retried every
-`retry_seconds` until the VM goes, as `kubectl drain` retries. DaemonSet and mirror pods are
-left, and each pod keeps its own grace period (kubectl drain's `--grace-period=-1`).
+PodDisruptionBudgets apply: an eviction a PDB refuses (429) is retried every `retry_seconds`
+until the VM goes, as `kubectl drain` retries (any other refusal, such as the 500 for a pod
+under two PDBs, is retried the same way). DaemonSet and mirror pods are left, and each pod
+keeps its own grace period (kubectl drain's `--grace-period=-1`).
 
 What is not documented and is a choice here: how soon after the event is scheduled AKS starts
 (`delay_seconds`, 2 s by default: its node-problem-detector polls Scheduled Events), and what it
@@ -50,7 +51,7 @@ class NodeAutoDrain:
         self._active: dict[tuple[str, str], _Drain] = {}  # (event id, node) -> drain
         self._done: set[str] = set()  # event ids finished with
         self.evictions = 0
-        self.blocked = 0  # evictions a PDB refused (429)
+        self.blocked = 0  # evictions refused (429 from a PDB, 500 for a pod under two PDBs)
         self.log: list[tuple[float, str]] = []  # (time, what), in order
 
     def _now(self) -> float:
@@ -89,14 +90,15 @@ class NodeAutoDrain:
             try:
                 evict(self.store, meta["namespace"], meta["name"], {})
             except ApiError as error:
-                if error.code == 429:
-                    blocked = True
-                    self.blocked += 1
-                    self.log.append((now, f"eviction of {meta['name']} refused by a PDB"))
-                    continue
                 if error.code == 404:
                     continue
-                raise
+                # 429: a PDB allows no disruption; 500: the pod is under more than one PDB
+                # (upstream refuses those). Either way the drain tries again later.
+                blocked = True
+                self.blocked += 1
+                why = "refused by a PDB" if error.code == 429 else f"failed ({error.code})"
+                self.log.append((now, f"eviction of {meta['name']} {why}: {error.message}"))
+                continue
             self.evictions += 1
             self.log.append((now, f"evicted {meta['namespace']}/{meta['name']}"))
             worked += 1

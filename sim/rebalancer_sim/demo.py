@@ -335,9 +335,8 @@ async def _demo(notice_seconds: float) -> int:
         )
         if ours.auto_drain.blocked and not ours.auto_drain.evictions:
             print(
-                "  With us, AKS's evictions were refused: the surge's replica still loading "
-                "counts as unavailable\n  under the PDB (maxUnavailable 1), so it allowed no "
-                "disruption until we deleted the doomed replica."
+                "  With us, AKS's evictions of the doomed replica were refused (the timeline says "
+                "why) until we\n  deleted it ourselves near the deadline."
             )
         if seen.drained_at is not None:
             print(

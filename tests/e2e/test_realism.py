@@ -283,15 +283,14 @@ async def test_when_aks_drains_before_our_surge_the_doomed_replica_is_still_held
 # ---- an HPA that owns spec.replicas ------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_LEAD)
 @pytest.mark.parametrize("window", [0, 300])
 async def test_an_hpa_never_removes_the_replacement_while_it_loads(
     tmp_path: Path, window: int
 ) -> None:
     """hpa shrunk by 3 (30 s load, 10 s notice, 5 s sync). The HPA recommends 3 throughout
     (hpa.yaml), so a surge to 4 is undone at its next sync and the ReplicaSet removes the
-    replacement, which is not Ready yet. The controller must raise the HPA's minReplicas to the
-    surged count for the duration of the surge and put it back afterwards."""
+    replacement, which is not Ready yet, unless the controller raises the HPA's bounds to the
+    surged count for the duration of the surge and puts them back afterwards."""
     data = _fast(shipped("hpa", hpaSyncSeconds=5))
     llm = workload(data)
     llm.update(startupSeconds=30, shutdownSeconds=3, terminationGracePeriodSeconds=10)
@@ -394,10 +393,9 @@ async def test_with_free_spot_room_in_another_zone_the_replacement_goes_there(
         assert rig.min_ready[("inference", "llm")] == 3
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_LEAD)
 async def test_where_the_replacement_went_and_why_is_in_an_event(tmp_path: Path) -> None:
-    """The issue asks for the placement to be visible: an Event of ours on the Deployment that
-    names where the replacement landed (pool gpuspot2) once it is scheduled."""
+    """The placement is visible: an Event of ours on the Deployment names where the
+    replacement landed (pool gpuspot2) once it is scheduled."""
     async with running(tmp_path, _free_room()) as rig:
         rig.start_agents("gpuspot")
         rig.start_controller()

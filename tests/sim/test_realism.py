@@ -304,3 +304,25 @@ async def test_an_owner_puts_its_replicas_back_every_period(
     cluster.scale("inference", 5)  # the user changes the owner's own resource
     await cluster.advance(20, step_seconds=0.5)
     assert _replicas(cluster) == 5
+
+
+async def test_auto_drain_keeps_trying_a_pod_under_two_pdbs(
+    make_cluster: Callable[..., ClusterEmulator],
+) -> None:
+    """A second PDB over the same pods (a hold of the rebalancer's, beside the user's): the
+    Eviction API answers 500 for such a pod, as upstream does; AKS's drain retries, and the
+    emulator's loops go on."""
+    cluster = make_cluster(_realistic())
+    await _loaded(cluster)
+    hold = json.loads(json.dumps(cluster.store.must_get(R.PDBS, "default", "inference")))
+    hold["metadata"] = {"name": "hold", "namespace": "default"}
+    hold["spec"] = {"selector": hold["spec"]["selector"], "maxUnavailable": 1}
+    hold.pop("status", None)
+    cluster.store.create(R.PDBS, hold)
+    doomed = _spot_nodes(cluster)[0]
+    cluster.preempt(doomed, notice_seconds=NOTICE)
+    retries = cluster.scenario.settings.node_auto_drain_retry_seconds
+    await cluster.advance(2 + 2 * retries + 0.5, step_seconds=0.5)
+    assert cluster.auto_drain.evictions == 0
+    assert cluster.auto_drain.blocked == 3  # at 2 s, then every retry
+    assert _ready(cluster) == 3
