@@ -32,7 +32,6 @@ MARGIN = float(ControllerSettings.model_fields["deadline_margin_seconds"].defaul
 # watch and plan (~0.3 s), a pass up to 1 s late at the deadline (resync 1 s), the emulator's
 # 50 ms ticks, sampling, and a loaded CI machine.
 REACTION = 4.0
-NEEDS_LEAD = "needs the controller's neighbour protection (lead)"
 
 
 def _fast(data: dict[str, Any]) -> dict[str, Any]:
@@ -263,7 +262,10 @@ async def test_with_auto_drain_and_a_pdb_the_surge_holds_and_loses_only_the_unav
         assert rig.cluster.auto_drain.evictions == 0
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_LEAD)
+@pytest.mark.xfail(
+    strict=False,  # a race with AKS: not strict, so that a lucky run cannot fail the suite
+    reason="needs a hold in place before the notice (placement before the notice, issue 14)",
+)
 async def test_when_aks_drains_before_our_surge_the_doomed_replica_is_still_held(
     tmp_path: Path,
 ) -> None:
@@ -337,7 +339,6 @@ async def test_an_hpa_never_removes_the_replacement_while_it_loads(
 # ---- an owner that resets spec.replicas -----------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_LEAD)
 async def test_an_owner_that_resets_replicas_is_detected_reported_and_drained_early(
     tmp_path: Path,
 ) -> None:
