@@ -4,8 +4,8 @@ Every event type (Reboot and Redeploy drained and uncordoned once the event is o
 failed over, Freeze left alone), a grace period longer than the notice, AKS node auto-drain with
 a PDB, an HPA, an owner resetting replicas, free room elsewhere, a 20-node wave with 8 s notices
 and 90 s loads. Expected values come from the scenario: what its notice, model load, grace and
-capacity make unavoidable (`rebalancer_sim.measure`). Tests marked xfail(strict) need the
-controller's neighbour protection (the lead's part of the issue): they say what it must do.
+capacity make unavoidable (`rebalancer_sim.measure`). The one test marked xfail says what the
+controller does not do yet (hold the pods before the notice) and what it must do.
 """
 
 from __future__ import annotations
