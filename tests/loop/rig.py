@@ -188,12 +188,11 @@ def settings(identity: str, **overrides: Any) -> ControllerSettings:
 
 
 @contextlib.asynccontextmanager
-async def running(
-    api: FakeApi, identity: str = "ctl-a", **overrides: Any
-) -> AsyncIterator[Controller]:
+async def running(api: Any, identity: str = "ctl-a", **overrides: Any) -> AsyncIterator[Controller]:
+    """The real controller against `api` (the fake API, or one process's `Killable` view)."""
     controller = Controller(
         settings=settings(identity, **overrides),
-        client=api,  # type: ignore[arg-type]
+        client=api,
         metrics=ControllerMetrics(),
         clock=CLOCK,
         log=structlog.get_logger().bind(identity=identity),

@@ -17,21 +17,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-import structlog
 
 from rebalancer import names
-from rebalancer.controller.reconciler import Controller
-from rebalancer.metrics import ControllerMetrics
 from tests.fakes.api import FakeApi, Killable, Write
 from tests.loop.rig import (
-    CLOCK,
     annotations,
     cancel,
     cluster,
     node,
     preempt,
     replicas,
-    settings,
+    running,
     until,
 )
 from tests.loop.world import World
@@ -54,24 +50,8 @@ OURS = (
 )
 
 
-@contextlib.asynccontextmanager
-async def controller(client: Any, identity: str, **overrides: Any) -> Any:
-    instance = Controller(
-        settings=settings(identity, **FAST_LEASE, **overrides),
-        client=client,
-        metrics=ControllerMetrics(),
-        clock=CLOCK,
-        log=structlog.get_logger().bind(identity=identity),
-        identity=identity,
-    )
-    stop = asyncio.Event()
-    task = asyncio.create_task(instance.run(stop))
-    try:
-        yield instance
-    finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, timeout=30)
+def controller(client: Any, identity: str, **overrides: Any) -> Any:
+    return running(client, identity, **FAST_LEASE, **overrides)
 
 
 async def play(
@@ -90,7 +70,7 @@ async def play(
             killed.set()
 
     api.after_write = maybe_kill
-    running = asyncio.create_task(world.run())
+    playing = asyncio.create_task(world.run())
     try:
         async with controller(first, "ctl-a", **overrides):
             driving = asyncio.create_task(scenario(api, world))
@@ -105,9 +85,9 @@ async def play(
                 else:
                     await driving
     finally:
-        running.cancel()
+        playing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await running
+            await playing
     return api, list(api.writes)
 
 
