@@ -115,16 +115,23 @@ class Plan:
         return tuple(action for step in self.steps for action in step)
 
 
-# Cordons, surges and the history first (each starts a clock: the node stops taking pods, the
-# replacements start loading); holds, pod costs and deadline deletions before any scale-back,
-# which must find the doomed pods already marked or gone; scale-backs; evictions, marks and the
+# An HPA's bounds are raised before the surge they protect: were the surge written first, an HPA
+# sync between the two writes would scale the Deployment back and the ReplicaSet would remove the
+# replacement that has just been created (it is not Ready yet, so it goes first). Then cordons,
+# surges and the history (each starts a clock: the node stops taking pods, the replacements start
+# loading); holds, pod costs and deadline deletions before any scale-back, which must find the
+# doomed pods already marked or gone; scale-backs and bounds put back; evictions, marks and the
 # rest.
-STEPS: tuple[tuple[type, ...], ...] = (
-    (Cordon, Restore, ScaleUp, RecordHistory),
-    # Holds and HPA bounds right after: a wave's cordons and surges come first.
-    (Hold, Bound, SetDeletionCost, Delete),
-    (ScaleBack, FinishReturn),
-)
+def _step(action: Action) -> int:
+    if isinstance(action, Bound):
+        return 0 if action.original is not None else 3
+    if isinstance(action, Cordon | Restore | ScaleUp | RecordHistory):
+        return 1
+    if isinstance(action, Hold | SetDeletionCost | Delete):
+        return 2
+    if isinstance(action, ScaleBack | FinishReturn):
+        return 3
+    return 4
 
 
 def plan(snapshot: Snapshot, settings: Settings) -> Plan:
@@ -158,10 +165,9 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
 
 
 def _in_steps(actions: list[Action]) -> tuple[tuple[Action, ...], ...]:
-    steps: list[list[Action]] = [[] for _ in range(len(STEPS) + 1)]
+    steps: list[list[Action]] = [[] for _ in range(5)]
     for action in actions:
-        index = next((i for i, kinds in enumerate(STEPS) if isinstance(action, kinds)), len(STEPS))
-        steps[index].append(action)
+        steps[_step(action)].append(action)
     return tuple(tuple(step) for step in steps if step)
 
 

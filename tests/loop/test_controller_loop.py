@@ -421,5 +421,12 @@ async def test_an_hpa_keeps_the_surge_while_replacements_load_and_gets_its_bound
     assert raised[0]["spec"] == {"minReplicas": 4, "maxReplicas": 4}
     assert raised[0]["metadata"]["annotations"] == {names.HPA_ORIGINAL_ANNOTATION: "3,3"}
     assert resets == []  # the HPA never set the surge back
+    # The bounds went up before the surge: an HPA sync between the two writes finds min 4.
+    order = [
+        w.resource
+        for w in api.written("PATCH")
+        if w.resource in ("horizontalpodautoscalers", "deployments")
+    ]
+    assert order[:2] == ["horizontalpodautoscalers", "deployments"], order
     warnings = [w.body["reason"] for w in api.written("POST", "events")]
     assert "SpotRebalancerSurgeNotHeld" not in warnings
