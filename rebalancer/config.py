@@ -256,6 +256,11 @@ class ControllerSettings(CommonSettings):
     resync_seconds: float = Field(
         1.0, gt=0, le=60, description="Plan at least this often, even without a change."
     )
+    doctor_interval_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="Run the doctor's checks this often (Warning Events, a gauge); 0: never.",
+    )
     deadline_margin_seconds: float = Field(
         5.0, ge=0, description="Delete what remains on a node this long before its deadline."
     )

@@ -143,6 +143,13 @@ class ControllerMetrics:
         Info("rebalancer_build", "Version of the running rebalancer.", registry=r).info(
             {"version": __version__, "component": "controller"}
         )
+        self.doctor_findings = Gauge(
+            "rebalancer_doctor_findings",
+            "Misconfigurations the doctor finds now, by check (kubectl spot-rebalancer doctor "
+            "says what to change).",
+            ["check"],
+            registry=r,
+        )
         self.notices = Counter(
             "rebalancer_controller_notices_total",
             "Notices first seen, by event type, source, pool, zone, SKU and priority.",

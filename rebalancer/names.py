@@ -72,3 +72,11 @@ LB_EXCLUSION_LABEL: Final = "node.kubernetes.io/exclude-from-external-load-balan
 DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
 MIRROR_ANNOTATION: Final = "kubernetes.io/config.mirror"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
+# Set by Helm on what a release installed: a patch to such an object lasts until its next upgrade.
+HELM_RELEASE_ANNOTATION: Final = "meta.helm.sh/release-name"
+# AKS labels the nodes of GPU pools with their accelerator (`nvidia`).
+AKS_ACCELERATOR_LABEL: Final = "kubernetes.azure.com/accelerator"
+# The chart's labels, by which the doctor and the plugin find our own agent and controller.
+PART_OF_LABEL: Final = "app.kubernetes.io/part-of"
+COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+PART_OF: Final = "spot-rebalancer"

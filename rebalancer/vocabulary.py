@@ -157,3 +157,17 @@ class EventReason(StrEnum):
     FAILOVER_BLOCKED = "SpotRebalancerFailoverBlocked"
     RETURN_STARTED = "SpotRebalancerReturnStarted"
     RETURN_FINISHED = "SpotRebalancerReturnFinished"
+    MISCONFIGURED = "SpotRebalancerMisconfigured"
+
+
+class Check(StrEnum):
+    """The doctor's checks (`rebalancer/controller/checkup.py`): finding ids, the metric's
+    `check` label, the first word of a `SpotRebalancerMisconfigured` Event."""
+
+    DEVICE_PLUGIN_NOT_ON_SPOT = "device-plugin-not-on-spot"
+    DEVICE_PLUGIN_MISSING = "device-plugin-missing"
+    GPUS_NOT_ADVERTISED = "gpus-not-advertised"
+    AGENT_NOT_ON_SPOT = "agent-not-on-spot"
+    WORKLOAD_NOT_ON_SPOT = "workload-cannot-use-spot"
+    NO_ON_DEMAND_FALLBACK = "workload-no-on-demand-fallback"
+    POOL_AT_ZERO_UNDECLARED = "on-demand-pool-undeclared"

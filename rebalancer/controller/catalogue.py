@@ -27,6 +27,7 @@ from rebalancer.controller.actions import (
     StartReturn,
     WorkloadKey,
 )
+from rebalancer.controller.checkup import Finding
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.pools import Options
 from rebalancer.timefmt import iso
@@ -77,6 +78,24 @@ def replacement_placed(
         EventReason.REPLACEMENT_PLACED,
         f"Replacement {pod} scheduled on {node.name} ({kind} pool {node.pool}, zone "
         f"{node.zone or '?'}) by the Kubernetes scheduler. {others}",
+    )
+
+
+def misconfigured(finding: Finding) -> KubeEvent | None:
+    """A doctor's finding, on the object to change (None for a pool: no API object to carry
+    it). The YAML does not fit an Event: `kubectl spot-rebalancer doctor` prints it."""
+    ref = finding.object
+    if not ref.uid:
+        return None
+    regarding = {"kind": ref.kind, "name": ref.name, "uid": ref.uid, "apiVersion": ref.api_version}
+    if ref.namespace:
+        regarding["namespace"] = ref.namespace
+    return KubeEvent(
+        regarding,
+        EventReason.MISCONFIGURED,
+        f"{finding.check}: {finding.what}. {finding.fix} (`kubectl spot-rebalancer doctor` "
+        "prints the YAML)",
+        warning=True,
     )
 
 

@@ -17,6 +17,7 @@ from rebalancer.controller.scheduling import Taint
 from rebalancer.names import (
     DELETION_COST,
     GPU_RESOURCE,
+    HELM_RELEASE_ANNOTATION,
     HOLD_LABEL,
     HPA_ORIGINAL_ANNOTATION,
     MIRROR_ANNOTATION,
@@ -139,6 +140,60 @@ class NodeInfo:
             resource_version=str(meta.get("resourceVersion", "")),
             raw_taints=tuple(dict(t) for t in spec.get("taints") or []),
             uid=str(meta.get("uid", "")),
+        )
+
+
+def replicaset_owner(obj: Mapping[str, Any]) -> str:
+    """The Deployment that controls a ReplicaSet ("" when none does)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "Deployment":
+            return str(ref.get("name"))
+    return ""
+
+
+def _template_placement(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a pod template decides where its pods may go: the keys `Pool.problems_for` reads."""
+    return {
+        key: pod_spec[key] for key in ("tolerations", "nodeSelector", "affinity") if key in pod_spec
+    }
+
+
+@dataclass(frozen=True)
+class DaemonSetInfo:
+    """A DaemonSet, as far as the doctor cares: where its pods may go and what they run."""
+
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    template_spec: Mapping[str, Any]  # tolerations, nodeSelector, affinity only
+    images: tuple[str, ...]
+    desired: int  # status.desiredNumberScheduled
+    ready: int  # status.numberReady
+    helm_release: str = ""  # annotation meta.helm.sh/release-name: a chart owns its spec
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> DaemonSetInfo:
+        meta = obj.get("metadata") or {}
+        pod_spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        status = obj.get("status") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            labels=dict(meta.get("labels") or {}),
+            template_spec=_template_placement(pod_spec),
+            images=tuple(
+                str(c.get("image", ""))
+                for c in (pod_spec.get("initContainers") or []) + (pod_spec.get("containers") or [])
+            ),
+            desired=int(status.get("desiredNumberScheduled") or 0),
+            ready=int(status.get("numberReady") or 0),
+            helm_release=str((meta.get("annotations") or {}).get(HELM_RELEASE_ANNOTATION, "")),
         )
 
 
@@ -460,11 +515,7 @@ class WorkloadInfo:
             name=str(meta.get("name", "")),
             replicas=int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1),
             ready_replicas=int(status.get("readyReplicas") or 0),
-            template_spec={
-                key: pod_spec[key]
-                for key in ("tolerations", "nodeSelector", "affinity")
-                if key in pod_spec
-            },
+            template_spec=_template_placement(pod_spec),
             gpus_per_replica=gpus_of(pod_spec),
             annotations=annotations,
             surge=surge,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from rebalancer import names
@@ -32,9 +32,17 @@ from rebalancer.config import ControllerSettings
 from rebalancer.controller.accounting import Accountant
 from rebalancer.controller.actions import Action
 from rebalancer.controller.cost import region_of
+from rebalancer.controller.doctor import Doctor
 from rebalancer.controller.executor import DryRunExecutor, Executor, HistoryObject
 from rebalancer.controller.history import History, history_from_configmap
-from rebalancer.controller.model import HoldInfo, NodeInfo, PodInfo, ScalerInfo, WorkloadInfo
+from rebalancer.controller.model import (
+    HoldInfo,
+    NodeInfo,
+    PodInfo,
+    ScalerInfo,
+    WorkloadInfo,
+    replicaset_owner,
+)
 from rebalancer.controller.options import planner_settings, retry_policy, risk_settings
 from rebalancer.controller.planner import plan
 from rebalancer.controller.recorder import Recorder
@@ -48,13 +56,6 @@ from rebalancer.kube.writes import Writer
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.process import sleep_or_stop
 from rebalancer.retry import Backoff
-
-
-def replicaset_owner(obj: Mapping[str, Any]) -> str:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == "Deployment":
-            return str(ref.get("name"))
-    return ""
 
 
 class Controller:
@@ -150,6 +151,11 @@ class Controller:
             risk=risk_settings(settings), risk_data=self._risk_data,
             risk_interval_seconds=settings.cost_interval_seconds,
         )  # fmt: skip
+        self.doctor = Doctor(
+            client=client, settings=settings, metrics=metrics, clock=clock, log=log,
+            events=None if settings.dry_run else self.events, leading=self.elector.may_write,
+            leadership=self.elector.leading,
+        )  # fmt: skip
         self._last_pass = clock.monotonic()
         self.passes = 0
         self._dead_informers: set[str] = set()
@@ -235,6 +241,7 @@ class Controller:
                     await sleep_or_stop(stop, 0.05)
             self.metrics.cache_synced.set(1)
             tasks.append(asyncio.create_task(self.prices.run(stop, self._prices_in_use)))
+            tasks.append(asyncio.create_task(self.doctor.run(stop, self.snapshot)))
             for feed in self.risk_feeds:
                 tasks.append(asyncio.create_task(feed.run(stop, self._risk_in_use)))
             self.log.info("caches synced", nodes=len(self.nodes.items), pods=len(self.pods.items))

@@ -41,22 +41,24 @@ class KubeClient:
         cls,
         kubeconfig: str | None = None,
         *,
+        context: str | None = None,
         timeout_seconds: float = 10.0,
         qps: float | None = None,
         burst: int | None = None,
         user_agent: str = "",
     ) -> KubeClient:
-        """In-cluster credentials in a pod, else the kubeconfig given or $KUBECONFIG.
+        """In-cluster credentials in a pod, else the kubeconfig given or $KUBECONFIG (its
+        `context`, or its current one).
 
         `user_agent` names the caller in the API server's audit log (client-go sends
         `<binary>/<version>`; we add the component and the replica's identity, so the writes of
         two controller replicas can be told apart)."""
         configuration = k8s_client.Configuration()
-        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             await k8s_config.load_kube_config(
-                config_file=kubeconfig, client_configuration=configuration
+                config_file=kubeconfig, context=context, client_configuration=configuration
             )
         limiter = TokenBucket(qps, burst or max(1, int(2 * qps))) if qps else None
         api = k8s_client.ApiClient(configuration)

@@ -1,0 +1,602 @@
+"""The doctor's checks: misconfigurations of spot GPU setups that the field keeps hitting. Pure.
+
+Each check reads a `Setup` (the Nodes, the workloads the controller manages, the DaemonSets, the
+pools declared in the settings and, when known, the cluster autoscaler's node groups) and returns
+`Finding`s: on which object, what is wrong, why it matters, what to change and the YAML that
+changes it. The same checks run in `kubectl spot-rebalancer doctor` (`rebalancer/plugin`) and in
+the controller, every few minutes, as Warning Events and a gauge (`controller/doctor.py`).
+
+What it is not: a linter of manifests. Each check is a failure seen in the field, judged from the
+cluster as it is (KAITO had to add the spot toleration to its GPU device plugin and workspace
+pods; NVIDIA Dynamo's AKS spot guide exists to get the tolerations right):
+
+- a spot GPU pool whose nodes advertise no `nvidia.com/gpu`, because the device-plugin DaemonSet
+  does not tolerate the spot taint (or there is none, or it should run there and does not);
+- our own agent's DaemonSet cannot run on a spot pool (the controller then hears of evictions
+  late, through AKS's node-problem-detector, or not at all);
+- a managed workload that no spot pool takes (no spot toleration: spot saves nothing on it);
+- a managed workload that no on-demand pool takes (nowhere to fail over);
+- an on-demand pool autoscaled at zero that the settings do not declare (the controller cannot
+  see its taints, so it reports fail-over blocked).
+
+A check that needs data the caller could not read (DaemonSets, node groups: None) is skipped,
+never guessed: a finding must be true.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from rebalancer import names
+from rebalancer.controller.model import DaemonSetInfo, NodeInfo, WorkloadInfo
+from rebalancer.controller.planner import Settings, managed
+from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
+from rebalancer.controller.scheduling import Taint, untolerated
+from rebalancer.controller.snapshot import Snapshot
+from rebalancer.vocabulary import Check
+
+ERROR = "error"
+WARNING = "warning"
+SEVERITIES = (ERROR, WARNING)  # most severe first
+
+# A DaemonSet is an NVIDIA device plugin when its name or one of its images says so: the upstream
+# manifest and AKS's docs (`nvidia-device-plugin-daemonset`), the GPU Operator's and KAITO's all
+# run `nvcr.io/nvidia/k8s-device-plugin`.
+DEVICE_PLUGIN_MARKERS = ("nvidia-device-plugin", "k8s-device-plugin")
+# Azure N-series sizes with NVIDIA GPUs (NC, ND, NV); AKS also labels such nodes
+# `kubernetes.azure.com/accelerator=nvidia`.
+GPU_SKU = re.compile(r"^standard_n[cdv]", re.IGNORECASE)
+# How AKS names the VM scale set of a pool, which is what the cluster autoscaler lists.
+AKS_NODE_GROUP = re.compile(r"^aks-(?P<pool>[a-z0-9]+)-\d+-vmss$")
+HELM_UPGRADE = "helm upgrade <release> charts/spot-rebalancer --reuse-values -f fix.yaml"
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    kind: str  # a Kubernetes kind, or "NodePool" for a pool (not an API object)
+    namespace: str
+    name: str
+    uid: str = ""
+    api_version: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: Check
+    severity: str  # ERROR | WARNING
+    object: ObjectRef  # what to change (or, for a pool, what is affected)
+    what: str  # what is wrong
+    why: str  # why it matters
+    fix: str  # what to change, in one or two sentences
+    yaml: str = ""  # the YAML to add; "" when no snippet can say it
+    command: str = ""  # how to apply `yaml`, or how to look further
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return str(self.check), self.object.kind, self.object.namespace, self.object.name
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": str(self.check),
+            "severity": self.severity,
+            "object": {
+                "kind": self.object.kind,
+                "namespace": self.object.namespace,
+                "name": self.object.name,
+            },
+            "what": self.what,
+            "why": self.why,
+            "fix": self.fix,
+            "yaml": self.yaml,
+            "command": self.command,
+        }
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """A node group of the cluster autoscaler (its status ConfigMap), with the AKS pool it is."""
+
+    name: str  # as the autoscaler lists it: the pool's VM scale set on AKS
+    pool: str  # "" when the name is not an AKS scale set's
+    min_size: int
+    max_size: int
+    registered: int  # nodes registered now
+
+
+@dataclass(frozen=True)
+class Setup:
+    nodes: Sequence[NodeInfo]
+    workloads: Sequence[WorkloadInfo]  # the managed ones (failed over make-before-break)
+    daemonsets: Sequence[DaemonSetInfo] | None  # None: could not be read, DaemonSet checks skipped
+    declared_pools: Mapping[str, Pool]
+    node_groups: Sequence[NodeGroup] | None = None  # None: the autoscaler's status is not known
+    spot_pools_seen: frozenset[str] = frozenset()  # pools the eviction history knows as spot
+
+
+def setup_of(
+    snapshot: Snapshot,
+    *,
+    settings: Settings,
+    daemonsets: Sequence[DaemonSetInfo] | None,
+    node_groups: Sequence[NodeGroup] | None = None,
+) -> Setup:
+    """The checks' input from the controller's view of the cluster and its planner settings
+    (which workloads it manages, which pools it declares)."""
+    return Setup(
+        nodes=tuple(snapshot.nodes.values()),
+        workloads=tuple(w for w in snapshot.workloads.values() if managed(w, settings)),
+        daemonsets=daemonsets,
+        declared_pools=settings.declared_pools,
+        node_groups=node_groups,
+        spot_pools_seen=frozenset(e.pool for e in snapshot.history.entries if e.spot),
+    )
+
+
+def diagnose(setup: Setup) -> list[Finding]:
+    """Every finding, errors first."""
+    live = pools_of(setup.nodes)
+    findings: list[Finding] = []
+    if setup.daemonsets is not None:
+        findings += device_plugin_findings(setup.nodes, live, setup.daemonsets)
+        findings += agent_findings(live, setup.daemonsets)
+    findings += spot_findings(setup.workloads, with_declared(live, setup.declared_pools))
+    no_fallback = fallback_findings(setup, live)
+    findings += no_fallback
+    if no_fallback and setup.node_groups is not None:
+        findings += undeclared_pool_findings(setup, live, no_fallback)
+    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.check, f.key))
+
+
+# ---- what the checks share -------------------------------------------------------------------
+
+
+def is_gpu_node(node: NodeInfo) -> bool:
+    return (
+        node.allocatable_gpus > 0
+        or node.labels.get(names.AKS_ACCELERATOR_LABEL) == "nvidia"
+        or bool(GPU_SKU.match(node.sku))
+    )
+
+
+def is_device_plugin(daemonset: DaemonSetInfo) -> bool:
+    texts = (daemonset.name, *daemonset.images)
+    return any(marker in text for marker in DEVICE_PLUGIN_MARKERS for text in texts)
+
+
+def is_our_agent(daemonset: DaemonSetInfo) -> bool:
+    labels = daemonset.labels
+    return labels.get(names.PART_OF_LABEL) == names.PART_OF and (
+        labels.get(names.COMPONENT_LABEL) == "agent"
+    )
+
+
+def toleration_for(taint: Taint) -> dict[str, str]:
+    """The toleration that matches exactly this taint (Equal with its value, else Exists)."""
+    if taint.value:
+        return {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
+    return {"key": taint.key, "operator": "Exists", "effect": taint.effect}
+
+
+def tolerations_patch(existing: Sequence[Mapping[str, Any]], missing: Iterable[Taint]) -> str:
+    """A patch of a pod template's tolerations: the whole list, as a strategic merge patch
+    replaces it (tolerations have no merge key), the existing ones kept."""
+    kept = [dict(t) for t in existing]
+    added = [toleration_for(t) for t in missing if toleration_for(t) not in kept]
+    document = {"spec": {"template": {"spec": {"tolerations": kept + added}}}}
+    header = (
+        f"# The pod template's whole tolerations list ({len(kept)} kept, {len(added)} added): "
+        "a patch replaces the list.\n"
+    )
+    return header + yaml.safe_dump(document, sort_keys=False)
+
+
+def _patch_command(ref: ObjectRef) -> str:
+    return f"kubectl -n {ref.namespace} patch {ref.kind.lower()} {ref.name} --patch-file fix.yaml"
+
+
+def _taints_only(problems: Sequence[str]) -> bool:
+    return all(problem.startswith("taint ") for problem in problems)
+
+
+def _untolerated(template_spec: Mapping[str, Any], pool: Pool) -> list[Taint]:
+    return untolerated(template_spec.get("tolerations") or [], pool.taints)
+
+
+def _helm_note(release: str) -> str:
+    if not release:
+        return ""
+    return (
+        f" Helm release {release} owns it: put the same list in that release's values too, or "
+        "its next upgrade undoes the patch."
+    )
+
+
+def _daemonset_ref(daemonset: DaemonSetInfo) -> ObjectRef:
+    return ObjectRef("DaemonSet", daemonset.namespace, daemonset.name, daemonset.uid, "apps/v1")
+
+
+def _workload_ref(workload: WorkloadInfo) -> ObjectRef:
+    return ObjectRef(workload.kind, workload.namespace, workload.name, workload.uid, "apps/v1")
+
+
+def _count(number: int, word: str) -> str:
+    return f"{number} {word}{'' if number == 1 else 's'}"
+
+
+# ---- the device plugin -------------------------------------------------------------------------
+
+
+def device_plugin_findings(
+    nodes: Sequence[NodeInfo], live: Mapping[str, Pool], daemonsets: Sequence[DaemonSetInfo]
+) -> list[Finding]:
+    """Spot GPU pools with nodes that advertise no `nvidia.com/gpu`, and why."""
+    by_name = {node.name: node for node in nodes}
+    plugins = [ds for ds in daemonsets if is_device_plugin(ds)]
+    findings: list[Finding] = []
+    for pool in sorted(live.values(), key=lambda p: p.name):
+        members = [by_name[name] for name in pool.nodes]
+        if not pool.spot or not any(is_gpu_node(node) for node in members):
+            continue
+        bare = [n for n in members if is_gpu_node(n) and n.allocatable_gpus == 0 and n.ready]
+        if not bare:
+            continue
+        where = (
+            f"spot GPU pool {pool.name}: {_count(len(bare), 'Ready node')} of {len(members)} "
+            "advertise no nvidia.com/gpu"
+        )
+        why = (
+            "GPU pods cannot be scheduled there: replicas that prefer spot land on on-demand "
+            "nodes (or stay Pending), so spot saves nothing, and the controller never moves them "
+            "back to a pool without GPUs."
+        )
+        if not plugins:
+            findings.append(_no_device_plugin(pool, bare[0], where, why))
+            continue
+        fitting = [ds for ds in plugins if not pool.problems_for(ds.template_spec)]
+        for plugin in fitting:
+            ref = _daemonset_ref(plugin)
+            findings.append(
+                Finding(
+                    Check.GPUS_NOT_ADVERTISED,
+                    WARNING,
+                    ref,
+                    f"{where}, though {ref} may run there",
+                    why,
+                    "Its pod on those nodes is not registering GPUs: look at that pod (not "
+                    "running, crashing, or the NVIDIA driver missing on the node).",
+                    command=(
+                        f"kubectl -n {plugin.namespace} get pods -o wide "
+                        f"--field-selector spec.nodeName={bare[0].name}"
+                    ),
+                )
+            )
+        if fitting:
+            continue
+        for plugin in plugins:
+            ref = _daemonset_ref(plugin)
+            problems = pool.problems_for(plugin.template_spec)
+            missing = _untolerated(plugin.template_spec, pool)
+            fix = "Add the pool's taints to its pod template's tolerations."
+            if not _taints_only(problems):
+                fix += " It also needs its nodeSelector or node affinity to allow the pool."
+            findings.append(
+                Finding(
+                    Check.DEVICE_PLUGIN_NOT_ON_SPOT,
+                    ERROR,
+                    ref,
+                    f"{where}: the device plugin {ref} cannot run there ({', '.join(problems)})",
+                    why,
+                    fix + _helm_note(plugin.helm_release),
+                    yaml=tolerations_patch(plugin.template_spec.get("tolerations") or [], missing)
+                    if missing
+                    else "",
+                    command=_patch_command(ref) if missing else "",
+                )
+            )
+    return findings
+
+
+def _no_device_plugin(pool: Pool, node: NodeInfo, where: str, why: str) -> Finding:
+    tolerations = [toleration_for(t) for t in pool.taints]
+    manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}},
+            "template": {
+                "metadata": {"labels": {"name": "nvidia-device-plugin-ds"}},
+                "spec": {
+                    "priorityClassName": "system-node-critical",
+                    "tolerations": tolerations,
+                    "containers": [
+                        {
+                            "name": "nvidia-device-plugin-ctr",
+                            "image": "nvcr.io/nvidia/k8s-device-plugin:<version>",
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [
+                                {
+                                    "name": "device-plugin",
+                                    "mountPath": "/var/lib/kubelet/device-plugins",
+                                }
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": "device-plugin",
+                            "hostPath": {"path": "/var/lib/kubelet/device-plugins"},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    header = (
+        "# NVIDIA's device plugin with this pool's tolerations; pick the image version NVIDIA "
+        "or the AKS GPU docs name.\n"
+    )
+    return Finding(
+        Check.DEVICE_PLUGIN_MISSING,
+        ERROR,
+        ObjectRef("Node", "", node.name, node.uid, "v1"),
+        f"{where}, and no NVIDIA device plugin DaemonSet was found",
+        why,
+        "Install the NVIDIA device plugin (or the GPU Operator, or AKS's managed GPU setup) with "
+        "tolerations for the spot pool's taints.",
+        yaml=header + yaml.safe_dump(manifest, sort_keys=False),
+        command="kubectl apply -f fix.yaml",
+    )
+
+
+# ---- our agent ---------------------------------------------------------------------------------
+
+
+def agent_findings(live: Mapping[str, Pool], daemonsets: Sequence[DaemonSetInfo]) -> list[Finding]:
+    """Spot pools that our agent's DaemonSet cannot run on (none when no agent is installed: the
+    controller can work from AKS's node-problem-detector alone)."""
+    findings = []
+    for agent in (ds for ds in daemonsets if is_our_agent(ds)):
+        ref = _daemonset_ref(agent)
+        for pool in sorted((p for p in live.values() if p.spot), key=lambda p: p.name):
+            problems = pool.problems_for(agent.template_spec)
+            if not problems:
+                continue
+            missing = _untolerated(agent.template_spec, pool)
+            fix = (
+                "Add the pool's taints to the chart value `tolerations` (values-aks-spot.yaml "
+                "writes them once, under an anchor) and upgrade the release; the patch below "
+                "fixes the running DaemonSet now."
+            )
+            if not _taints_only(problems):
+                fix += " Its `agent.nodeSelector` must also select the pool."
+            findings.append(
+                Finding(
+                    Check.AGENT_NOT_ON_SPOT,
+                    ERROR,
+                    ref,
+                    f"the spot-rebalancer agent cannot run on spot pool {pool.name} "
+                    f"({_count(len(pool.nodes), 'node')}): {', '.join(problems)}",
+                    "Without the agent there, the controller hears of a Preempt only through "
+                    "AKS's node-problem-detector, later or not at all, and nothing acknowledges a "
+                    "drained node to Azure: replacements start late and replicas are lost.",
+                    fix,
+                    yaml=tolerations_patch(agent.template_spec.get("tolerations") or [], missing)
+                    if missing
+                    else "",
+                    command=_patch_command(ref) if missing else "",
+                )
+            )
+    return findings
+
+
+# ---- managed workloads -----------------------------------------------------------------------
+
+
+def spot_findings(workloads: Sequence[WorkloadInfo], pools: Mapping[str, Pool]) -> list[Finding]:
+    """Managed workloads that no spot pool takes, by taints and node selection (the GPU count is
+    the device plugin's check: a pool without advertised GPUs is not the workload's fault)."""
+    spot = sorted((p for p in pools.values() if p.spot), key=lambda p: p.name)
+    if not spot:
+        return []
+    findings = []
+    for workload in workloads:
+        rejected = {pool.name: pool.problems_for(workload.template_spec) for pool in spot}
+        if not all(rejected.values()):
+            continue
+        closest = min(
+            spot, key=lambda p: (not _taints_only(rejected[p.name]), len(rejected[p.name]))
+        )
+        missing = _untolerated(workload.template_spec, closest)
+        ref = _workload_ref(workload)
+        reasons = "; ".join(f"pool {name}: {', '.join(why)}" for name, why in rejected.items())
+        fix = f"Add spot pool {closest.name}'s taints to its pod template's tolerations"
+        fix += (
+            "."
+            if _taints_only(rejected[closest.name])
+            else ", and let its nodeSelector or affinity allow the pool."
+        )
+        findings.append(
+            Finding(
+                Check.WORKLOAD_NOT_ON_SPOT,
+                WARNING,
+                ref,
+                f"no spot pool takes its replicas: {reasons}",
+                "Its replicas run on on-demand capacity only: spot saves nothing on it, and the "
+                "controller never returns them to spot.",
+                fix + " Where an operator or chart writes the Deployment (KAITO, Dynamo, KServe), "
+                "set the tolerations there.",
+                yaml=tolerations_patch(workload.template_spec.get("tolerations") or [], missing)
+                if missing
+                else "",
+                command=_patch_command(ref) if missing else "",
+            )
+        )
+    return findings
+
+
+def fallback_findings(setup: Setup, live: Mapping[str, Pool]) -> list[Finding]:
+    """Managed workloads that no on-demand pool, live or declared, takes."""
+    pools = with_declared(live, setup.declared_pools)
+    findings = []
+    for workload in setup.workloads:
+        fallback = on_demand_fallback(workload.template_spec, pools, gpus=workload.gpus_per_replica)
+        if fallback.pools:
+            continue
+        ref = _workload_ref(workload)
+        # The on-demand pools it could use: with the GPUs it asks for (a CPU pool is no home for
+        # a GPU replica, whatever its taints).
+        sized = {
+            name: why
+            for name, why in fallback.rejected.items()
+            if pools[name].gpus_per_node >= workload.gpus_per_replica
+        }
+        taint_only = sorted(name for name, why in sized.items() if _taints_only(why))
+        yaml_text, command = "", ""
+        if taint_only:
+            closest = pools[taint_only[0]]
+            missing = _untolerated(workload.template_spec, closest)
+            fix = f"Add on-demand pool {closest.name}'s taints to its pod template's tolerations."
+            yaml_text = tolerations_patch(workload.template_spec.get("tolerations") or [], missing)
+            command = _patch_command(ref)
+        elif not sized:
+            fix = (
+                "Give it an on-demand pool with its GPUs (autoscaled from 0 is fine) and, while "
+                "that pool has no Node, declare it in the chart value `controller.pools`."
+            )
+            yaml_text = pool_declaration(_zero_pool_name(setup, live), workload.gpus_per_replica)
+            command = HELM_UPGRADE
+        else:
+            fix = "Let one on-demand pool take it: its nodeSelector or node affinity."
+        findings.append(
+            Finding(
+                Check.NO_ON_DEMAND_FALLBACK,
+                ERROR,
+                ref,
+                f"no on-demand pool can take its replicas: {fallback.blocked_reason}",
+                "When a spot node is preempted, its replacements can only go to other spot "
+                "nodes, which the same wave may take; each notice reports "
+                "SpotRebalancerFailoverBlocked.",
+                fix,
+                yaml=yaml_text,
+                command=command,
+            )
+        )
+    return findings
+
+
+# ---- pools the cluster autoscaler keeps at zero ------------------------------------------------
+
+
+def _zero_pools(setup: Setup, live: Mapping[str, Pool]) -> list[NodeGroup]:
+    return sorted(
+        (
+            group
+            for group in setup.node_groups or ()
+            if group.pool
+            and group.registered == 0
+            and group.max_size > 0
+            and group.pool not in live
+            and group.pool not in setup.declared_pools
+            and group.pool not in setup.spot_pools_seen
+        ),
+        key=lambda g: g.pool,
+    )
+
+
+def _zero_pool_name(setup: Setup, live: Mapping[str, Pool]) -> str:
+    zero = _zero_pools(setup, live)
+    return zero[0].pool if len(zero) == 1 else ""
+
+
+def pool_declaration(pool: str, gpus: int) -> str:
+    """The chart values that declare a pool as its nodes will look (`controller.pools`)."""
+    name = pool or "<your on-demand GPU pool>"
+    return (
+        "# Values of the spot-rebalancer release: the pool as its Nodes will look. Its taints:\n"
+        f"#   az aks nodepool show -g <group> --cluster-name <cluster> -n {name} "
+        "--query nodeTaints\n"
+        "controller:\n"
+        "  pools:\n"
+        f"    - name: {name}\n"
+        "      spot: false\n"
+        f"      gpus: {max(1, gpus)}                # nvidia.com/gpu per node of its VM size\n"
+        "      labels: {}             # labels you gave the pool, if workloads select them\n"
+        '      taints: ["sku=gpu:NoSchedule"]   # the taints you gave the pool\n'
+    )
+
+
+def undeclared_pool_findings(
+    setup: Setup, live: Mapping[str, Pool], no_fallback: Sequence[Finding]
+) -> list[Finding]:
+    """Pools the autoscaler keeps at zero that the settings do not declare, reported when some
+    workload has no on-demand fallback (the pool may be what it needs)."""
+    stuck = ", ".join(sorted(str(f.object) for f in no_fallback))
+    gpus = max((w.gpus_per_replica for w in setup.workloads), default=1)
+    return [
+        Finding(
+            Check.POOL_AT_ZERO_UNDECLARED,
+            WARNING,
+            ObjectRef("NodePool", "", group.pool),
+            f"pool {group.pool} is autoscaled (min {group.min_size}, max {group.max_size}) and has "
+            "no Node now; the controller's settings do not declare it",
+            "A pool without Nodes shows the controller neither its taints nor its labels, so it "
+            f"is left out of the fail-over check: {stuck} has no on-demand fallback. If "
+            f"{group.pool} is an on-demand pool, declaring it lets the surge fail over to it and "
+            "the autoscaler bring up its Node.",
+            "Declare it in the chart value `controller.pools`, as its Nodes will look.",
+            yaml=pool_declaration(group.pool, gpus),
+            command=HELM_UPGRADE,
+        )
+        for group in _zero_pools(setup, live)
+    ]
+
+
+def node_groups_from_status(text: str) -> list[NodeGroup] | None:
+    """The node groups in the cluster autoscaler's status ConfigMap (`kube-system/
+    cluster-autoscaler-status`, key `status`): the YAML of cluster-autoscaler 1.30 and later
+    (`nodeGroups: [{name, health: {nodeCounts: {registered: {total}}, minSize, maxSize}}]`).
+    None when the text is not that YAML (older autoscalers write free text)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("nodeGroups"), list):
+        return None
+    groups = []
+    for item in data["nodeGroups"]:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            continue
+        health = _object(item, "health")
+        registered = _object(_object(health, "nodeCounts"), "registered")
+        match = AKS_NODE_GROUP.match(item["name"])
+        groups.append(
+            NodeGroup(
+                name=item["name"],
+                pool=match["pool"] if match else "",
+                min_size=_int(health.get("minSize")),
+                max_size=_int(health.get("maxSize")),
+                registered=_int(registered.get("total")),
+            )
+        )
+    return groups
+
+
+def _object(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,128 @@
+"""The doctor in the controller: the checks of `checkup.py` every few minutes, as a gauge and as
+Warning Events.
+
+Every replica runs them and sets `rebalancer_doctor_findings{check}` (both see the same cluster;
+aggregate with `max`). The leader says each finding once, when it appears, as a Warning Event
+`SpotRebalancerMisconfigured` on the object to change: not every run, and again only after it has
+gone away and come back (or after a change of leader). The YAML that fixes it does not fit in an
+Event; `kubectl spot-rebalancer doctor` prints it.
+
+DaemonSets (the device plugin's, our agent's) are read with one list per run rather than kept in
+an informer: they change rarely and nothing here is urgent. A run whose list fails is skipped: a
+check never guesses. The cluster autoscaler's status is not read here (it lives in kube-system,
+outside the controller's permissions), so pools at zero are the plugin's check only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from rebalancer.clock import Clock
+from rebalancer.config import ControllerSettings
+from rebalancer.controller.catalogue import misconfigured
+from rebalancer.controller.checkup import Finding, diagnose, setup_of
+from rebalancer.controller.model import DaemonSetInfo
+from rebalancer.controller.options import planner_settings
+from rebalancer.controller.snapshot import Snapshot
+from rebalancer.kube.client import KubeClient
+from rebalancer.kube.errors import KubeError
+from rebalancer.kube.events import EventRecorder
+from rebalancer.metrics import ControllerMetrics
+from rebalancer.vocabulary import Check
+
+DAEMONSETS = "/apis/apps/v1/daemonsets"
+
+
+class Doctor:
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        settings: ControllerSettings,
+        metrics: ControllerMetrics,
+        events: EventRecorder | None,
+        leading: Callable[[], bool],
+        clock: Clock,
+        log: Any,
+        leadership: asyncio.Event | None = None,
+    ) -> None:
+        """`leading()`: whether this replica may write now; `leadership`: set while it leads."""
+        self._client = client
+        self._leadership = leadership
+        self._planner = planner_settings(settings)
+        self._interval = settings.doctor_interval_seconds
+        self._metrics = metrics
+        self._events = events
+        self._leading = leading
+        self._clock = clock
+        self._log = log
+        self._reported: set[tuple[str, str, str, str]] = set()
+        for check in Check:
+            metrics.doctor_findings.labels(str(check)).set(0)
+
+    async def run(self, stop: asyncio.Event, snapshot: Callable[[], Snapshot]) -> None:
+        """Check now (the caches have synced), then every `doctor_interval_seconds`, and at once
+        when this replica becomes the leader (`leadership` is set), so that it tells."""
+        if self._interval <= 0:
+            return
+        while not stop.is_set():
+            try:
+                await self.check(snapshot())
+            except Exception:  # a bug here must not stop the controller
+                self._log.exception("doctor failed")
+            waiters = {asyncio.ensure_future(stop.wait())}
+            if self._leadership is not None and not self._leading():
+                waiters.add(asyncio.ensure_future(self._leadership.wait()))
+            try:
+                await asyncio.wait(
+                    waiters, timeout=self._interval, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+
+    async def check(self, state: Snapshot) -> list[Finding] | None:
+        """One run: the findings, or None when the DaemonSets could not be read."""
+        try:
+            listed = await self._client.request("GET", DAEMONSETS)
+        except KubeError as error:
+            self._metrics.reconcile_errors.labels(error.kind).inc()
+            self._log.warning("doctor skipped: DaemonSets not readable", reason=str(error))
+            return None
+        daemonsets = [DaemonSetInfo.from_json(item) for item in listed.get("items") or []]
+        findings = diagnose(setup_of(state, settings=self._planner, daemonsets=daemonsets))
+        for check in Check:
+            count = sum(1 for finding in findings if finding.check == check)
+            self._metrics.doctor_findings.labels(str(check)).set(count)
+        self._tell(findings)
+        return findings
+
+    def _tell(self, findings: list[Finding]) -> None:
+        """A log line and an Event per finding that appeared since the last run (leader only)."""
+        current = {finding.key for finding in findings}
+        self._reported &= current  # gone: said again if it comes back
+        if not self._leading():
+            self._reported.clear()  # a new leader says what is wrong once more
+            return
+        for finding in findings:
+            if finding.key in self._reported:
+                continue
+            self._reported.add(finding.key)
+            self._log.warning(
+                "misconfigured",
+                check=str(finding.check),
+                subject=str(finding.object),
+                reason=finding.what,
+                fix=finding.fix,
+            )
+            event = misconfigured(finding)
+            if event is not None and self._events is not None:
+                self._events.emit(
+                    regarding=event.regarding,
+                    reason=event.reason,
+                    message=event.message,
+                    event_type="Warning",
+                    now=self._clock.now(),
+                )

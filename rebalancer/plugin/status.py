@@ -1,0 +1,419 @@
+"""`kubectl spot-rebalancer status`: what the controller sees, from one view. Pure.
+
+`status_of(view)` gives one JSON document (the `-o json` output, its shape in
+docs/interfaces.md); `render(status)` writes the same document as text, so the two never differ.
+Every figure comes from the controller's own code: pools (`pools.py`), managed workloads
+(`planner.managed`), notices (`notices.py`), surge and return records (`model.py`), eviction risk
+(`risk.py`, from the eviction history and the priors: Azure's feeds are the controller's only),
+cost (`cost.py`, with the bundled prices under the controller's price file).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+from rebalancer import names
+from rebalancer.controller.cost import cost_rates, price_nodes, spot_capable
+from rebalancer.controller.history import WINDOWS
+from rebalancer.controller.model import ReturnRecord
+from rebalancer.controller.options import risk_settings
+from rebalancer.controller.planner import managed
+from rebalancer.controller.pools import Pool, pools_of, with_declared
+from rebalancer.controller.risk import LEVELS, PLACEMENT_SCORE, RESOURCE_GRAPH, Risk, assess
+from rebalancer.plugin.view import View
+from rebalancer.timefmt import iso
+
+ON_DEMAND = "on-demand"
+SPOT = "spot"
+# The controller's Azure feeds: the plugin cannot see them (no Azure credentials of its own).
+UNSEEN_SOURCES = {
+    RESOURCE_GRAPH: "risk_resource_graph_enabled",
+    PLACEMENT_SCORE: "risk_placement_score_enabled",
+}
+
+Json = dict[str, Any]
+
+
+def _money(value: float) -> float:
+    return round(value, 4)
+
+
+def _priority(pool: Pool) -> str:
+    return SPOT if pool.spot else ON_DEMAND
+
+
+def status_of(view: View) -> Json:
+    snapshot = view.snapshot
+    live = pools_of(snapshot.nodes.values())
+    pools = with_declared(live, view.planner.declared_pools)
+    risks = assess(
+        nodes=snapshot.nodes.values(),
+        history=snapshot.history,
+        now=view.now,
+        settings=risk_settings(view.settings),
+    )
+    chosen = [w for w in snapshot.workloads.values() if managed(w, view.planner)]
+    capable = spot_capable(chosen, live)
+    priced = price_nodes(snapshot.nodes.values(), view.prices)
+    rates = cost_rates(priced, snapshot.pods.values(), capable, snapshot.owners)
+    return {
+        "time": iso(view.now),
+        "install": _install(view),
+        "pools": [_pool(pool, live, risks, rates.by_pool) for pool in _sorted(pools)],
+        "risk": _risk_sources(view, risks),
+        "workloads": [_workload(view, w, capable) for w in sorted(chosen, key=lambda w: w.key)],
+        "notices": _notices(view),
+        "surges": _surges(chosen),
+        "returns": _returns(chosen),
+        "cost": {
+            "spendPerHour": {
+                SPOT: _money(rates.spend("spot")),
+                "onDemand": _money(rates.spend("regular")),
+                "total": _money(rates.spend("spot") + rates.spend("regular")),
+            },
+            "savingsPerHour": _money(rates.savings),
+            "fallbackReplicas": rates.fallback_replicas,
+            "fallbackCostPerHour": _money(rates.fallback_cost),
+            "unpricedNodes": rates.unpriced_nodes,
+            "prices": view.prices.source,
+        },
+        "problems": list(view.problems),
+    }
+
+
+def _sorted(pools: dict[str, Pool]) -> list[Pool]:
+    return sorted(pools.values(), key=lambda p: (not p.spot, p.name))
+
+
+def _install(view: View) -> Json:
+    install = view.install
+    controller = install.controller
+    agent = install.agent
+    lease = view.lease
+    return {
+        "namespace": install.namespace,
+        "controller": None
+        if controller is None
+        else {
+            "name": controller["metadata"]["name"],
+            "replicas": int((controller.get("spec") or {}).get("replicas") or 0),
+            "ready": int((controller.get("status") or {}).get("readyReplicas") or 0),
+        },
+        "leader": None
+        if lease is None or not lease.holder
+        else {
+            "identity": lease.holder,
+            "renewed": iso(lease.renewed) if lease.renewed else None,
+            "secondsAgo": round((view.now - lease.renewed).total_seconds(), 1)
+            if lease.renewed
+            else None,
+        },
+        "agent": None
+        if agent is None
+        else {
+            "name": agent["metadata"]["name"],
+            "desired": int((agent.get("status") or {}).get("desiredNumberScheduled") or 0),
+            "ready": int((agent.get("status") or {}).get("numberReady") or 0),
+        },
+        "settings": "defaults"
+        if controller is None
+        else f"Deployment {install.namespace}/{controller['metadata']['name']}",
+    }
+
+
+def _pool(
+    pool: Pool,
+    live: dict[str, Pool],
+    risks: dict[tuple[str, str, str], Risk],
+    cost: Any,
+) -> Json:
+    groups = [risk for key, risk in risks.items() if key[0] == pool.name]
+    worst = max(groups, key=lambda r: (LEVELS.index(r.level), r.rate_per_hour), default=None)
+    return {
+        "name": pool.name,
+        "priority": _priority(pool),
+        "declared": pool.name not in live,
+        "nodes": len(pool.nodes),
+        "gpusPerNode": pool.gpus_per_node,
+        "taints": [str(t) for t in pool.taints],
+        "costPerHour": _money(cost.get((pool.name, "spot" if pool.spot else "regular"), 0.0)),
+        "risk": None
+        if worst is None
+        else {"level": worst.level, "ratePerHour": round(worst.rate_per_hour, 4)},
+        "riskGroups": [
+            {
+                "zone": risk.zone,
+                "sku": risk.sku,
+                "level": risk.level,
+                "ratePerHour": round(risk.rate_per_hour, 4),
+                "sources": list(risk.sources),
+                "reasons": [str(r) for r in risk.reasons if r.source not in UNSEEN_SOURCES],
+            }
+            for risk in groups
+        ],
+    }
+
+
+def _risk_sources(view: View, risks: dict[tuple[str, str, str], Risk]) -> Json:
+    history = view.snapshot.history
+    used = sorted({source for risk in risks.values() for source in risk.sources})
+    return {
+        "sources": used,
+        "notSeen": [
+            {
+                "source": source,
+                "controller": "enabled" if getattr(view.settings, setting) else "disabled",
+            }
+            for source, setting in UNSEEN_SOURCES.items()
+        ],
+        "history": {
+            "since": iso(history.since) if history.since else None,
+            "preempts": {
+                name: len(history.preempts(now=view.now, window=span))
+                for name, span in WINDOWS.items()
+            },
+        },
+    }
+
+
+def _workload(view: View, workload: Any, capable: set[tuple[str, str, str]]) -> Json:
+    snapshot = view.snapshot
+    per_pool: dict[str, Counter[str]] = defaultdict(Counter)
+    fallback = 0
+    for pod in snapshot.pods_by_workload.get(workload.key, []):
+        if pod.deleting or pod.finished:
+            continue
+        node = snapshot.nodes.get(pod.node_name)
+        pool = node.pool if node is not None else "(pending)"
+        per_pool[pool]["replicas"] += 1
+        per_pool[pool]["ready"] += int(pod.ready)
+        if node is not None and not node.spot and workload.key in capable:
+            fallback += 1
+    spot_pools = {n.pool for n in snapshot.nodes.values() if n.spot}
+    return {
+        "kind": workload.kind,
+        "namespace": workload.namespace,
+        "name": workload.name,
+        "replicas": workload.replicas,
+        "ready": workload.ready_replicas,
+        "gpusPerReplica": workload.gpus_per_replica,
+        "pools": {
+            pool: {
+                "priority": SPOT if pool in spot_pools else ON_DEMAND,
+                "replicas": counts["replicas"],
+                "ready": counts["ready"],
+            }
+            for pool, counts in sorted(per_pool.items())
+        },
+        "fallback": fallback,
+        "surging": workload.surge is not None and not workload.surge.completed,
+        "returning": names.RETURN_ANNOTATION in workload.annotations,
+    }
+
+
+def _notices(view: View) -> list[Json]:
+    found = []
+    for node in sorted(view.snapshot.nodes.values(), key=lambda n: n.name):
+        for notice in node.notices:
+            found.append(
+                {
+                    "node": node.name,
+                    "pool": node.pool,
+                    "eventType": notice.event_type,
+                    "eventId": notice.event_id,
+                    "source": str(notice.source),
+                    "deadline": iso(notice.deadline) if notice.deadline else None,
+                    "secondsLeft": None
+                    if notice.act_now
+                    else round(notice.seconds_left(view.now), 1),
+                    "cordoned": node.annotations.get(names.CORDONED_FOR) == notice.event_id,
+                }
+            )
+    return found
+
+
+def _surges(workloads: list[Any]) -> list[Json]:
+    return [
+        {
+            "workload": f"{w.namespace}/{w.name}",
+            "baseReplicas": w.surge.base_replicas,
+            "added": w.surge.added,
+            "eventIds": list(w.surge.event_ids),
+            "deadline": w.surge.deadline,
+            "completed": w.surge.completed,
+        }
+        for w in sorted(workloads, key=lambda w: w.key)
+        if w.surge is not None
+    ]
+
+
+def _returns(workloads: list[Any]) -> list[Json]:
+    found = []
+    for w in sorted(workloads, key=lambda w: w.key):
+        text = w.annotations.get(names.RETURN_ANNOTATION)
+        if text is None:
+            continue
+        try:
+            record = ReturnRecord.from_json(text)
+        except ValueError:
+            continue
+        found.append(
+            {
+                "workload": f"{w.namespace}/{w.name}",
+                "pool": record.pool,
+                "retire": record.retire,
+                "startedAt": record.started_at,
+                "completed": record.completed,
+                "gaveUp": record.gave_up,
+            }
+        )
+    return found
+
+
+# ---- text --------------------------------------------------------------------------------------
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+
+
+def _per_pool(workload: Json, priority: str) -> str:
+    parts = [
+        f"{pool}={counts['replicas']}"
+        + (f" ({counts['ready']} ready)" if counts["ready"] != counts["replicas"] else "")
+        for pool, counts in workload["pools"].items()
+        if counts["priority"] == priority
+    ]
+    return ", ".join(parts) or "-"
+
+
+def render(status: Json) -> str:
+    lines = _render_install(status["install"])
+    pools = status["pools"]
+    lines += ["", *_table(
+        ["POOL", "PRIORITY", "NODES", "GPUS/NODE", "$/HOUR", "EVICTION RISK"],
+        [
+            [
+                p["name"] + (" (declared)" if p["declared"] else ""),
+                p["priority"],
+                str(p["nodes"]),
+                str(p["gpusPerNode"]),
+                f"{p['costPerHour']:.2f}",
+                "-" if p["risk"] is None
+                else f"{p['risk']['level']} ({p['risk']['ratePerHour']:.3f}/node-hour)",
+            ]
+            for p in pools
+        ],
+    )]  # fmt: skip
+    risk = status["risk"]
+    unseen = ", ".join(
+        f"{u['source']} ({u['controller']} in the controller)" for u in risk["notSeen"]
+    )
+    history = risk["history"]
+    record = (
+        f"since {history['since']}, Preempts "
+        + ", ".join(f"{count} in {name}" for name, count in history["preempts"].items())
+        if history["since"]
+        else "no record yet"
+    )
+    lines.append(
+        f"risk sources: {', '.join(risk['sources']) or 'none'}; eviction history: {record}; "
+        f"not seen by this plugin: {unseen}"
+    )
+    workloads = status["workloads"]
+    lines.append("")
+    if workloads:
+        lines += _table(
+            ["WORKLOAD", "REPLICAS", "READY", "SPOT", "ON-DEMAND", "FALLBACK", "STATE"],
+            [
+                [
+                    f"{w['namespace']}/{w['name']}",
+                    str(w["replicas"]),
+                    str(w["ready"]),
+                    _per_pool(w, SPOT),
+                    _per_pool(w, ON_DEMAND),
+                    str(w["fallback"]),
+                    "surging" if w["surging"] else "returning" if w["returning"] else "-",
+                ]
+                for w in workloads
+            ],
+        )
+    else:
+        lines.append("WORKLOADS: none managed")
+    lines += ["", *_render_notices(status)]
+    cost = status["cost"]
+    spend = cost["spendPerHour"]
+    lines += [
+        "",
+        f"SPEND {spend['total']:.2f} $/hour (spot {spend['spot']:.2f}, on-demand "
+        f"{spend['onDemand']:.2f}); spot saves {cost['savingsPerHour']:.2f} $/hour; fallback "
+        f"{cost['fallbackReplicas']} replicas on on-demand, {cost['fallbackCostPerHour']:.2f} "
+        f"$/hour (prices: {cost['prices']}; unpriced nodes: {cost['unpricedNodes']})",
+    ]
+    if status["problems"]:
+        lines += ["", "NOTES", *(f"- {problem}" for problem in status["problems"])]
+    return "\n".join(lines) + "\n"
+
+
+def _render_install(install: Json) -> list[str]:
+    controller, leader, agent = install["controller"], install["leader"], install["agent"]
+    parts = [
+        "no controller found"
+        if controller is None
+        else f"controller {controller['ready']}/{controller['replicas']} ready"
+    ]
+    if leader is not None:
+        ago = "" if leader["secondsAgo"] is None else f", renewed {leader['secondsAgo']:.0f}s ago"
+        parts.append(f"leader {leader['identity']}{ago}")
+    parts.append(
+        "no agent DaemonSet"
+        if agent is None
+        else f"agent {agent['ready']}/{agent['desired']} ready"
+    )
+    return [
+        f"spot-rebalancer in namespace {install['namespace']}: {'; '.join(parts)} "
+        f"(settings: {install['settings']})"
+    ]
+
+
+def _render_notices(status: Json) -> list[str]:
+    lines = []
+    notices = status["notices"]
+    if notices:
+        lines += _table(
+            ["NODE", "POOL", "EVENT", "ID", "SOURCE", "DEADLINE", "CORDONED"],
+            [
+                [
+                    n["node"], n["pool"], n["eventType"], n["eventId"], n["source"],
+                    "now" if n["secondsLeft"] is None else f"in {n['secondsLeft']:.0f}s",
+                    "yes" if n["cordoned"] else "no",
+                ]
+                for n in notices
+            ],
+        )  # fmt: skip
+    else:
+        lines.append("NOTICES: none")
+    for surge in status["surges"]:
+        lines.append(
+            f"surge {surge['workload']}: {surge['baseReplicas']} + {surge['added']} for "
+            f"{', '.join(surge['eventIds'])}"
+            + (
+                ", scaled back"
+                if surge["completed"]
+                else f", deadline {surge['deadline'] or 'now'}"
+            )
+        )
+    for back in status["returns"]:
+        state = "gave up" if back["gaveUp"] else "done" if back["completed"] else "in progress"
+        lines.append(
+            f"return {back['workload']} to spot pool {back['pool']}: {state}, "
+            f"retiring {back['retire']}"
+        )
+    if not status["surges"] and not status["returns"]:
+        lines.append("SURGES, RETURNS: none")
+    return lines
