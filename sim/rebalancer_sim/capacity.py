@@ -5,16 +5,45 @@ being provisioned, else a new VM is requested in the cheapest pool whose node te
 (taints, selector, affinity, resources) and that may grow (below max, spot capacity left).
 Scale-down: a node above its pool's minimum that has run no workload pod (DaemonSet pods do not
 count) for `scale_down_unneeded_seconds` is deleted. Pools without `max_count` never scale.
+Nodes of a GPU pool that are about to advertise their GPUs (a device plugin starting there, see
+deviceplugin.py) count as capacity on its way, as they would be provisioning.
+
+Status: like cluster-autoscaler 1.30 and later, it keeps the ConfigMap
+`kube-system/cluster-autoscaler-status` (key `status`, YAML) up to date with its node groups
+(the pools it may scale, named by their VM scale set as on AKS), their min and max and the nodes
+registered in each: how a reader learns of a pool that has no node. Rewritten when a figure
+changes, not every loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import yaml
+
 from rebalancer_sim import resources as R
 from rebalancer_sim.cloud import Cloud
-from rebalancer_sim.objects import Obj, is_terminating, pod_requests
+from rebalancer_sim.objects import Obj, condition_true, is_terminating, pod_requests
 from rebalancer_sim.pools import PoolSpec, is_workload_pod, pod_fits_pool, template_node
 from rebalancer_sim.scheduler import Scheduler
 from rebalancer_sim.scheduling import allocatable, insufficient
+from rebalancer_sim.store import format_time
+
+STATUS_CONFIGMAP = ("kube-system", "cluster-autoscaler-status")
+POOL_LABEL = "kubernetes.azure.com/agentpool"
+
+
+def node_pool(node: Obj) -> str:
+    return str((node.get("metadata") or {}).get("labels", {}).get(POOL_LABEL, ""))
+
+
+def _node_counts(nodes: list[Obj]) -> dict[str, object]:
+    ready = sum(1 for node in nodes if condition_true(node, "Ready"))
+    return {
+        "registered": {"total": len(nodes), "ready": ready, "notStarted": 0},
+        "longUnregistered": 0,
+        "unregistered": 0,
+    }
 
 
 class Autoscaler:
@@ -25,7 +54,12 @@ class Autoscaler:
         *,
         scale_down_unneeded_seconds: float = 600.0,
         check_interval_seconds: float = 10.0,
+        gpus_coming: Callable[[str], bool] | None = None,
     ) -> None:
+        """`gpus_coming(node)`: the node's GPUs are about to be advertised (a device plugin is
+        starting there): counted as capacity on its way, as the real autoscaler waits for a GPU
+        node's GPUs before it calls the node ready."""
+        self._gpus_coming = gpus_coming or (lambda _node: False)
         self.cloud = store_cloud
         self.store = store_cloud.store
         self.scheduler = scheduler
@@ -36,6 +70,7 @@ class Autoscaler:
         self._next_scale_down_check = 0.0
         self.scale_ups = 0
         self.scale_downs = 0
+        self._published: list[dict[str, object]] | None = None
 
     def _template(self, pool_name: str) -> Obj:
         if pool_name not in self._templates:
@@ -45,7 +80,58 @@ class Autoscaler:
         return self._templates[pool_name]
 
     def reconcile(self) -> int:
-        return self._scale_up() + self._scale_down()
+        return self._scale_up() + self._scale_down() + self._publish_status()
+
+    def _publish_status(self) -> int:
+        """Rewrite the status ConfigMap when a node group's figures changed."""
+        nodes = list(self.store.items(R.NODES))
+        groups: list[dict[str, object]] = []
+        for pool in sorted(self.cloud.pools.values(), key=lambda p: p.name):
+            if pool.max_count is None:
+                continue
+            members = [n for n in nodes if node_pool(n) == pool.name]
+            groups.append(
+                {
+                    "name": pool.scale_set,
+                    "health": {
+                        "status": "Healthy",
+                        "nodeCounts": _node_counts(members),
+                        "cloudProviderTarget": len(self.cloud.pool_vms(pool.name)),
+                        "minSize": pool.min_count,
+                        "maxSize": pool.max_count,
+                    },
+                    "scaleUp": {"status": "NoActivity"},
+                    "scaleDown": {"status": "NoCandidates"},
+                }
+            )
+        if groups == self._published:
+            return 0
+        self._published = groups
+        now = format_time(self.store.clock.now())
+        status = {
+            "time": now,
+            "autoscalerStatus": "Running",
+            "clusterWide": {
+                "health": {"status": "Healthy", "nodeCounts": _node_counts(nodes)},
+                "scaleUp": {"status": "NoActivity"},
+                "scaleDown": {"status": "NoCandidates"},
+            },
+            "nodeGroups": groups,
+        }
+        configmap = {
+            "metadata": {
+                "namespace": STATUS_CONFIGMAP[0],
+                "name": STATUS_CONFIGMAP[1],
+                "annotations": {"cluster-autoscaler.kubernetes.io/last-updated": now},
+            },
+            "data": {"status": yaml.safe_dump(status, sort_keys=False)},
+        }
+        current = self.store.get(R.CONFIGMAPS, *STATUS_CONFIGMAP)
+        if current is None:
+            self.store.create(R.CONFIGMAPS, configmap)
+        else:
+            self.store.update(R.CONFIGMAPS, dict(current, **configmap))
+        return 1
 
     def _unschedulable(self) -> list[Obj]:
         pods = []
@@ -71,7 +157,9 @@ class Autoscaler:
         inflight: dict[str, list[dict[str, float]]] = {
             pool.name: [
                 allocatable(self._template(pool.name))
-                for _ in self.cloud.pool_vms(pool.name, "provisioning")
+                for vm in self.cloud.pool_vms(pool.name)
+                if vm.state == "provisioning"
+                or (vm.state == "running" and pool.gpus and self._gpus_coming(vm.node_name))
             ]
             for pool in pools
         }

@@ -67,6 +67,8 @@ class Cloud:
         self._next_instance: dict[str, int] = {}
         self._watched: dict[str, EmulatedEvent] = {}  # events not yet acted on
         self.preempted: list[str] = []  # node names whose VM was taken away, in order
+        # GPU nodes advertise nvidia.com/gpu only once a device plugin registers (deviceplugin.py).
+        self.gpus_from_device_plugin = False
 
     def _now(self) -> float:
         return self.store.clock.now().timestamp()
@@ -118,7 +120,11 @@ class Cloud:
             broadcast=not vm.pool.gpus,
         )
         node = build_node(
-            vm.pool, vm.instance_id, self.cluster, now=format_time(self.store.clock.now())
+            vm.pool,
+            vm.instance_id,
+            self.cluster,
+            now=format_time(self.store.clock.now()),
+            gpus_advertised=not self.gpus_from_device_plugin,
         )
         self.store.create(R.NODES, node)
 

@@ -35,6 +35,7 @@ from rebalancer_sim.apiserver import ApiServer
 from rebalancer_sim.autodrain import NodeAutoDrain
 from rebalancer_sim.capacity import Autoscaler
 from rebalancer_sim.cloud import Cloud
+from rebalancer_sim.deviceplugin import DevicePlugins
 from rebalancer_sim.disruption import DisruptionController
 from rebalancer_sim.garbage import GarbageCollector
 from rebalancer_sim.hpa import HorizontalPodAutoscalers
@@ -103,6 +104,8 @@ class ClusterEmulator:
             seed=settings.seed,
         )
         self.cloud.on_node_back = self.kubelets.restart_node
+        self.cloud.gpus_from_device_plugin = any(w.device_plugin for w in scenario.workloads)
+        self.device_plugins = DevicePlugins(self.cloud)
         self.node_lifecycle = NodeLifecycle(self.store)
         self.deployments = DeploymentController(self.store)
         self.replicasets = ReplicaSetController(self.store)
@@ -114,6 +117,7 @@ class ClusterEmulator:
             self.cloud,
             self.scheduler,
             scale_down_unneeded_seconds=settings.scale_down_unneeded_seconds,
+            gpus_coming=self.device_plugins.pending_registration,
         )
         self.node_problem_detector = NodeProblemDetector(
             self.cloud,
@@ -137,6 +141,7 @@ class ClusterEmulator:
             self.daemonsets.reconcile,
             self.scheduler.reconcile,
             self.kubelets.reconcile,
+            self.device_plugins.reconcile,
             self.disruption.reconcile,
             self.autoscaler.reconcile,
             self.hpas.reconcile,

@@ -164,7 +164,16 @@ def capacity(pool: PoolSpec) -> tuple[dict[str, str], dict[str, str]]:
     return capacity_values, allocatable_values
 
 
-def build_node(pool: PoolSpec, instance_id: int, cluster: ClusterInfo, *, now: str) -> Obj:
+def build_node(
+    pool: PoolSpec,
+    instance_id: int,
+    cluster: ClusterInfo,
+    *,
+    now: str,
+    gpus_advertised: bool = True,
+) -> Obj:
+    """A Node as AKS registers it. `gpus_advertised=False`: no `nvidia.com/gpu` until a device
+    plugin registers it (deviceplugin.py)."""
     name = node_name(pool, instance_id)
     zone = zone_of(pool, instance_id, cluster)
     labels = {
@@ -201,6 +210,9 @@ def build_node(pool: PoolSpec, instance_id: int, cluster: ClusterInfo, *, now: s
         labels["accelerator"] = "nvidia"
     labels.update(pool.labels)
     capacity_values, allocatable_values = capacity(pool)
+    if not gpus_advertised:
+        capacity_values.pop("nvidia.com/gpu", None)
+        allocatable_values.pop("nvidia.com/gpu", None)
     address = f"10.224.{(instance_id // 250) % 250}.{instance_id % 250 + 4}"
     spec: Obj = {"providerID": provider_id(pool, instance_id, cluster), "podCIDR": ""}
     taints = pool.all_taints()

@@ -75,6 +75,9 @@ Format (every key but `name` under a pool or workload is optional)::
           scaleDownStabilizationSeconds: 300   # behavior.scaleDown (upstream default 300)
         owner: {resetSeconds: 10}    # an operator (KServe, KAITO) that sets spec.replicas back
                                      # to the workload's replicas every 10 s
+        devicePlugin: true           # DaemonSet only: the NVIDIA device plugin. With one in the
+                                     # scenario, a GPU node advertises nvidia.com/gpu only while
+                                     # one of its pods runs there (deviceplugin.py)
     timeline:                        # `at`: seconds after the scenario starts
       - at: 10
         preempt: {pool: gpuspot, index: 0, noticeSeconds: 30}   # or node: <node name>
@@ -110,6 +113,9 @@ from rebalancer_sim.scheduling import parse_taint
 STARTUP_ANNOTATION = "sim.spot-rebalancer.io/startup-seconds"
 LOAD_ANNOTATION = "sim.spot-rebalancer.io/cpu-load-percent"
 SHUTDOWN_ANNOTATION = "sim.spot-rebalancer.io/shutdown-seconds"
+# On the pods of a device-plugin DaemonSet (`devicePlugin: true`): see deviceplugin.py.
+DEVICE_PLUGIN_ANNOTATION = "sim.spot-rebalancer.io/device-plugin"
+GPU = "nvidia.com/gpu"
 SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 ACTIONS = ("preempt", "event", "cancel", "spotCapacity", "scale", "load")
@@ -142,6 +148,7 @@ class WorkloadSpec:
     pdb: dict[str, Any] | None = None
     hpa: dict[str, Any] | None = None
     owner_reset_seconds: float | None = None
+    device_plugin: bool = False  # a DaemonSet that advertises its nodes' GPUs (deviceplugin.py)
 
     def selector_labels(self) -> dict[str, str]:
         return dict(self.labels) if self.labels else {"app": self.name}
@@ -162,6 +169,8 @@ class WorkloadSpec:
             annotations[STARTUP_ANNOTATION] = str(self.startup_seconds)
         if self.shutdown_seconds is not None:
             annotations[SHUTDOWN_ANNOTATION] = str(self.shutdown_seconds)
+        if self.device_plugin:
+            annotations[DEVICE_PLUGIN_ANNOTATION] = GPU
         metadata: dict[str, Any] = {"labels": self.selector_labels()}
         if annotations:
             metadata["annotations"] = annotations
@@ -380,7 +389,10 @@ def _workload(data: Any, index: int) -> WorkloadSpec:
         pod_management_policy=_take(data, "podManagementPolicy", str, "OrderedReady", where),
         pdb=_take(data, "pdb", dict, None, where),
         hpa=_take(data, "hpa", dict, None, where),
+        device_plugin=_take(data, "devicePlugin", bool, False, where),
     )
+    if workload.device_plugin and workload.kind != "DaemonSet":
+        raise ScenarioError(f"{where}.devicePlugin: only a DaemonSet is a device plugin")
     owner = _take(data, "owner", dict, None, where)
     if owner is not None:
         reset = owner.get("resetSeconds")
