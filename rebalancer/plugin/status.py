@@ -180,15 +180,18 @@ def _risk_sources(view: View, risks: dict[tuple[str, str, str], Risk]) -> Json:
 def _workload(view: View, workload: Any, capable: set[tuple[str, str, str]]) -> Json:
     snapshot = view.snapshot
     per_pool: dict[str, Counter[str]] = defaultdict(Counter)
-    fallback = 0
+    fallback = pending = 0
     for pod in snapshot.pods_by_workload.get(workload.key, []):
         if pod.deleting or pod.finished:
             continue
         node = snapshot.nodes.get(pod.node_name)
-        pool = node.pool if node is not None else "(pending)"
+        if node is None:
+            pending += 1  # not scheduled (or on a Node already gone)
+            continue
+        pool = node.pool
         per_pool[pool]["replicas"] += 1
         per_pool[pool]["ready"] += int(pod.ready)
-        if node is not None and not node.spot and workload.key in capable:
+        if not node.spot and workload.key in capable:
             fallback += 1
     spot_pools = {n.pool for n in snapshot.nodes.values() if n.spot}
     return {
@@ -206,6 +209,7 @@ def _workload(view: View, workload: Any, capable: set[tuple[str, str, str]]) -> 
             }
             for pool, counts in sorted(per_pool.items())
         },
+        "pending": pending,
         "fallback": fallback,
         "surging": workload.surge is not None and not workload.surge.completed,
         "returning": names.RETURN_ANNOTATION in workload.annotations,
@@ -329,7 +333,7 @@ def render(status: Json) -> str:
     lines.append("")
     if workloads:
         lines += _table(
-            ["WORKLOAD", "REPLICAS", "READY", "SPOT", "ON-DEMAND", "FALLBACK", "STATE"],
+            ["WORKLOAD", "REPLICAS", "READY", "SPOT", "ON-DEMAND", "PENDING", "FALLBACK", "STATE"],
             [
                 [
                     f"{w['namespace']}/{w['name']}",
@@ -337,6 +341,7 @@ def render(status: Json) -> str:
                     str(w["ready"]),
                     _per_pool(w, SPOT),
                     _per_pool(w, ON_DEMAND),
+                    str(w["pending"]),
                     str(w["fallback"]),
                     "surging" if w["surging"] else "returning" if w["returning"] else "-",
                 ]
@@ -352,7 +357,8 @@ def render(status: Json) -> str:
         "",
         f"SPEND {spend['total']:.2f} $/hour (spot {spend['spot']:.2f}, on-demand "
         f"{spend['onDemand']:.2f}); spot saves {cost['savingsPerHour']:.2f} $/hour; fallback "
-        f"{cost['fallbackReplicas']} replicas on on-demand, {cost['fallbackCostPerHour']:.2f} "
+        f"{cost['fallbackReplicas']} replica{'' if cost['fallbackReplicas'] == 1 else 's'} on "
+        f"on-demand, {cost['fallbackCostPerHour']:.2f} "
         f"$/hour (prices: {cost['prices']}; unpriced nodes: {cost['unpricedNodes']})",
     ]
     if status["problems"]:

@@ -129,8 +129,8 @@ def test_status_document() -> None:
         "resource_graph", "placement_score"
     }  # fmt: skip
     (llm,) = document["workloads"]  # web asks for no GPU: not managed
+    assert llm["pending"] == 1
     assert llm["pools"] == {
-        "(pending)": {"priority": "on-demand", "replicas": 1, "ready": 0},
         "gpuondemand": {"priority": "on-demand", "replicas": 1, "ready": 1},
         "gpuspot": {"priority": "spot", "replicas": 2, "ready": 2},
     }
