@@ -25,6 +25,7 @@ from rebalancer.controller.catalogue import misconfigured
 from rebalancer.controller.checkup import Finding, diagnose, setup_of
 from rebalancer.controller.model import DaemonSetInfo
 from rebalancer.controller.options import planner_settings
+from rebalancer.controller.recorder import tell
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.errors import KubeError
@@ -117,12 +118,4 @@ class Doctor:
                 reason=finding.what,
                 fix=finding.fix,
             )
-            event = misconfigured(finding)
-            if event is not None and self._events is not None:
-                self._events.emit(
-                    regarding=event.regarding,
-                    reason=event.reason,
-                    message=event.message,
-                    event_type="Warning",
-                    now=self._clock.now(),
-                )
+            tell(self._events, misconfigured(finding), self._clock.now())

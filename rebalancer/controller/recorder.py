@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from rebalancer.azure.risk_data import EvictionRates, PlacementScores
@@ -35,7 +36,7 @@ from rebalancer.controller.actions import (
     ScaleUp,
     StartReturn,
 )
-from rebalancer.controller.catalogue import event_for, replacement_placed
+from rebalancer.controller.catalogue import KubeEvent, event_for, replacement_placed
 from rebalancer.controller.history import WINDOWS
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planner import Plan
@@ -375,15 +376,7 @@ class Recorder:
             if (action.pod, action.event_id) in self._reported_pods:
                 return  # asked again every pass; said once
             self._reported_pods.add((action.pod, action.event_id))
-        event = event_for(action, outcome)
-        if event is not None and self._events is not None:
-            self._events.emit(
-                regarding=event.regarding,
-                reason=event.reason,
-                message=event.message,
-                event_type="Warning" if event.warning else "Normal",
-                now=self._clock.now(),
-            )
+        tell(self._events, event_for(action, outcome), self._clock.now())
         if outcome.applied:
             self._measure(action)
 
@@ -397,15 +390,7 @@ class Recorder:
             "failover blocked", workload="/".join(action.workload), detail=action.detail
         )
         self.metrics.failovers.labels("blocked", str(action.reason)).inc()
-        event = event_for(action, APPLIED)
-        if event is not None and self._events is not None:
-            self._events.emit(
-                regarding=event.regarding,
-                reason=event.reason,
-                message=event.message,
-                event_type="Warning",
-                now=self._clock.now(),
-            )
+        tell(self._events, event_for(action, APPLIED), self._clock.now())
 
     def _measure(self, action: Action) -> None:
         now = self._clock.monotonic()
@@ -496,6 +481,18 @@ class Recorder:
             self._logged.clear()
         self._logged.add(key)
         self._log.info(message, subject=repr(subject), **fields)
+
+
+def tell(events: EventRecorder | None, event: KubeEvent | None, now: datetime) -> None:
+    """Queue a catalogue Event (nothing when there is none to say, or no recorder: dry run)."""
+    if event is not None and events is not None:
+        events.emit(
+            regarding=event.regarding,
+            reason=event.reason,
+            message=event.message,
+            event_type="Warning" if event.warning else "Normal",
+            now=now,
+        )
 
 
 def free_gpus(snapshot: Snapshot) -> dict[str, int]:

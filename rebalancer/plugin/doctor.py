@@ -68,5 +68,9 @@ def render(document: Json) -> str:
 
 def _wrapped(label: str, text: str) -> list[str]:
     return textwrap.wrap(
-        text, width=100, initial_indent=f"  {label + ':':<6}", subsequent_indent=" " * 8
+        text,
+        width=100,
+        initial_indent=f"  {label + ':':<6}",
+        subsequent_indent=" " * 8,
+        break_on_hyphens=False,
     )

@@ -93,13 +93,9 @@ def _install(view: View) -> Json:
     lease = view.lease
     return {
         "namespace": install.namespace,
-        "controller": None
-        if controller is None
-        else {
-            "name": controller["metadata"]["name"],
-            "replicas": int((controller.get("spec") or {}).get("replicas") or 0),
-            "ready": int((controller.get("status") or {}).get("readyReplicas") or 0),
-        },
+        "controller": _figures(
+            controller, replicas=("spec", "replicas"), ready=("status", "readyReplicas")
+        ),
         "leader": None
         if lease is None or not lease.holder
         else {
@@ -109,17 +105,23 @@ def _install(view: View) -> Json:
             if lease.renewed
             else None,
         },
-        "agent": None
-        if agent is None
-        else {
-            "name": agent["metadata"]["name"],
-            "desired": int((agent.get("status") or {}).get("desiredNumberScheduled") or 0),
-            "ready": int((agent.get("status") or {}).get("numberReady") or 0),
-        },
+        "agent": _figures(
+            agent, desired=("status", "desiredNumberScheduled"), ready=("status", "numberReady")
+        ),
         "settings": "defaults"
         if controller is None
         else f"Deployment {install.namespace}/{controller['metadata']['name']}",
     }
+
+
+def _figures(obj: Json | None, **paths: tuple[str, str]) -> Json | None:
+    """An object's name and the counts at these (section, field) paths; None for no object."""
+    if obj is None:
+        return None
+    counts = {
+        key: int((obj.get(part) or {}).get(field) or 0) for key, (part, field) in paths.items()
+    }
+    return {"name": obj["metadata"]["name"], **counts}
 
 
 def _pool(
