@@ -3,8 +3,9 @@
 Installed with the package as `kubectl-spot_rebalancer` (kubectl finds plugins on PATH; a dash
 in the command is an underscore in the file name). kubectl passes the user's environment, so
 `$KUBECONFIG` works; `--kubeconfig`, `--context` and `-n/--namespace` (spot-rebalancer's
-namespace; found by its chart's labels when not given) work as they do for kubectl, before or
-after the command. Exit codes: 0; 1 when `doctor` finds an error; 2 when the cluster could not be
+namespace; found by its chart's labels when not given) work as they do for kubectl, given after
+`kubectl spot-rebalancer` (kubectl hands a plugin everything after its name), before or after
+`status` / `doctor`. Exit codes: 0; 1 when `doctor` finds an error; 2 when the cluster could not be
 read or the command line is wrong.
 """
 
