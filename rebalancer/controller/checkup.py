@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import yaml
@@ -54,6 +55,9 @@ GPU_SKU = re.compile(r"^standard_n[cdv]", re.IGNORECASE)
 # How AKS names the VM scale set of a pool, which is what the cluster autoscaler lists.
 AKS_NODE_GROUP = re.compile(r"^aks-(?P<pool>[a-z0-9]+)-\d+-vmss$")
 HELM_UPGRADE = "helm upgrade <release> charts/spot-rebalancer --reuse-values -f fix.yaml"
+# A new GPU node shows its GPUs once the device plugin's pod has started and registered: seconds
+# to a minute or two. Younger nodes are not blamed for having none.
+GPU_REGISTRATION_GRACE = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,7 @@ class Setup:
     declared_pools: Mapping[str, Pool]
     node_groups: Sequence[NodeGroup] | None = None  # None: the autoscaler's status is not known
     spot_pools_seen: frozenset[str] = frozenset()  # pools the eviction history knows as spot
+    now: datetime | None = None  # None: every node counts as old enough to judge
 
 
 def setup_of(
@@ -137,6 +142,7 @@ def setup_of(
         declared_pools=settings.declared_pools,
         node_groups=node_groups,
         spot_pools_seen=frozenset(e.pool for e in snapshot.history.entries if e.spot),
+        now=snapshot.now,
     )
 
 
@@ -145,7 +151,7 @@ def diagnose(setup: Setup) -> list[Finding]:
     live = pools_of(setup.nodes)
     findings: list[Finding] = []
     if setup.daemonsets is not None:
-        findings += device_plugin_findings(setup.nodes, live, setup.daemonsets)
+        findings += device_plugin_findings(setup.nodes, live, setup.daemonsets, now=setup.now)
         findings += agent_findings(live, setup.daemonsets)
     findings += spot_findings(setup.workloads, with_declared(live, setup.declared_pools))
     no_fallback = fallback_findings(setup, live)
@@ -235,9 +241,14 @@ def _count(number: int, word: str) -> str:
 
 
 def device_plugin_findings(
-    nodes: Sequence[NodeInfo], live: Mapping[str, Pool], daemonsets: Sequence[DaemonSetInfo]
+    nodes: Sequence[NodeInfo],
+    live: Mapping[str, Pool],
+    daemonsets: Sequence[DaemonSetInfo],
+    *,
+    now: datetime | None = None,
 ) -> list[Finding]:
-    """Spot GPU pools with nodes that advertise no `nvidia.com/gpu`, and why."""
+    """Spot GPU pools with nodes that advertise no `nvidia.com/gpu`, and why. A device plugin
+    that may run there is blamed only for nodes older than `GPU_REGISTRATION_GRACE`."""
     by_name = {node.name: node for node in nodes}
     plugins = [ds for ds in daemonsets if is_device_plugin(ds)]
     findings: list[Finding] = []
@@ -261,7 +272,9 @@ def device_plugin_findings(
             findings.append(_no_device_plugin(pool, bare[0], where, why))
             continue
         fitting = [ds for ds in plugins if not pool.problems_for(ds.template_spec)]
-        for plugin in fitting:
+        settled = [n for n in bare if now is None or n.created is None
+                   or now - n.created >= GPU_REGISTRATION_GRACE]  # fmt: skip
+        for plugin in fitting if settled else ():
             ref = _daemonset_ref(plugin)
             findings.append(
                 Finding(
@@ -274,7 +287,7 @@ def device_plugin_findings(
                     "running, crashing, or the NVIDIA driver missing on the node).",
                     command=(
                         f"kubectl -n {plugin.namespace} get pods -o wide "
-                        f"--field-selector spec.nodeName={bare[0].name}"
+                        f"--field-selector spec.nodeName={settled[0].name}"
                     ),
                 )
             )

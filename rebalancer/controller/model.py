@@ -78,6 +78,7 @@ class NodeInfo:
     resource_version: str = ""
     raw_taints: tuple[Mapping[str, Any], ...] = ()  # as the API has them (timeAdded included)
     uid: str = ""
+    created: datetime | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The parts of the Node our patches read, in the API's shape (cached, not fresh)."""
@@ -140,6 +141,7 @@ class NodeInfo:
             resource_version=str(meta.get("resourceVersion", "")),
             raw_taints=tuple(dict(t) for t in spec.get("taints") or []),
             uid=str(meta.get("uid", "")),
+            created=parse_iso(meta.get("creationTimestamp")),
         )
 
 

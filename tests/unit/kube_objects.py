@@ -39,6 +39,7 @@ def node(
     sku: str = A100,
     annotations: dict[str, str] | None = None,
     conditions: list[Obj] | None = None,
+    created: str | None = None,
 ) -> Obj:
     labels = {
         names.AKS_AGENTPOOL_LABEL: pool,
@@ -53,7 +54,8 @@ def node(
     allocatable = {"cpu": "24", "nvidia.com/gpu": str(gpus)} if gpus else {"cpu": "4"}
     return {
         "metadata": {"name": name, "uid": f"uid-{name}", "labels": labels,
-                     "annotations": annotations or {}},
+                     "annotations": annotations or {},
+                     **({"creationTimestamp": created} if created else {})},
         "spec": {"taints": [taint(t) for t in taints]},
         "status": {
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"},

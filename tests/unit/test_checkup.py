@@ -5,6 +5,7 @@ makes that finding go away when applied."""
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -65,6 +66,7 @@ def world(**changes: Any) -> dict[str, Any]:
         "declared": [],
         "node_groups": None,
         "spot_seen": frozenset(),
+        "now": None,
     }
     parts.update(changes)
     return parts
@@ -80,6 +82,7 @@ def setup(parts: dict[str, Any]) -> Setup:
         declared_pools=declared_pools(PoolShape.model_validate(p) for p in parts["declared"]),
         node_groups=parts["node_groups"],
         spot_pools_seen=parts["spot_seen"],
+        now=parts["now"],
     )
 
 
@@ -99,6 +102,7 @@ NO_OD_GPU = [
     node("spot-0", "gpuspot", spot=True, gpus=1, taints=BOTH),
     node("sys-0", "system", spot=False, gpus=0, taints=[], sku=D4),
 ]
+ON_DEMAND = [node("od-0", "gpuondemand", spot=False, gpus=1, taints=[GPU])]
 ZERO_POOL = NodeGroup("aks-gpuondemand-12345678-vmss", "gpuondemand", 0, 3, 0)
 
 CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
@@ -123,6 +127,42 @@ CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
     ),
     "the device plugin may run there, yet no GPUs": (
         world(nodes=BARE_SPOT),
+        [("gpus-not-advertised", WARNING, "DaemonSet kube-system/nvidia-device-plugin-daemonset")],
+    ),
+    "new spot nodes whose device plugin is still registering: not judged yet": (
+        world(
+            nodes=[
+                node(
+                    f"spot-{i}",
+                    "gpuspot",
+                    spot=True,
+                    gpus=0,
+                    taints=BOTH,
+                    created="2026-01-01T00:55:00Z",
+                )
+                for i in range(2)
+            ]
+            + ON_DEMAND,
+            now=datetime(2026, 1, 1, 1, 0, tzinfo=UTC),
+        ),
+        [],
+    ),
+    "the same nodes ten minutes on": (
+        world(
+            nodes=[
+                node(
+                    f"spot-{i}",
+                    "gpuspot",
+                    spot=True,
+                    gpus=0,
+                    taints=BOTH,
+                    created="2026-01-01T00:55:00Z",
+                )
+                for i in range(2)
+            ]
+            + ON_DEMAND,
+            now=datetime(2026, 1, 1, 1, 5, tzinfo=UTC),
+        ),
         [("gpus-not-advertised", WARNING, "DaemonSet kube-system/nvidia-device-plugin-daemonset")],
     ),
     "spot nodes without GPUs that are not Ready: not judged": (
@@ -275,9 +315,7 @@ def test_setup_of_takes_the_controllers_managed_workloads_and_spot_history() -> 
     assert result.declared_pools == declared
 
 
-def _now() -> Any:
-    from datetime import UTC, datetime
-
+def _now() -> datetime:
     return datetime(2026, 1, 1, tzinfo=UTC)
 
 
