@@ -221,6 +221,7 @@ class PodInfo:
     grace_seconds: int = 30
     deletion_at: datetime | None = None  # a terminating pod is killed by then (deletionTimestamp)
     created: datetime | None = None
+    placed: str = ""  # "<pool>/<zone>" our admission webhook chose for it; "" if none
 
     @property
     def key(self) -> tuple[str, str]:
@@ -268,6 +269,7 @@ class PodInfo:
             grace_seconds=int(spec.get("terminationGracePeriodSeconds", 30) or 0),
             deletion_at=parse_iso(meta.get("deletionTimestamp")),
             created=parse_iso(meta.get("creationTimestamp")),
+            placed=str(annotations.get(names.PLACED) or "")[:128],
         )
 
 
