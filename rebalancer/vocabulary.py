@@ -78,6 +78,7 @@ class Reason(StrEnum):
     SURGE_NOT_HELD = "SurgeNotHeld"  # someone set replicas back while replacements loaded
     NEW_NOTICE = "NewNotice"  # recorded in the eviction history
     RECORD_DONE = "RecordDone"  # a finished record whose pods are gone is dropped
+    POLICY_VALID = "PlacementPolicyValid"  # a valid placement policy recorded as the one in force
     COST_RESTORED = "CostRestored"
     LOWEST_COST = "LowestDeletionCost"
     # Returns to spot.
@@ -155,5 +156,7 @@ class EventReason(StrEnum):
     COOLDOWN = "SpotRebalancerCooldown"
     COOLDOWN_OVER = "SpotRebalancerCooldownOver"
     FAILOVER_BLOCKED = "SpotRebalancerFailoverBlocked"
+    POLICY_REFUSED = "SpotRebalancerPolicyRefused"
+    PLACED = "SpotRebalancerPlaced"
     RETURN_STARTED = "SpotRebalancerReturnStarted"
     RETURN_FINISHED = "SpotRebalancerReturnFinished"

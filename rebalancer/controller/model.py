@@ -222,6 +222,7 @@ class PodInfo:
     deletion_at: datetime | None = None  # a terminating pod is killed by then (deletionTimestamp)
     created: datetime | None = None
     placed: str = ""  # "<pool>/<zone>" our admission webhook chose for it; "" if none
+    placed_why: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -270,6 +271,7 @@ class PodInfo:
             deletion_at=parse_iso(meta.get("deletionTimestamp")),
             created=parse_iso(meta.get("creationTimestamp")),
             placed=str(annotations.get(names.PLACED) or "")[:128],
+            placed_why=str(annotations.get(names.PLACED_WHY) or "")[:512],
         )
 
 

@@ -47,6 +47,7 @@ from rebalancer.controller.actions import (
     Hold,
     MarkDrained,
     RecordHistory,
+    RecordPolicy,
     Release,
     ReportBlocked,
     Restore,
@@ -58,6 +59,7 @@ from rebalancer.controller.actions import (
 )
 from rebalancer.controller.history import WINDOWS, Entry
 from rebalancer.controller.model import NodeInfo, PodInfo, Surge, WorkloadInfo
+from rebalancer.controller.policy import declared, in_force
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
 from rebalancer.controller.returns import (
     LOWEST,
@@ -148,6 +150,7 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     actions += _drain(snapshot, settings, active, surged_pods)
     actions += _cooldowns(snapshot, settings, active)[:STEERING_PER_PASS]
     actions += _restore_deletion_costs(snapshot, active)
+    actions += _policies(snapshot)
     surging = frozenset(a.workload for a in surge_actions if isinstance(a, ScaleUp | ReportBlocked))
     actions += plan_returns(
         snapshot,
@@ -528,6 +531,24 @@ def _holds(snapshot: Snapshot, settings: Settings, planned: list[Action]) -> lis
     for hold in sorted(snapshot.holds.values(), key=lambda h: h.key):
         if (hold.namespace, hold.workload) not in held:
             actions.append(Release(hold.namespace, hold.name))
+    return actions
+
+
+def _policies(snapshot: Snapshot) -> list[Action]:
+    """Keep each workload's valid placement policy recorded on it, so a later invalid edit
+    leaves it in force (policy.py); an invalid one is reported by the recorder, not written."""
+    actions: list[Action] = []
+    for key, workload in sorted(snapshot.workloads.items()):
+        recorded = workload.annotations.get(names.POLICY_IN_FORCE)
+        if not declared(workload.annotations):
+            if recorded is not None:
+                actions.append(RecordPolicy(key, basis=WorkloadBasis.of(workload)))
+            continue
+        result = in_force(workload.annotations)
+        if result.policy is not None and not result.refused:
+            wanted = result.policy.to_json()
+            if wanted != recorded:
+                actions.append(RecordPolicy(key, wanted, basis=WorkloadBasis.of(workload)))
     return actions
 
 

@@ -35,10 +35,17 @@ from rebalancer.controller.actions import (
     ScaleUp,
     StartReturn,
 )
-from rebalancer.controller.catalogue import event_for, replacement_placed
+from rebalancer.controller.catalogue import (
+    KubeEvent,
+    event_for,
+    pod_placed,
+    policy_refused,
+    replacement_placed,
+)
 from rebalancer.controller.history import WINDOWS
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planner import Plan
+from rebalancer.controller.policy import in_force
 from rebalancer.controller.pools import placement_options
 from rebalancer.controller.risk import (
     HISTORY,
@@ -122,6 +129,7 @@ class Recorder:
         self._reported: set[tuple[tuple[str, str, str], str]] = set()
         self._reported_pods: set[tuple[tuple[str, str], str]] = set()
         self._placed: set[tuple[str, str]] = set()
+        self._refused_series: set[tuple[str, str]] = set()
         self._metric_groups: set[tuple[str, str, str, bool]] = set()
         self._deficit_workloads: set[str] = set()
         self._eviction_series: set[tuple[str, str, str]] = set()
@@ -148,6 +156,7 @@ class Recorder:
         self._notices(snapshot)
         self._deficit(snapshot, elapsed)
         self._placements(snapshot, plan)
+        self._policies(snapshot)
         self._evictions(snapshot)
         self._risk(snapshot)
         self._accountant.account(snapshot, plan.managed, self._clock.monotonic())
@@ -256,6 +265,43 @@ class Recorder:
                     regarding=event.regarding, reason=event.reason, message=event.message,
                     now=self._clock.now(),
                 )  # fmt: skip
+
+    def _policies(self, snapshot: Snapshot) -> None:
+        """A Warning Event, once per refused policy text, on a workload whose placement policy
+        is invalid, and the gauge; an Event per pod the policy placed, once it is scheduled."""
+        refused: set[tuple[str, str]] = set()
+        for workload in snapshot.workloads.values():
+            result = in_force(workload.annotations)
+            if not result.refused:
+                continue
+            refused.add((workload.namespace, workload.name))
+            if (workload.key, result.refused) in self._reported:
+                continue
+            self._reported.add((workload.key, result.refused))
+            kept = result.policy.to_json() if result.policy else "none (placed as without one)"
+            self._emit(policy_refused(workload.key, workload.uid, result.refused, kept))
+        for labels in self._refused_series - refused:
+            self.metrics.policy_refused.labels(*labels).set(0)
+        for labels in refused:
+            self.metrics.policy_refused.labels(*labels).set(1)
+        self._refused_series = refused
+        for pod in snapshot.pods.values():
+            if not pod.placed or not pod.node_name or (pod.uid, "policy") in self._placed:
+                continue
+            node = snapshot.nodes.get(pod.node_name)
+            owner = snapshot.workload_of(pod)
+            if node is None or owner is None:
+                continue
+            self._placed.add((pod.uid, "policy"))
+            self._emit(pod_placed(owner.key, owner.uid, pod.name, pod.placed, pod.placed_why, node))
+
+    def _emit(self, event: KubeEvent) -> None:
+        self._log.info("event", reason=str(event.reason), message=event.message)
+        if self._events is not None:
+            self._events.emit(
+                regarding=event.regarding, reason=event.reason, message=event.message,
+                event_type="Warning" if event.warning else "Normal", now=self._clock.now(),
+            )  # fmt: skip
 
     def _evictions(self, snapshot: Snapshot) -> None:
         """Preempt notices per pool, SKU and zone in each window, from the history on the

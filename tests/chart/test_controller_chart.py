@@ -157,6 +157,12 @@ NOT_IN_SETTINGS = {
     "prices_file": "controller.prices: rendered into a ConfigMap, mounted, and named by it",
     "pools": "controller.pools: the cluster's pools, not a tuning knob (read back below)",
     "agent_node_selector": "agent.nodeSelector: where the agent runs is where its notices count",
+    "webhook_enabled": "controller.webhook.enabled: installs the webhook's objects too",
+    "webhook_port": "controller.webhook.port, shared with the container port and the Service",
+    "webhook_service": "the chart's webhook Service: named by the chart",
+    "webhook_secret": "the chart's webhook Secret: named by the chart",
+    "webhook_configuration": "the chart's MutatingWebhookConfiguration: named by the chart",
+    "webhook_cert_manager": "controller.webhook.certManager.enabled: installs its Certificate too",
 }
 DIFFERENT_DEFAULTS = {
     "log_format": ("json", "a pod has no terminal, so auto means json anyway; say it plainly"),

@@ -430,3 +430,38 @@ async def test_an_hpa_keeps_the_surge_while_replacements_load_and_gets_its_bound
     assert order[:2] == ["horizontalpodautoscalers", "deployments"], order
     warnings = [w.body["reason"] for w in api.written("POST", "events")]
     assert "SpotRebalancerSurgeNotHeld" not in warnings
+
+
+async def test_a_placement_policy_is_recorded_and_an_invalid_edit_warned_once_and_not_obeyed() -> (
+    None
+):
+    api = cluster()
+    api.edit(
+        "deployments", "ml", "llm",
+        lambda d: d["metadata"].setdefault("annotations", {}).update(
+            {names.MIN_ON_DEMAND: "1", names.MAX_RISK: "low"}
+        ),
+    )  # fmt: skip
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        await until(
+            lambda: names.POLICY_IN_FORCE in annotations(api, "deployments", "ml", "llm"),
+            within=5,
+            what="the policy recorded",
+        )
+        recorded = annotations(api, "deployments", "ml", "llm")[names.POLICY_IN_FORCE]
+        api.edit(
+            "deployments", "ml", "llm",
+            lambda d: d["metadata"]["annotations"].update({names.MAX_RISK: "extreme"}),
+        )  # fmt: skip
+        await asyncio.sleep(10)  # ten passes and more
+    assert json.loads(recorded)["min_on_demand"] == 1
+    assert annotations(api, "deployments", "ml", "llm")[names.POLICY_IN_FORCE] == recorded
+    warnings = [
+        w.body
+        for w in api.written("POST", "events")
+        if w.body["reason"] == "SpotRebalancerPolicyRefused"
+    ]
+    assert len(warnings) == 1
+    assert names.MAX_RISK in warnings[0]["message"] and warnings[0]["type"] == "Warning"
+    assert warnings[0]["involvedObject"]["name"] == "llm"

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from rebalancer import names
+from rebalancer.controller.actions import RecordPolicy
 from rebalancer.controller.admission import Admitted, View, review
 from rebalancer.controller.placement import Decision, Group, Where, affinity_patch, choose
+from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.policy import Policy, PolicyError, in_force, parse
 from rebalancer.controller.pools import Pool
 from rebalancer.controller.risk import RiskSettings, assess
@@ -321,3 +323,25 @@ def test_everything_else_is_allowed_unchanged(
 
 def test_no_view_yet_allows_unchanged() -> None:
     assert review(request(), None, []).outcome == "not_ready"
+
+
+# ---- the policy in force, recorded by the planner -----------------------------------------------
+
+
+def recorded(state: Snapshot) -> list[RecordPolicy]:
+    return [a for a in plan(state, Settings()).actions if isinstance(a, RecordPolicy)]
+
+
+def test_a_valid_policy_is_recorded_once_and_an_invalid_edit_records_nothing() -> None:
+    valid = {names.MIN_ON_DEMAND: "1"}
+    (first,) = recorded(cluster(valid))
+    assert first.policy == Policy(min_on_demand=1).to_json()
+    assert recorded(cluster({**valid, names.POLICY_IN_FORCE: first.policy})) == []
+    invalid = {names.MIN_ON_DEMAND: "one", names.POLICY_IN_FORCE: first.policy}
+    assert recorded(cluster(invalid)) == []  # the last valid one stays
+
+
+def test_the_record_goes_when_the_policy_annotations_go() -> None:
+    (dropped,) = recorded(cluster({names.POLICY_IN_FORCE: Policy().to_json()}))
+    assert dropped.policy is None
+    assert dropped.patch() == {"metadata": {"annotations": {names.POLICY_IN_FORCE: None}}}
