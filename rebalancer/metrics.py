@@ -237,6 +237,14 @@ class ControllerMetrics:
             "1 once every informer has listed.",
             registry=r,
         )
+        self.risk_moves = Counter(
+            "rebalancer_controller_risk_moves_total",
+            "Moves of a replica off a spot group riskier than its workload's placement policy "
+            "accepts: started, and finished by reason (MovedOffRisk, NoticeDuringReturn, "
+            "LandedOutsidePolicy, SpotReplicaNotReady, RetiredPodGone, ReplicasChangedByOthers).",
+            ["outcome"],
+            registry=r,
+        )
         self.returns = Counter(
             "rebalancer_controller_returns_total",
             "Returns to spot: started, and finished by reason (ReturnedToSpot, "

@@ -88,6 +88,10 @@ class Reason(StrEnum):
     LANDED_ON_DEMAND = "LandedOnDemand"
     SPOT_NOT_READY = "SpotReplicaNotReady"
     RETIRED_POD_GONE = "RetiredPodGone"
+    # Moves off a spot group riskier than a workload's placement policy accepts.
+    RISK_MOVE = "RiskAbovePolicy"
+    MOVED = "MovedOffRisk"
+    LANDED_RISKY = "LandedOutsidePolicy"
 
 
 # How a return to spot ended (`rebalancer_controller_returns_total{outcome}`).
@@ -95,6 +99,16 @@ RETURN_OUTCOMES: Final = (
     Reason.RETURNED,
     Reason.NOTICE_DURING_RETURN,
     Reason.LANDED_ON_DEMAND,
+    Reason.SPOT_NOT_READY,
+    Reason.RETIRED_POD_GONE,
+    Reason.REPLICAS_CHANGED,
+)
+
+# How a move off a risky spot group ended (`rebalancer_controller_risk_moves_total{outcome}`).
+MOVE_OUTCOMES: Final = (
+    Reason.MOVED,
+    Reason.NOTICE_DURING_RETURN,
+    Reason.LANDED_RISKY,
     Reason.SPOT_NOT_READY,
     Reason.RETIRED_POD_GONE,
     Reason.REPLICAS_CHANGED,
@@ -157,6 +171,8 @@ class EventReason(StrEnum):
     COOLDOWN_OVER = "SpotRebalancerCooldownOver"
     FAILOVER_BLOCKED = "SpotRebalancerFailoverBlocked"
     POLICY_REFUSED = "SpotRebalancerPolicyRefused"
+    MOVE_STARTED = "SpotRebalancerMoveStarted"
+    MOVE_FINISHED = "SpotRebalancerMoveFinished"
     PLACED = "SpotRebalancerPlaced"
     RETURN_STARTED = "SpotRebalancerReturnStarted"
     RETURN_FINISHED = "SpotRebalancerReturnFinished"

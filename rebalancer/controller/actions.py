@@ -244,6 +244,7 @@ class FinishReturn(WorkloadAction):
     reason: Reason = Reason.RETURNED
     record: ReturnRecord | None = field(default=None, compare=False)
     backoff_until: datetime | None = field(default=None, compare=False)
+    purpose: str = field(default="return", compare=False)  # the record's: return | risk
 
     def patch(self) -> dict[str, Any]:
         annotations: dict[str, str | None] = {

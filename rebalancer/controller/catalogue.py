@@ -190,6 +190,21 @@ def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:
                 f"No on-demand fallback: {action.detail}",
                 warning=True,
             )
+        case StartReturn() if action.record is not None and action.record.purpose == "risk":
+            return KubeEvent(
+                _workload(action.workload, action.basis.uid),
+                EventReason.MOVE_STARTED,
+                f"Moving {action.record.retire} before any notice: {action.record.why}; scaled "
+                f"to {action.replicas}, the new pod is placed by the policy and the risky one "
+                "goes once it is Ready",
+            )
+        case FinishReturn() if action.purpose == "risk":
+            return KubeEvent(
+                _workload(action.workload, action.basis.uid),
+                EventReason.MOVE_FINISHED,
+                f"Move off a risky spot group finished: {action.reason}",
+                warning=action.backoff_until is not None,
+            )
         case StartReturn():
             record = action.record
             pool, retire = (record.pool, record.retire) if record else ("?", "?")

@@ -361,6 +361,7 @@ class Controller:
             history=next(iter(self.history.items.values()), History()),
             holds=dict(self.holds.items),
             scalers=dict(self.scalers.items),
+            risks=self.recorder.risks,
         )
 
     async def reconcile(self) -> None:

@@ -67,6 +67,7 @@ from rebalancer.vocabulary import (
     EVENT_TYPE_LABELS,
     FAILOVER_REASONS,
     MANUAL,
+    MOVE_OUTCOMES,
     RETURN_OUTCOMES,
     Reason,
     Rejection,
@@ -142,6 +143,7 @@ class Recorder:
         )
         initialise(metrics.actions, [t.__name__ for t in ACTION_TYPES], outcomes)
         initialise(metrics.returns, ["started", *map(str, RETURN_OUTCOMES)])
+        initialise(metrics.risk_moves, ["started", *map(str, MOVE_OUTCOMES)])
         initialise(
             metrics.reconcile_errors,
             ["plan", "observe", "apply", "informer", *sorted(error_kinds())],
@@ -512,6 +514,19 @@ class Recorder:
                     seen.drained = True
                     self.metrics.drain_duration.observe(now - seen.first_seen)
                 log.info("drained", node=action.node, event_id=action.event_id)
+            case StartReturn() if action.record is not None and action.record.purpose == "risk":
+                self.metrics.risk_moves.labels("started").inc()
+                log.info(
+                    "moving a replica off a risky spot group",
+                    workload="/".join(action.workload),
+                    retire=action.record.retire,
+                    why=action.record.why,
+                )
+            case FinishReturn() if action.purpose == "risk":
+                self.metrics.risk_moves.labels(str(action.reason)).inc()
+                log.info(
+                    "move finished", workload="/".join(action.workload), reason=str(action.reason)
+                )
             case StartReturn():
                 self.metrics.returns.labels("started").inc()
                 log.info(
