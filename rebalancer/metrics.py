@@ -177,8 +177,11 @@ class ControllerMetrics:
         )
         self.drain_missed_deadline = Counter(
             "rebalancer_controller_drain_missed_deadline_total",
-            "Nodes marked drained after their deadline, or never (node gone first).",
-            ["pool"],
+            "Nodes gone before they were marked drained, by pool and why: late_notice (first "
+            "seen with less time left than the drain margin), eviction_blocked (a "
+            "PodDisruptionBudget refused an eviction), pods_terminating (pods still shutting "
+            "down), pods_left (pods not yet deleted), other.",
+            ["pool", "reason"],
             registry=r,
         )
         self.pods = Counter(

@@ -152,6 +152,7 @@ class Controller:
             accountant=accountant, clock=clock, log=log, dry_run=settings.dry_run,
             risk=risk_settings(settings), risk_data=self._risk_data,
             risk_interval_seconds=settings.cost_interval_seconds,
+            deadline_margin_seconds=settings.deadline_margin_seconds,
         )  # fmt: skip
         self._last_pass = clock.monotonic()
         self.passes = 0

@@ -93,6 +93,25 @@ class Seen:
     pool: str = ""  # kept for the missed-deadline metric: the Node may be gone when it counts
     cordoned: bool = False
     drained: bool = False
+    # Why a deadline was missed, if it is: what the passes saw while the node was there.
+    late: bool = False  # first seen with less time left than the drain margin
+    blocked: bool = False  # a PodDisruptionBudget refused an eviction from the node
+    terminating: bool = False  # at the last look, pods were still shutting down
+    left: bool = False  # at the last look, pods were there and not being deleted
+
+    def missed_reason(self) -> str:
+        for reason, flag in (
+            ("late_notice", self.late),
+            ("eviction_blocked", self.blocked),
+            ("pods_terminating", self.terminating),
+            ("pods_left", self.left),
+        ):
+            if flag:
+                return reason
+        return "other"
+
+
+MISSED_REASONS = ("late_notice", "eviction_blocked", "pods_terminating", "pods_left", "other")
 
 
 RiskData = Callable[[], tuple[EvictionRates | None, PlacementScores | None]]
@@ -111,7 +130,9 @@ class Recorder:
         risk: RiskSettings | None = None,
         risk_data: RiskData | None = None,
         risk_interval_seconds: float = 10.0,
+        deadline_margin_seconds: float = 5.0,
     ) -> None:
+        self._deadline_margin = deadline_margin_seconds
         self.metrics = metrics
         self._risk_settings = risk or RiskSettings()
         self._risk_data: RiskData = risk_data or (lambda: (None, None))
@@ -179,7 +200,14 @@ class Recorder:
                 live.add(key)
                 if key in self._seen:
                     continue
-                self._seen[key] = Seen(first_seen=now, pool=node.pool)
+                lead = (
+                    (notice.deadline - snapshot.now).total_seconds()
+                    if notice.deadline is not None
+                    else 0.0
+                )
+                self._seen[key] = Seen(
+                    first_seen=now, pool=node.pool, late=lead < self._deadline_margin
+                )
                 self.metrics.notices.labels(
                     event_type_label(notice.event_type),
                     str(notice.source),
@@ -201,12 +229,23 @@ class Recorder:
                     source=str(notice.source),
                     deadline=str(notice.deadline) if notice.deadline else "now",
                 )
+        for (name, _), seen in self._seen.items():
+            if name in snapshot.nodes and not seen.drained:
+                pods = [
+                    p
+                    for p in snapshot.pods_by_node.get(name, [])
+                    if not p.daemonset and not p.mirror and not p.finished
+                ]
+                seen.terminating = any(p.deleting for p in pods)
+                seen.left = any(not p.deleting for p in pods)
         for key in [k for k in self._seen if k not in live]:
             seen = self._seen.pop(key)
             # Missed: the node went (its VM taken) while cordoned and not yet drained. A notice
             # that vanished from a node that is still there was cancelled, not missed.
             if seen.cordoned and not seen.drained and key[0] not in snapshot.nodes:
-                self.metrics.drain_missed_deadline.labels(seen.pool).inc()
+                reason = seen.missed_reason()
+                self.metrics.drain_missed_deadline.labels(seen.pool, reason).inc()
+                self._log.warning("deadline missed", node=key[0], event_id=key[1], why=reason)
 
     def _deficit(self, snapshot: Snapshot, elapsed: float) -> None:
         for workload in snapshot.workloads.values():
@@ -394,7 +433,8 @@ class Recorder:
             [node.sku],
             ["spot" if node.spot else "regular"],
         )
-        self.metrics.drain_missed_deadline.labels(node.pool)
+        for reason in MISSED_REASONS:
+            self.metrics.drain_missed_deadline.labels(node.pool, reason)
 
     # ---- outcomes ----------------------------------------------------------------------------
 
@@ -420,6 +460,9 @@ class Recorder:
             return
         if isinstance(action, Evict) and outcome.rejection is Rejection.BLOCKED:
             self.metrics.pods.labels("eviction_blocked").inc()
+            seen = self._seen.get((action.node, action.event_id))
+            if seen is not None:
+                seen.blocked = True
             if (action.pod, action.event_id) in self._reported_pods:
                 return  # asked again every pass; said once
             self._reported_pods.add((action.pod, action.event_id))
