@@ -297,6 +297,13 @@ class ControllerSettings(CommonSettings):
     webhook_tls_check_seconds: float = Field(
         60.0, gt=0, le=3600, description="How often the webhook's Secret is read (and renewed)."
     )
+    hold_before_notice: bool = Field(
+        False,
+        description="Hold every managed Deployment with a replica on spot with a "
+        "PodDisruptionBudget of ours at all times, not only from the notice: AKS node "
+        "auto-drain can evict before our agent sees the notice. Yields to upgrades and kubectl "
+        "drain; keeps the cluster autoscaler and Karpenter from removing those nodes (README).",
+    )
     hold_doomed_pods: bool = Field(
         True,
         description="While replacements load, a PodDisruptionBudget of ours holds the doomed "

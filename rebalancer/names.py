@@ -20,6 +20,9 @@ DRAINED_FOR_ANNOTATION: Final = f"{PREFIX}/drained-for"
 
 # Names owned by other components that we read and must never write.
 AKS_SPOT_LABEL: Final = "kubernetes.azure.com/scalesetpriority"
+# AKS node auto-drain's taint on a node it cordons for a Scheduled Event (AKS node auto-repair
+# docs): a drain for an eviction, not an upgrade's.
+AKS_REMEDIATOR_TAINT: Final = "remediator.aks.microsoft.com/unschedulable"
 AKS_AGENTPOOL_LABEL: Final = "kubernetes.azure.com/agentpool"
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 ZONE_LABEL: Final = "topology.kubernetes.io/zone"

@@ -78,6 +78,7 @@ class Reason(StrEnum):
     SURGE_NOT_HELD = "SurgeNotHeld"  # someone set replicas back while replacements loaded
     NEW_NOTICE = "NewNotice"  # recorded in the eviction history
     RECORD_DONE = "RecordDone"  # a finished record whose pods are gone is dropped
+    HOLD_BEFORE_NOTICE = "HoldBeforeNotice"  # a standing hold on a managed Deployment on spot
     POLICY_VALID = "PlacementPolicyValid"  # a valid placement policy recorded as the one in force
     COST_RESTORED = "CostRestored"
     LOWEST_COST = "LowestDeletionCost"

@@ -100,6 +100,7 @@ class Settings:
     record_history: bool = True
     # Hold a surge's doomed pods against evictions by others (a PodDisruptionBudget of ours).
     hold_doomed_pods: bool = True
+    hold_before_notice: bool = False
 
     def policy_for(self, event_type: str) -> Policy:
         return self.event_policy.get(event_type, self.unknown_event_policy)
@@ -523,15 +524,51 @@ def _holds(snapshot: Snapshot, settings: Settings, planned: list[Action]) -> lis
             held[(workload.namespace, workload.name)] = workload
     if not settings.hold_doomed_pods:
         held = {}
+    standing = _held_before_notice(snapshot, settings) if settings.hold_before_notice else {}
     actions: list[Action] = []
     existing = {(h.namespace, h.workload) for h in snapshot.holds.values()}
-    for (namespace, name), workload in sorted(held.items()):
+    for (namespace, name), workload in sorted({**standing, **held}.items()):
         if (namespace, name) not in existing and workload.selector:
-            actions.append(Hold(namespace, name, workload.selector))
+            reason = Reason.NOTICE if (namespace, name) in held else Reason.HOLD_BEFORE_NOTICE
+            actions.append(Hold(namespace, name, workload.selector, reason=reason))
+    held = {**standing, **held}
     for hold in sorted(snapshot.holds.values(), key=lambda h: h.key):
         if (hold.namespace, hold.workload) not in held:
             actions.append(Release(hold.namespace, hold.name))
     return actions
+
+
+def _held_before_notice(
+    snapshot: Snapshot, settings: Settings
+) -> dict[tuple[str, str], WorkloadInfo]:
+    """With `hold_before_notice`, every managed Deployment with a replica on spot is held all
+    the time: AKS node auto-drain may evict at notice time, before our agent has seen the
+    notice, and a user's PDB that allows one disruption lets it. The hold yields while one of
+    its nodes is drained by someone else for another reason (cordoned, not by us, without a
+    notice and without AKS auto-drain's taint: an upgrade, `kubectl drain`), which it must not
+    block; the cluster autoscaler and Karpenter do not remove its nodes meanwhile (docs)."""
+    nodes = snapshot.nodes
+    standing: dict[tuple[str, str], WorkloadInfo] = {}
+    for workload in snapshot.workloads.values():
+        if workload.kind != "Deployment" or not managed(workload, settings):
+            continue
+        hosts = [
+            nodes[p.node_name]
+            for p in snapshot.pods_by_workload.get(workload.key, [])
+            if p.node_name in nodes and not p.finished
+        ]
+        if any(n.spot for n in hosts) and not any(_drained_by_others(n) for n in hosts):
+            standing[(workload.namespace, workload.name)] = workload
+    return standing
+
+
+def _drained_by_others(node: NodeInfo) -> bool:
+    return (
+        node.unschedulable
+        and not node.notices
+        and names.CORDONED_FOR not in node.annotations
+        and not any(t.key == names.AKS_REMEDIATOR_TAINT for t in node.taints)
+    )
 
 
 def _policies(snapshot: Snapshot) -> list[Action]:
