@@ -698,7 +698,8 @@ def test_the_standing_hold_yields_to_an_upgrade_drain_but_not_to_aks_auto_drain(
     assert standing_holds(cordoned, hold_before_notice=True) == []
     remediated = quiet_nodes()
     remediated[0]["spec"]["unschedulable"] = True
-    remediated[0]["spec"]["taints"].append(
-        {"key": names.AKS_REMEDIATOR_TAINT, "effect": "NoSchedule"}
-    )  # AKS node auto-drain acting on a Scheduled Event we have not seen yet
+    remediated[0]["spec"]["taints"] = [
+        *remediated[0]["spec"]["taints"],
+        {"key": names.AKS_REMEDIATOR_TAINT, "effect": "NoSchedule"},
+    ]  # AKS node auto-drain acting on a Scheduled Event we have not seen yet
     assert len(standing_holds(remediated, hold_before_notice=True)) == 1
