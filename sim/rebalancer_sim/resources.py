@@ -132,6 +132,16 @@ ALL: tuple[ResourceType, ...] = (
         categories=("all",),
     ),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    # Called on every Pod CREATE by admission.py, as kube-apiserver calls them.
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        False,
+        has_generation=True,
+        categories=("api-extensions",),
+    ),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
 )
 
@@ -153,6 +163,7 @@ PDBS = BY_KEY["poddisruptionbudgets.policy"]
 LEASES = BY_KEY["leases.coordination.k8s.io"]
 HPAS = BY_KEY["horizontalpodautoscalers.autoscaling"]
 EVENTS_V1 = BY_KEY["events.events.k8s.io"]
+MUTATING_WEBHOOKS = BY_KEY["mutatingwebhookconfigurations.admissionregistration.k8s.io"]
 
 GROUPS: dict[str, list[str]] = {}
 for _r in ALL:
