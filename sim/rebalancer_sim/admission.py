@@ -59,7 +59,8 @@ API_USER: UserInfo = {
     "groups": ["system:masters", "system:authenticated"],
 }
 CREATE_OPTIONS: Obj = {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
-_X509_HOSTNAME_MISMATCH = 62  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH
+# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH
+_NAME_MISMATCH = frozenset({62, 64})
 _UNVERIFIED = "tls: failed to verify certificate"
 
 
@@ -623,7 +624,7 @@ def _go_error(error: BaseException, address: str, server_name: str) -> str:
     """A connection or TLS failure in the words of Go's net/http, which upstream reports."""
     if isinstance(error, aiohttp.ClientConnectorCertificateError):
         reason = error.certificate_error
-        if getattr(reason, "verify_code", None) == _X509_HOSTNAME_MISMATCH:
+        if getattr(reason, "verify_code", None) in _NAME_MISMATCH:
             return f"{_UNVERIFIED}: x509: certificate is not valid for {server_name}"
         return f"{_UNVERIFIED}: x509: certificate signed by unknown authority"
     if isinstance(error, aiohttp.ClientSSLError):

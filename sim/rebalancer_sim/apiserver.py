@@ -169,7 +169,7 @@ class ApiServer:
         if method == "GET":
             if request.query.get("watch", "") in WATCH_TRUE:
                 return await self._watch(request, route, single=route.name)
-            return self._get(route)
+            return self._get(request, route)
         if method == "PUT":
             return await self._replace(request, route)
         if method == "PATCH":
@@ -200,11 +200,15 @@ class ApiServer:
 
     # ---- reads -----------------------------------------------------------------------------
 
-    def _get(self, route: Route) -> web.Response:
+    def _get(self, request: web.Request, route: Route) -> web.Response:
         assert route.name is not None
         raw = self.store.raw(route.resource, route.namespace or "", route.name)
         if raw is None:
             raise not_found(route.resource, route.name)
+        if "as=Table" in request.headers.get("Accept", ""):  # `kubectl get <kind> <name>`
+            obj = json.loads(raw)
+            meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            return _json(tables.table(route.resource, [obj], meta, self.store))
         return _raw_json(raw)
 
     def _selectors(
