@@ -374,21 +374,23 @@ class Admission:
         *,
         webhook: str,
         address: str,
-        ca_bundle: bytes,
+        ca_bundle: bytes | None,
         service: str | None = "default/webhook:443",
         path: str = "/mutate",
         failure_policy: str = "Fail",
         timeout_seconds: int = 10,
+        scope: str = "*",
         namespace_selector: Obj | None = None,
         object_selector: Obj | None = None,
     ) -> Obj:
         """Register a webhook that listens on this machine (`address`, "host:port") for Pod
-        CREATE, as a cluster operator would: a MutatingWebhookConfiguration `name` with one
-        webhook reached through `service` ("<namespace>/<name>:<port>", mapped to `address` in
-        `webhook_services`; its certificate must be valid for `<name>.<namespace>.svc`), or,
-        with `service=None`, through `url: https://<address><path>`. `ca_bundle` is the PEM of
-        the CA that signed the webhook's certificate. Replaces a configuration of that name."""
-        client: Obj = {"caBundle": base64.b64encode(ca_bundle).decode()}
+        CREATE, as a cluster operator would: a MutatingWebhookConfiguration `name` (replacing
+        one of that name) with one webhook, reached through `service` ("<namespace>/<name>:
+        <port>", mapped to `address` in `webhook_services`; its certificate must be valid for
+        `<name>.<namespace>.svc`) or, with `service=None`, through `url: https://<address>
+        <path>`. `ca_bundle`: the PEM of the CA that signed the webhook's certificate, or None
+        for a webhook that puts its own CA into the configuration later."""
+        client: Obj = {}
         if service is None:
             client["url"] = f"https://{address}{path}"
         else:
@@ -401,20 +403,16 @@ class Admission:
                 "port": int(port),
             }
             self.webhook_services[service] = address
+        if ca_bundle is not None:
+            client["caBundle"] = base64.b64encode(ca_bundle).decode()
+        rule = {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"]}
         configuration: Obj = {
             "metadata": {"name": name},
             "webhooks": [
                 {
                     "name": webhook,
                     "clientConfig": client,
-                    "rules": [
-                        {
-                            "operations": ["CREATE"],
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "resources": ["pods"],
-                        }
-                    ],
+                    "rules": [{**rule, "resources": ["pods"], "scope": scope}],
                     "failurePolicy": failure_policy,
                     "timeoutSeconds": timeout_seconds,
                     "namespaceSelector": namespace_selector or {},
@@ -424,8 +422,7 @@ class Admission:
                 }
             ],
         }
-        existing = self.store.get(R.MUTATING_WEBHOOKS, "", name)
-        if existing is not None:
+        if self.store.get(R.MUTATING_WEBHOOKS, "", name) is not None:
             self.store.delete(R.MUTATING_WEBHOOKS, "", name)
         return self.store.create(R.MUTATING_WEBHOOKS, configuration)
 

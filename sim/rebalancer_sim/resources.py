@@ -63,6 +63,8 @@ ALL: tuple[ResourceType, ...] = (
     ),
     ResourceType("", "v1", "events", "Event", True, ("ev",)),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
+    # Where an admission webhook's serving certificate lives (the controller's TLS keeper).
+    ResourceType("", "v1", "secrets", "Secret", True),
     ResourceType("", "v1", "podtemplates", "PodTemplate", True),
     ResourceType(
         "apps",
@@ -153,6 +155,7 @@ NODES = BY_KEY["nodes"]
 PODS = BY_KEY["pods"]
 EVENTS = BY_KEY["events"]
 CONFIGMAPS = BY_KEY["configmaps"]
+SECRETS = BY_KEY["secrets"]
 PODTEMPLATES = BY_KEY["podtemplates"]
 DEPLOYMENTS = BY_KEY["deployments.apps"]
 REPLICASETS = BY_KEY["replicasets.apps"]

@@ -30,6 +30,7 @@ from aiohttp import web
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.scenario import parse_scenario
+from tests.e2e.rig import register_placement_webhook
 from tests.helpers import free_port, serve
 from tests.tls import ThrowawayCA
 
@@ -173,7 +174,7 @@ async def serving(
     """The webhook over HTTPS on 127.0.0.1 with a certificate `ca` issued for these names;
     yields its address (host:port)."""
     app = web.Application()
-    app.router.add_post("/mutate", webhook.handle)
+    app.router.add_post("/{path:.*}", webhook.handle)
     context = ca.server_context(list(dns_names), list(ip_addresses))
     async with serve(app, ssl_context=context, port=port) as url:
         try:
@@ -189,12 +190,8 @@ def ca() -> ThrowawayCA:
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[ClusterEmulator]:
-    cluster = ClusterEmulator(_scenario(), tick_seconds=0.02)
-    await cluster.start()
-    try:
+    async with ClusterEmulator(_scenario(), tick_seconds=0.02) as cluster:
         yield cluster
-    finally:
-        await cluster.stop()
 
 
 @pytest.fixture
@@ -264,6 +261,18 @@ def refused_message(reason: str, *, timeout_seconds: int = 10, service: str = SE
     )
 
 
+@asynccontextmanager
+async def registered(
+    cluster: ClusterEmulator, webhook: PlacementWebhook, *, ca: ThrowawayCA, **changes: Any
+) -> AsyncIterator[str]:
+    """`webhook` served (as `serving` does) and registered as the configuration `placement`,
+    reached through the Service SERVICE; `changes` to `Admission.register`'s arguments."""
+    async with serving(webhook, ca) as address:
+        arguments = {"ca_bundle": ca.pem, "service": SERVICE, **changes}
+        cluster.admission.register("placement", webhook=WEBHOOK, address=address, **arguments)
+        yield address
+
+
 # ---- placement: both ways pods are created -----------------------------------------------------
 
 
@@ -273,11 +282,7 @@ async def test_api_and_replicaset_pods_arrive_mutated_and_are_placed_accordingly
     (before,) = llm_pods(cluster)
     assert pool_of(cluster, before) == "gpuspot"  # created before the webhook: spot preferred
     webhook = PlacementWebhook()
-    async with serving(webhook, ca) as address:
-        cluster.admission.register(
-            "placement", webhook=WEBHOOK, address=address, ca_bundle=ca.pem, service=SERVICE
-        )
-
+    async with registered(cluster, webhook, ca=ca):
         status, created, warnings = await create_pod(
             session, cluster, probe(), headers={"Impersonate-User": "alice@example.com"}
         )
@@ -358,10 +363,7 @@ async def test_dry_run_calls_the_webhook_and_stores_nothing(
     cluster: ClusterEmulator, session: aiohttp.ClientSession, ca: ThrowawayCA
 ) -> None:
     webhook = PlacementWebhook()
-    async with serving(webhook, ca) as address:
-        cluster.admission.register(
-            "placement", webhook=WEBHOOK, address=address, ca_bundle=ca.pem, service=SERVICE
-        )
+    async with registered(cluster, webhook, ca=ca):
         pods_before = len(cluster.pods("inference"))
         status, created, _ = await create_pod(session, cluster, probe(), params={"dryRun": "All"})
     assert status == 201, created
@@ -394,18 +396,13 @@ async def test_namespace_and_object_selectors_exclude_what_they_do_not_select(
     ) as response:
         assert response.status == 201
     webhook = PlacementWebhook()
-    async with serving(webhook, ca) as address:
-        cluster.admission.register(
-            "placement",
-            webhook=WEBHOOK,
-            address=address,
-            ca_bundle=ca.pem,
-            service=SERVICE,
-            namespace_selector={"matchLabels": {"placement": "managed"}},
-            object_selector={
-                "matchExpressions": [{"key": "app", "operator": "In", "values": ["llm"]}]
-            },
-        )
+    async with registered(
+        cluster,
+        webhook,
+        namespace_selector={"matchLabels": {"placement": "managed"}},
+        object_selector={"matchExpressions": [{"key": "app", "operator": "In", "values": ["llm"]}]},
+        ca=ca,
+    ):
         results = [
             await create_pod(session, cluster, probe(labels={"app": "llm"})),
             await create_pod(session, cluster, probe(labels={"app": "web"})),
@@ -505,16 +502,7 @@ async def test_the_timeout_is_honoured(
     cluster: ClusterEmulator, session: aiohttp.ClientSession, ca: ThrowawayCA, policy: str
 ) -> None:
     webhook = PlacementWebhook(delay=5.0)
-    async with serving(webhook, ca) as address:
-        cluster.admission.register(
-            "placement",
-            webhook=WEBHOOK,
-            address=address,
-            ca_bundle=ca.pem,
-            service=SERVICE,
-            failure_policy=policy,
-            timeout_seconds=1,
-        )
+    async with registered(cluster, webhook, failure_policy=policy, timeout_seconds=1, ca=ca):
         started = time.monotonic()
         status, body, _ = await create_pod(session, cluster, probe())
         elapsed = time.monotonic() - started
@@ -533,15 +521,9 @@ async def test_a_wrong_ca_bundle_is_a_tls_failure(
     cluster: ClusterEmulator, session: aiohttp.ClientSession, ca: ThrowawayCA, policy: str
 ) -> None:
     webhook = PlacementWebhook()
-    async with serving(webhook, ca) as address:
-        cluster.admission.register(
-            "placement",
-            webhook=WEBHOOK,
-            address=address,
-            ca_bundle=ThrowawayCA("another CA").pem,
-            service=SERVICE,
-            failure_policy=policy,
-        )
+    async with registered(
+        cluster, webhook, ca_bundle=ThrowawayCA("another CA").pem, failure_policy=policy, ca=ca
+    ):
         status, body, _ = await create_pod(session, cluster, probe())
     assert webhook.seen == []
     reason = "tls: failed to verify certificate: x509: certificate signed by unknown authority"
@@ -624,15 +606,9 @@ async def test_a_denial_refuses_the_create_with_its_status_whatever_the_policy(
     message: str,
 ) -> None:
     answer: Obj = {"allowed": False} | ({"status": status} if status else {})
-    async with serving(PlacementWebhook(answer=lambda _: answer), ca) as address:
-        cluster.admission.register(
-            "placement",
-            webhook=WEBHOOK,
-            address=address,
-            ca_bundle=ca.pem,
-            service=SERVICE,
-            failure_policy="Ignore",
-        )
+    async with registered(
+        cluster, PlacementWebhook(answer=lambda _: answer), failure_policy="Ignore", ca=ca
+    ):
         got, body, _ = await create_pod(session, cluster, probe())
     assert (got, body["code"], body.get("reason"), body["message"]) == (code, code, reason, message)
     assert body["status"] == "Failure"
@@ -673,15 +649,9 @@ async def test_a_malformed_patch(
     expected: int | str,
 ) -> None:
     answer = {"allowed": True, "patchType": "JSONPatch", "patch": _encoded(patch)}
-    async with serving(PlacementWebhook(answer=lambda _: answer), ca) as address:
-        cluster.admission.register(
-            "placement",
-            webhook=WEBHOOK,
-            address=address,
-            ca_bundle=ca.pem,
-            service=SERVICE,
-            failure_policy=policy,
-        )
+    async with registered(
+        cluster, PlacementWebhook(answer=lambda _: answer), failure_policy=policy, ca=ca
+    ):
         status, body, _ = await create_pod(session, cluster, probe())
     if expected == 201:
         assert status == 201, body
@@ -693,6 +663,53 @@ async def test_a_malformed_patch(
 
 
 # ---- the configurations themselves ------------------------------------------------------------
+
+
+async def test_the_e2e_rig_registers_a_controller_webhook_as_the_chart_does(
+    cluster: ClusterEmulator, session: aiohttp.ClientSession, ca: ThrowawayCA
+) -> None:
+    """Without a caBundle until the controller's TLS keeper puts its CA in (here by hand,
+    through the API, as the keeper does: a Secret, then an update of the configuration)."""
+    assert cluster.urls is not None
+    api = cluster.urls.api
+    webhook = PlacementWebhook()
+    enabled = {"app": "llm", "spot-rebalancer.io/placement": "enabled"}
+    async with serving(webhook, ca, dns_names=("spot-rebalancer-webhook.default.svc",)) as address:
+        register_placement_webhook(cluster, port=int(address.rsplit(":", 1)[1]))
+        status, created, _ = await create_pod(session, cluster, probe(labels=enabled))
+        assert status == 201, created
+        assert "placed-by" not in created["metadata"]["labels"]  # no CA yet: Ignore
+        (call,) = cluster.admission.calls
+        assert call.outcome == "failed-open"
+        assert "x509: certificate signed by unknown authority" in call.message
+
+        secret = {
+            "metadata": {"name": "spot-rebalancer-webhook-tls"},
+            "data": {"ca.crt": base64.b64encode(ca.pem).decode()},
+        }
+        async with session.post(
+            f"{api}/api/v1/namespaces/default/secrets", json=secret
+        ) as response:
+            assert response.status == 201
+        path = f"{api}/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/spot-rebalancer"
+        async with session.get(path) as response:
+            configuration = await response.json()
+        for hook in configuration["webhooks"]:
+            hook["clientConfig"]["caBundle"] = base64.b64encode(ca.pem).decode()
+        async with session.put(path, json=configuration) as response:
+            assert response.status == 200
+
+        placed = await create_pod(session, cluster, probe(labels=enabled))
+        unlabelled = await create_pod(session, cluster, probe())
+        system = await create_pod(session, cluster, probe(labels=enabled), namespace="kube-system")
+    assert placed[1]["metadata"]["labels"]["placed-by"] == "webhook"
+    assert "placed-by" not in unlabelled[1]["metadata"]["labels"]
+    assert "placed-by" not in system[1]["metadata"]["labels"]
+    (seen,) = webhook.seen
+    assert (seen.path, seen.host) == (
+        "/mutate-pods?timeout=2s",
+        "spot-rebalancer-webhook.default.svc:443",
+    )
 
 
 @pytest.mark.parametrize("backend", ["emulator"], indirect=True)
