@@ -191,6 +191,8 @@ class Admission:
         hooks = self.matching(obj, namespace=namespace, resource=resource)
         if not hooks:
             return obj, []
+        if namespace and self.store.get(R.NAMESPACES, "", namespace) is None:
+            raise not_found(R.NAMESPACES, namespace)  # NamespaceLifecycle runs before webhooks
         current = _as_decoded(obj, resource, namespace)
         warnings: list[str] = []
         for hook in hooks:
@@ -204,7 +206,7 @@ class Admission:
                 options=options or CREATE_OPTIONS,
                 warnings=warnings,
             )
-        if (current.get("metadata") or {}).get("namespace") != namespace:
+        if ((current.get("metadata") or {}).get("namespace") or "") != namespace:
             raise bad_request(
                 "the namespace of the provided object does not match the namespace sent on the "
                 "request"

@@ -304,12 +304,9 @@ async def test_api_and_replicaset_pods_arrive_mutated_and_are_placed_accordingly
     for pod in new:
         assert pod["metadata"]["labels"]["placed-by"] == "webhook"
         assert pool_of(cluster, pod) == CHOSEN_POOL
-    assert (
-        "placed-by"
-        not in (cluster.store.get(R.PODS, "inference", before["metadata"]["name"]) or {})[
-            "metadata"
-        ]["labels"]
-    )
+    unchanged = cluster.store.get(R.PODS, "inference", before["metadata"]["name"])
+    assert unchanged is not None
+    assert "placed-by" not in unchanged["metadata"]["labels"]
 
     # What the webhook received, as kube-apiserver sends it.
     assert [s.path for s in webhook.seen] == ["/mutate?timeout=10s"] * 3
@@ -342,7 +339,7 @@ async def test_api_and_replicaset_pods_arrive_mutated_and_are_placed_accordingly
     assert request["dryRun"] is False
     assert request["options"] == {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
 
-    replicaset = next(p for p in new)["metadata"]["ownerReferences"][0]["name"]
+    replicaset = new[0]["metadata"]["ownerReferences"][0]["name"]
     for review in replicaset_reviews:
         request = review["request"]
         assert request["userInfo"] == {
@@ -408,6 +405,8 @@ async def test_namespace_and_object_selectors_exclude_what_they_do_not_select(
             await create_pod(session, cluster, probe(labels={"app": "web"})),
             await create_pod(session, cluster, probe(labels={"app": "llm"}), namespace="unmanaged"),
         ]
+        status, missing, _ = await create_pod(session, cluster, probe(), namespace="absent")
+    assert (status, missing["message"]) == (404, 'namespaces "absent" not found')
     assert [status for status, _, _ in results] == [201, 201, 201]
     labels = [created["metadata"]["labels"] for _, created, _ in results]
     assert labels == [{"app": "llm", "placed-by": "webhook"}, {"app": "web"}, {"app": "llm"}]
@@ -480,8 +479,11 @@ async def test_fail_with_the_webhook_down_refuses_creates_until_it_is_back(
         expected,
     )
     assert len(llm_pods(cluster)) == 1
-    await asyncio.sleep(0.5)  # it keeps failing, backing off
+    await cluster.wait_for(
+        lambda: len(cluster.pod_creations.failures) >= 3, timeout=5, message="retries"
+    )  # it keeps trying, backing off, and keeps failing
     assert len(llm_pods(cluster)) == 1
+    assert {why for _, _, why in cluster.pod_creations.failures} == {expected}
 
     async with serving(PlacementWebhook(), ca, port=port):
         await cluster.wait_for(
