@@ -356,6 +356,72 @@ async def test_api_and_replicaset_pods_arrive_mutated_and_are_placed_accordingly
     assert all(call.latency_seconds > 0 for call in cluster.admission.calls)
 
 
+async def test_statefulset_and_daemonset_pods_are_admitted_as_their_controllers(
+    cluster: ClusterEmulator, session: aiohttp.ClientSession, ca: ThrowawayCA
+) -> None:
+    assert cluster.urls is not None
+    labelled = {
+        "allowed": True,
+        "patchType": "JSONPatch",
+        "patch": _encoded(
+            [{"op": "add", "path": "/metadata/labels/placed-by", "value": "webhook"}]
+        ),
+    }
+    webhook = PlacementWebhook(answer=lambda _: labelled)
+    template = probe(labels={"tier": "db"})
+    template["spec"]["nodeSelector"] = {POOL_LABEL: "system"}
+    selector = {"matchLabels": {"tier": "db"}}
+    workloads = {
+        "statefulsets": {"replicas": 2, "serviceName": "db", "selector": selector},
+        "daemonsets": {"selector": selector},
+    }
+    async with registered(cluster, webhook, ca=ca, object_selector=selector):
+        for plural, spec in workloads.items():
+            body = {
+                "metadata": {"name": f"db-{plural}"},
+                "spec": {
+                    **spec,
+                    "template": {"metadata": template["metadata"], "spec": template["spec"]},
+                },
+            }
+            async with session.post(
+                f"{cluster.urls.api}/apis/apps/v1/namespaces/inference/{plural}", json=body
+            ) as response:
+                assert response.status == 201, await response.text()
+        await cluster.wait_for(
+            lambda: (
+                len(
+                    [
+                        p
+                        for p in cluster.pods("inference")
+                        if p["metadata"]["name"].startswith("db-")
+                    ]
+                )
+                == 3
+            ),
+            timeout=5,
+            message="2 StatefulSet pods and 1 DaemonSet pod",
+        )
+    for pod in cluster.pods("inference"):
+        if pod["metadata"]["name"].startswith("db-"):
+            assert pod["metadata"]["labels"]["placed-by"] == "webhook"
+    seen = [
+        (
+            s.review["request"]["userInfo"]["username"].rsplit(":", 1)[1],
+            s.review["request"].get("name"),
+        )
+        for s in webhook.seen
+    ]
+    assert sorted(seen, key=str) == sorted(
+        [
+            ("statefulset-controller", "db-statefulsets-0"),
+            ("statefulset-controller", "db-statefulsets-1"),
+            ("daemon-set-controller", None),  # a generateName
+        ],
+        key=str,
+    )
+
+
 async def test_dry_run_calls_the_webhook_and_stores_nothing(
     cluster: ClusterEmulator, session: aiohttp.ClientSession, ca: ThrowawayCA
 ) -> None:
