@@ -185,6 +185,8 @@ def controller_settings_from(
     config_maps = {c["metadata"]["name"]: c for c in by_kind(objects, "ConfigMap")}
     volumes = {v["name"]: v for v in spec.get("volumes") or []}
     for mount in container.get("volumeMounts") or []:
+        if "configMap" not in volumes[mount["name"]]:
+            continue  # the webhook's scratch /tmp (an emptyDir): nothing to read back
         config_map = config_maps[volumes[mount["name"]]["configMap"]["name"]]
         folder = pod_root / mount["mountPath"].lstrip("/")
         folder.mkdir(parents=True)
