@@ -277,6 +277,38 @@ class ControllerSettings(CommonSettings):
         "",
         description="Fail over only workloads with these labels: 'k=v,k2' (k2: the key exists).",
     )
+    webhook_enabled: bool = Field(
+        False,
+        description="Serve the admission webhook that places new pods of workloads with a "
+        "placement policy (docs/placement.md); the chart's controller.webhook installs it.",
+    )
+    webhook_port: int = Field(9443, ge=1, le=65535, description="Port of the admission webhook.")
+    webhook_service: str = Field(
+        "spot-rebalancer-webhook",
+        description="The webhook's Service: its certificate is issued for the Service's names.",
+    )
+    webhook_secret: str = Field(
+        "spot-rebalancer-webhook-tls",
+        description="Secret (in the controller's namespace) with the webhook's CA and certificate.",
+    )
+    webhook_configuration: str = Field(
+        "spot-rebalancer",
+        description="The MutatingWebhookConfiguration whose caBundle the controller keeps.",
+    )
+    webhook_cert_manager: bool = Field(
+        False,
+        description="cert-manager issues the certificate and injects the CA: only read the Secret.",
+    )
+    webhook_tls_check_seconds: float = Field(
+        60.0, gt=0, le=3600, description="How often the webhook's Secret is read (and renewed)."
+    )
+    hold_before_notice: bool = Field(
+        False,
+        description="Hold every managed Deployment with a replica on spot with a "
+        "PodDisruptionBudget of ours at all times, not only from the notice: AKS node "
+        "auto-drain can evict before our agent sees the notice. Yields to upgrades and kubectl "
+        "drain; keeps the cluster autoscaler and Karpenter from removing those nodes (README).",
+    )
     hold_doomed_pods: bool = Field(
         True,
         description="While replacements load, a PodDisruptionBudget of ours holds the doomed "

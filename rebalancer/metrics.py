@@ -136,6 +136,13 @@ class AgentMetrics:
         initialise(self.errors, AGENT_ERROR_KINDS)
 
 
+WEBHOOK_OUTCOMES = (
+    "placed", "no_policy", "no_fit", "unknown_workload", "not_pod", "not_ready", "bad_request",
+    "error",
+)  # fmt: skip
+WEBHOOK_TLS_ERRORS = ("api", "unreadable", "expiring", "no_configuration")
+
+
 class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -177,8 +184,11 @@ class ControllerMetrics:
         )
         self.drain_missed_deadline = Counter(
             "rebalancer_controller_drain_missed_deadline_total",
-            "Nodes marked drained after their deadline, or never (node gone first).",
-            ["pool"],
+            "Nodes gone before they were marked drained, by pool and why: late_notice (first "
+            "seen with less time left than the drain margin), eviction_blocked (a "
+            "PodDisruptionBudget refused an eviction), pods_terminating (pods still shutting "
+            "down), pods_left (pods not yet deleted), other.",
+            ["pool", "reason"],
             registry=r,
         )
         self.pods = Counter(
@@ -235,6 +245,14 @@ class ControllerMetrics:
         self.cache_synced = Gauge(
             "rebalancer_controller_cache_synced",
             "1 once every informer has listed.",
+            registry=r,
+        )
+        self.risk_moves = Counter(
+            "rebalancer_controller_risk_moves_total",
+            "Moves of a replica off a spot group riskier than its workload's placement policy "
+            "accepts: started, and finished by reason (MovedOffRisk, NoticeDuringReturn, "
+            "LandedOutsidePolicy, SpotReplicaNotReady, RetiredPodGone, ReplicasChangedByOthers).",
+            ["outcome"],
             registry=r,
         )
         self.returns = Counter(
@@ -357,7 +375,45 @@ class ControllerMetrics:
             ["source", "reason"],
             registry=r,
         )
+        self.webhook_reviews = Counter(
+            "rebalancer_webhook_reviews_total",
+            "Pod admission reviews by outcome: placed, no_policy (the workload has none), "
+            "no_fit (no pool its policy allows fits the pod), unknown_workload, not_pod, "
+            "not_ready (caches not synced), bad_request, error (a bug: the pod was allowed "
+            "unchanged).",
+            ["outcome"],
+            registry=r,
+        )
+        self.webhook_seconds = Histogram(
+            "rebalancer_webhook_review_seconds",
+            "Time to answer one admission review, from the request read to the answer ready.",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
+        )
+        self.placements = Counter(
+            "rebalancer_placements_total",
+            "New pods placed by a workload's policy, by the capacity chosen (spot, on_demand).",
+            ["namespace", "workload", "capacity"],
+            registry=r,
+        )
+        self.webhook_tls_errors = Counter(
+            "rebalancer_webhook_tls_errors_total",
+            "Problems keeping the webhook's certificate: api (cannot read or write), unreadable "
+            "(a Secret without the keys), expiring (cert-manager's does not serve), "
+            "no_configuration (no MutatingWebhookConfiguration to put the CA in).",
+            ["reason"],
+            registry=r,
+        )
+        self.policy_refused = Gauge(
+            "rebalancer_placement_policy_refused",
+            "1 while a workload's declared placement policy is invalid (the last valid one, if "
+            "any, stays in force).",
+            ["namespace", "workload"],
+            registry=r,
+        )
         # The rest (pools, workloads, reasons, actions) the controller initialises itself.
+        initialise(self.webhook_reviews, WEBHOOK_OUTCOMES)
+        initialise(self.webhook_tls_errors, WEBHOOK_TLS_ERRORS)
         initialise(self.notice_lead_time, EVENT_TYPE_LABELS)
         initialise(self.pods, POD_ACTIONS)
         initialise(self.risk_refresh_errors, RISK_SOURCES, RISK_ERROR_REASONS)

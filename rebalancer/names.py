@@ -20,6 +20,9 @@ DRAINED_FOR_ANNOTATION: Final = f"{PREFIX}/drained-for"
 
 # Names owned by other components that we read and must never write.
 AKS_SPOT_LABEL: Final = "kubernetes.azure.com/scalesetpriority"
+# AKS node auto-drain's taint on a node it cordons for a Scheduled Event (AKS node auto-repair
+# docs): a drain for an eviction, not an upgrade's.
+AKS_REMEDIATOR_TAINT: Final = "remediator.aks.microsoft.com/unschedulable"
 AKS_AGENTPOOL_LABEL: Final = "kubernetes.azure.com/agentpool"
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 ZONE_LABEL: Final = "topology.kubernetes.io/zone"
@@ -63,6 +66,19 @@ HOLD_PREFIX: Final = "spot-rebalancer-hold-"
 HPA_ORIGINAL_ANNOTATION: Final = f"{PREFIX}/original-replicas-bounds"
 # Set by a user on a workload: leave it alone.
 OPT_OUT_ANNOTATION: Final = f"{PREFIX}/ignore"
+# A workload's placement policy, set by a user on its Deployment or StatefulSet (schema:
+# rebalancer/controller/policy.py, docs/placement.md).
+MIN_ON_DEMAND: Final = f"{PREFIX}/min-on-demand"  # replicas kept on on-demand pools, at least
+SPARE_REPLICAS: Final = f"{PREFIX}/spare-replicas"  # spot replicas beyond the need (not used yet)
+POOLS: Final = f"{PREFIX}/pools"  # comma-separated agent pools that may serve it; all if absent
+MAX_RISK: Final = f"{PREFIX}/max-risk"  # low | medium | high: the riskiest spot group accepted
+SPREAD: Final = f"{PREFIX}/spread"  # zone | pool | none: what its spot replicas spread over
+FAILOVER_TO: Final = f"{PREFIX}/failover-to"  # on-demand | spot: where replacements go
+# Ours, on the workload: the last valid policy (JSON), in force while the declared one is invalid.
+POLICY_IN_FORCE: Final = f"{PREFIX}/placement-in-force"
+# Ours, on a pod our admission webhook placed: "<pool>/<zone>" it chose, and why.
+PLACED: Final = f"{PREFIX}/placed"
+PLACED_WHY: Final = f"{PREFIX}/placed-why"
 # The eviction history ConfigMap's key (the ConfigMap is named after the Lease: `<lease>-history`).
 HISTORY_KEY: Final = "history.json"
 

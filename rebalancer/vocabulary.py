@@ -78,6 +78,8 @@ class Reason(StrEnum):
     SURGE_NOT_HELD = "SurgeNotHeld"  # someone set replicas back while replacements loaded
     NEW_NOTICE = "NewNotice"  # recorded in the eviction history
     RECORD_DONE = "RecordDone"  # a finished record whose pods are gone is dropped
+    HOLD_BEFORE_NOTICE = "HoldBeforeNotice"  # a standing hold on a managed Deployment on spot
+    POLICY_VALID = "PlacementPolicyValid"  # a valid placement policy recorded as the one in force
     COST_RESTORED = "CostRestored"
     LOWEST_COST = "LowestDeletionCost"
     # Returns to spot.
@@ -87,6 +89,10 @@ class Reason(StrEnum):
     LANDED_ON_DEMAND = "LandedOnDemand"
     SPOT_NOT_READY = "SpotReplicaNotReady"
     RETIRED_POD_GONE = "RetiredPodGone"
+    # Moves off a spot group riskier than a workload's placement policy accepts.
+    RISK_MOVE = "RiskAbovePolicy"
+    MOVED = "MovedOffRisk"
+    LANDED_RISKY = "LandedOutsidePolicy"
 
 
 # How a return to spot ended (`rebalancer_controller_returns_total{outcome}`).
@@ -94,6 +100,16 @@ RETURN_OUTCOMES: Final = (
     Reason.RETURNED,
     Reason.NOTICE_DURING_RETURN,
     Reason.LANDED_ON_DEMAND,
+    Reason.SPOT_NOT_READY,
+    Reason.RETIRED_POD_GONE,
+    Reason.REPLICAS_CHANGED,
+)
+
+# How a move off a risky spot group ended (`rebalancer_controller_risk_moves_total{outcome}`).
+MOVE_OUTCOMES: Final = (
+    Reason.MOVED,
+    Reason.NOTICE_DURING_RETURN,
+    Reason.LANDED_RISKY,
     Reason.SPOT_NOT_READY,
     Reason.RETIRED_POD_GONE,
     Reason.REPLICAS_CHANGED,
@@ -155,6 +171,10 @@ class EventReason(StrEnum):
     COOLDOWN = "SpotRebalancerCooldown"
     COOLDOWN_OVER = "SpotRebalancerCooldownOver"
     FAILOVER_BLOCKED = "SpotRebalancerFailoverBlocked"
+    POLICY_REFUSED = "SpotRebalancerPolicyRefused"
+    MOVE_STARTED = "SpotRebalancerMoveStarted"
+    MOVE_FINISHED = "SpotRebalancerMoveFinished"
+    PLACED = "SpotRebalancerPlaced"
     RETURN_STARTED = "SpotRebalancerReturnStarted"
     RETURN_FINISHED = "SpotRebalancerReturnFinished"
     MISCONFIGURED = "SpotRebalancerMisconfigured"

@@ -23,13 +23,13 @@ KUBECTL = os.environ.get("KUBECTL") or (
 
 @asynccontextmanager
 async def serve(
-    app: web.Application, *, ssl_context: ssl.SSLContext | None = None
+    app: web.Application, *, ssl_context: ssl.SSLContext | None = None, port: int = 0
 ) -> AsyncIterator[str]:
-    """Serve `app` on 127.0.0.1 on a free port (over TLS with `ssl_context`); yields the base
-    URL."""
+    """Serve `app` on 127.0.0.1 on `port` (0: a free one), over TLS with `ssl_context`; yields
+    the base URL."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context)
+    site = web.TCPSite(runner, "127.0.0.1", port, ssl_context=ssl_context)
     await site.start()
     port = runner.addresses[0][1]
     try:

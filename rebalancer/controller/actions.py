@@ -213,6 +213,18 @@ class ForgetSurge(WorkloadAction):
 
 
 @dataclass(frozen=True)
+class RecordPolicy(WorkloadAction):
+    """Record a valid placement policy as the one in force (None: drop the record, the policy
+    annotations are gone), so that it stays in force while a later edit is invalid."""
+
+    policy: str | None = None
+    reason: Reason = Reason.POLICY_VALID
+
+    def patch(self) -> dict[str, Any]:
+        return _workload_patch({names.POLICY_IN_FORCE: self.policy})
+
+
+@dataclass(frozen=True)
 class StartReturn(WorkloadAction):
     replicas: int = 0
     record: ReturnRecord | None = None
@@ -232,6 +244,7 @@ class FinishReturn(WorkloadAction):
     reason: Reason = Reason.RETURNED
     record: ReturnRecord | None = field(default=None, compare=False)
     backoff_until: datetime | None = field(default=None, compare=False)
+    purpose: str = field(default="return", compare=False)  # the record's: return | risk
 
     def patch(self) -> dict[str, Any]:
         annotations: dict[str, str | None] = {
@@ -382,6 +395,7 @@ Action = (
     | ScaleUp
     | ScaleBack
     | ForgetSurge
+    | RecordPolicy
     | StartReturn
     | FinishReturn
     | ForgetReturn
@@ -396,6 +410,6 @@ Action = (
 )
 ACTION_TYPES: tuple[type, ...] = (
     Cordon, Restore, MarkDrained, StartCooldown, EndCooldown, ScaleUp, ScaleBack, ForgetSurge,
-    StartReturn, FinishReturn, ForgetReturn, SetDeletionCost, Evict, Delete, ReportBlocked,
-    RecordHistory, Hold, Release, Bound,
+    RecordPolicy, StartReturn, FinishReturn, ForgetReturn, SetDeletionCost, Evict, Delete,
+    ReportBlocked, RecordHistory, Hold, Release, Bound,
 )  # fmt: skip

@@ -99,6 +99,35 @@ def misconfigured(finding: Finding) -> KubeEvent | None:
     )
 
 
+def policy_refused(workload: WorkloadKey, uid: str, problems: str, kept: str) -> KubeEvent:
+    return KubeEvent(
+        _workload(workload, uid),
+        EventReason.POLICY_REFUSED,
+        f"Placement policy refused: {problems}. In force: {kept}",
+        warning=True,
+    )
+
+
+def pod_placed(
+    workload: WorkloadKey, uid: str, pod: str, chosen: str, why: str, node: NodeInfo
+) -> KubeEvent:
+    """Where the policy sent a new pod, why, and where the scheduler put it (a spot choice is a
+    preference: with no room there the pod goes wherever else it fits)."""
+    landed = f"{node.pool}/{node.zone}"
+    kept = "as chosen" if _same_place(chosen, node) else "not where chosen: no room there"
+    return KubeEvent(
+        _workload(workload, uid),
+        EventReason.PLACED,
+        f"Pod {pod} placed by policy in {chosen} ({why}); scheduled on {node.name} "
+        f"({'spot' if node.spot else 'on-demand'}, {landed}), {kept}",
+    )
+
+
+def _same_place(chosen: str, node: NodeInfo) -> bool:
+    pool, _, zone = chosen.partition("/")
+    return pool == node.pool and (not zone or zone == node.zone)
+
+
 def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:
     """The Event that tells what happened, or None when nothing worth telling did."""
     if isinstance(action, Evict) and outcome.rejection is Rejection.BLOCKED:
@@ -179,6 +208,21 @@ def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:
                 EventReason.FAILOVER_BLOCKED,
                 f"No on-demand fallback: {action.detail}",
                 warning=True,
+            )
+        case StartReturn() if action.record is not None and action.record.purpose == "risk":
+            return KubeEvent(
+                _workload(action.workload, action.basis.uid),
+                EventReason.MOVE_STARTED,
+                f"Moving {action.record.retire} before any notice: {action.record.why}; scaled "
+                f"to {action.replicas}, the new pod is placed by the policy and the risky one "
+                "goes once it is Ready",
+            )
+        case FinishReturn() if action.purpose == "risk":
+            return KubeEvent(
+                _workload(action.workload, action.basis.uid),
+                EventReason.MOVE_FINISHED,
+                f"Move off a risky spot group finished: {action.reason}",
+                warning=action.backoff_until is not None,
             )
         case StartReturn():
             record = action.record

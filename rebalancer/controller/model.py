@@ -278,6 +278,8 @@ class PodInfo:
     grace_seconds: int = 30
     deletion_at: datetime | None = None  # a terminating pod is killed by then (deletionTimestamp)
     created: datetime | None = None
+    placed: str = ""  # "<pool>/<zone>" our admission webhook chose for it; "" if none
+    placed_why: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -325,6 +327,8 @@ class PodInfo:
             grace_seconds=int(spec.get("terminationGracePeriodSeconds", 30) or 0),
             deletion_at=parse_iso(meta.get("deletionTimestamp")),
             created=parse_iso(meta.get("creationTimestamp")),
+            placed=str(annotations.get(names.PLACED) or "")[:128],
+            placed_why=str(annotations.get(names.PLACED_WHY) or "")[:512],
         )
 
 
@@ -390,6 +394,10 @@ class ReturnRecord:
     # Completed by giving up: the scale-back removes the new pod, not the one to retire, so the
     # record is kept until the new pod is gone (and then forgotten).
     gave_up: bool = False
+    # "return": back to spot from on-demand; "risk": off a spot group riskier than the workload's
+    # placement policy accepts (pool is then "": the webhook chooses where the new pod goes).
+    purpose: str = "return"
+    why: str = ""  # for a move: the risk that started it, said in its Events
 
     @property
     def retire_name(self) -> str:
@@ -411,6 +419,7 @@ class ReturnRecord:
                 "knownPods": list(self.known_pods),
                 "completed": self.completed,
                 "gaveUp": self.gave_up,
+                **({"purpose": self.purpose, "why": self.why} if self.purpose != "return" else {}),
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -431,7 +440,16 @@ class ReturnRecord:
             known_pods=_strings(data, "knownPods"),
             completed=data.get("completed", False) is True,
             gave_up=data.get("gaveUp", False) is True,
+            purpose=_purpose(data),
+            why=(_optional_str(data, "why") or "")[:512],
         )
+
+
+def _purpose(data: Mapping[str, Any]) -> str:
+    purpose = data.get("purpose", "return")
+    if purpose not in ("return", "risk"):
+        raise ValueError("purpose is not return or risk")
+    return str(purpose)
 
 
 def _record_object(text: str) -> dict[str, Any]:

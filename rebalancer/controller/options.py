@@ -21,6 +21,7 @@ def planner_settings(settings: ControllerSettings) -> Settings:
         workload_selector=parse_selector(settings.workload_selector),
         agent_nodes=parse_selector(settings.agent_node_selector),
         hold_doomed_pods=settings.hold_doomed_pods,
+        hold_before_notice=settings.hold_before_notice,
         declared_pools=declared_pools(settings.pools),
         returns=ReturnSettings(
             enabled=settings.return_enabled,

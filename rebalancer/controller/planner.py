@@ -47,6 +47,7 @@ from rebalancer.controller.actions import (
     Hold,
     MarkDrained,
     RecordHistory,
+    RecordPolicy,
     Release,
     ReportBlocked,
     Restore,
@@ -58,6 +59,7 @@ from rebalancer.controller.actions import (
 )
 from rebalancer.controller.history import WINDOWS, Entry
 from rebalancer.controller.model import NodeInfo, PodInfo, Surge, WorkloadInfo
+from rebalancer.controller.policy import declared, in_force
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
 from rebalancer.controller.returns import (
     LOWEST,
@@ -98,6 +100,7 @@ class Settings:
     record_history: bool = True
     # Hold a surge's doomed pods against evictions by others (a PodDisruptionBudget of ours).
     hold_doomed_pods: bool = True
+    hold_before_notice: bool = False
 
     def policy_for(self, event_type: str) -> Policy:
         return self.event_policy.get(event_type, self.unknown_event_policy)
@@ -148,6 +151,7 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     actions += _drain(snapshot, settings, active, surged_pods)
     actions += _cooldowns(snapshot, settings, active)[:STEERING_PER_PASS]
     actions += _restore_deletion_costs(snapshot, active)
+    actions += _policies(snapshot)
     surging = frozenset(a.workload for a in surge_actions if isinstance(a, ScaleUp | ReportBlocked))
     actions += plan_returns(
         snapshot,
@@ -520,14 +524,68 @@ def _holds(snapshot: Snapshot, settings: Settings, planned: list[Action]) -> lis
             held[(workload.namespace, workload.name)] = workload
     if not settings.hold_doomed_pods:
         held = {}
+    standing = _held_before_notice(snapshot, settings) if settings.hold_before_notice else {}
     actions: list[Action] = []
     existing = {(h.namespace, h.workload) for h in snapshot.holds.values()}
-    for (namespace, name), workload in sorted(held.items()):
+    for (namespace, name), workload in sorted({**standing, **held}.items()):
         if (namespace, name) not in existing and workload.selector:
-            actions.append(Hold(namespace, name, workload.selector))
+            reason = Reason.NOTICE if (namespace, name) in held else Reason.HOLD_BEFORE_NOTICE
+            actions.append(Hold(namespace, name, workload.selector, reason=reason))
+    held = {**standing, **held}
     for hold in sorted(snapshot.holds.values(), key=lambda h: h.key):
         if (hold.namespace, hold.workload) not in held:
             actions.append(Release(hold.namespace, hold.name))
+    return actions
+
+
+def _held_before_notice(
+    snapshot: Snapshot, settings: Settings
+) -> dict[tuple[str, str], WorkloadInfo]:
+    """With `hold_before_notice`, every managed Deployment with a replica on spot is held all
+    the time: AKS node auto-drain may evict at notice time, before our agent has seen the
+    notice, and a user's PDB that allows one disruption lets it. The hold yields while one of
+    its nodes is drained by someone else for another reason (cordoned, not by us, without a
+    notice and without AKS auto-drain's taint: an upgrade, `kubectl drain`), which it must not
+    block; the cluster autoscaler and Karpenter do not remove its nodes meanwhile (docs)."""
+    nodes = snapshot.nodes
+    standing: dict[tuple[str, str], WorkloadInfo] = {}
+    for workload in snapshot.workloads.values():
+        if workload.kind != "Deployment" or not managed(workload, settings):
+            continue
+        hosts = [
+            nodes[p.node_name]
+            for p in snapshot.pods_by_workload.get(workload.key, [])
+            if p.node_name in nodes and not p.finished
+        ]
+        if any(n.spot for n in hosts) and not any(_drained_by_others(n) for n in hosts):
+            standing[(workload.namespace, workload.name)] = workload
+    return standing
+
+
+def _drained_by_others(node: NodeInfo) -> bool:
+    return (
+        node.unschedulable
+        and not node.notices
+        and names.CORDONED_FOR not in node.annotations
+        and not any(t.key == names.AKS_REMEDIATOR_TAINT for t in node.taints)
+    )
+
+
+def _policies(snapshot: Snapshot) -> list[Action]:
+    """Keep each workload's valid placement policy recorded on it, so a later invalid edit
+    leaves it in force (policy.py); an invalid one is reported by the recorder, not written."""
+    actions: list[Action] = []
+    for key, workload in sorted(snapshot.workloads.items()):
+        recorded = workload.annotations.get(names.POLICY_IN_FORCE)
+        if not declared(workload.annotations):
+            if recorded is not None:
+                actions.append(RecordPolicy(key, basis=WorkloadBasis.of(workload)))
+            continue
+        result = in_force(workload.annotations)
+        if result.policy is not None and not result.refused:
+            wanted = result.policy.to_json()
+            if wanted != recorded:
+                actions.append(RecordPolicy(key, wanted, basis=WorkloadBasis.of(workload)))
     return actions
 
 

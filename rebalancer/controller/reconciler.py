@@ -31,6 +31,7 @@ from rebalancer.clock import Clock
 from rebalancer.config import ControllerSettings
 from rebalancer.controller.accounting import Accountant
 from rebalancer.controller.actions import Action
+from rebalancer.controller.admission import View
 from rebalancer.controller.cost import region_of
 from rebalancer.controller.doctor import Doctor
 from rebalancer.controller.executor import DryRunExecutor, Executor, HistoryObject
@@ -47,6 +48,8 @@ from rebalancer.controller.options import planner_settings, retry_policy, risk_s
 from rebalancer.controller.planner import plan
 from rebalancer.controller.recorder import Recorder
 from rebalancer.controller.snapshot import Snapshot
+from rebalancer.controller.webhook import PlacementWebhook, serve
+from rebalancer.controller.webhook_tls import TlsKeeper, load_into, server_context, service_names
 from rebalancer.http import Health
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.events import EventRecorder
@@ -150,6 +153,7 @@ class Controller:
             accountant=accountant, clock=clock, log=log, dry_run=settings.dry_run,
             risk=risk_settings(settings), risk_data=self._risk_data,
             risk_interval_seconds=settings.cost_interval_seconds,
+            deadline_margin_seconds=settings.deadline_margin_seconds,
         )  # fmt: skip
         self.doctor = Doctor(
             client=client, settings=settings, metrics=metrics, clock=clock, log=log,
@@ -159,6 +163,16 @@ class Controller:
         self._last_pass = clock.monotonic()
         self.passes = 0
         self._dead_informers: set[str] = set()
+        self.view: View | None = None  # placement reads the last pass's view
+        self.webhook = PlacementWebhook(lambda: self.view, metrics=metrics, now=clock.now, log=log)
+        self.tls = TlsKeeper(
+            writer, namespace=settings.namespace, secret=settings.webhook_secret,
+            configuration=settings.webhook_configuration,
+            dns_names=service_names(settings.webhook_service, settings.namespace),
+            manage=not settings.webhook_cert_manager and not settings.dry_run,
+            may_write=self.elector.may_write, now=clock.now, log=log,
+            on_error=lambda reason: metrics.webhook_tls_errors.labels(reason).inc(),
+        )  # fmt: skip
 
     def _init_risk_feeds(self) -> None:
         """Azure's risk data, each source only when enabled; the token is asked for on the first
@@ -244,6 +258,8 @@ class Controller:
             tasks.append(asyncio.create_task(self.doctor.run(stop, self.snapshot)))
             for feed in self.risk_feeds:
                 tasks.append(asyncio.create_task(feed.run(stop, self._risk_in_use)))
+            if self.settings.webhook_enabled:
+                tasks.append(asyncio.create_task(self._serve_webhook(stop)))
             self.log.info("caches synced", nodes=len(self.nodes.items), pods=len(self.pods.items))
             stopping = asyncio.ensure_future(stop.wait())
             while not stop.is_set():
@@ -272,6 +288,35 @@ class Controller:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+
+    async def _serve_webhook(self, stop: asyncio.Event) -> None:
+        """Serve once there is a certificate; load each new one into the running server."""
+        settings = self.settings
+        context = None
+
+        def reload() -> None:
+            if context is not None and self.tls.material is not None:
+                load_into(context, self.tls.material)
+                self.log.info("webhook TLS: new certificate loaded")
+
+        keeping = asyncio.create_task(
+            self.tls.run(stop, settings.webhook_tls_check_seconds, reload)
+        )
+        runner = None
+        try:
+            while not self.tls.loaded.is_set() and not stop.is_set():
+                await sleep_or_stop(stop, 0.2)
+            if stop.is_set() or self.tls.material is None:
+                return
+            context = server_context(self.tls.material)
+            runner = await serve(self.webhook, settings.http_host, settings.webhook_port, context)
+            self.log.info("admission webhook serving", port=settings.webhook_port)
+            await stop.wait()
+        finally:
+            keeping.cancel()
+            await asyncio.gather(keeping, return_exceptions=True)
+            if runner is not None:
+                await runner.cleanup()
 
     async def _supervise(self, informer: Informer[Any], stop: asyncio.Event) -> None:
         """Run an informer; a crash (a bug, never an API error: it handles those) restarts it
@@ -324,6 +369,7 @@ class Controller:
             history=next(iter(self.history.items.values()), History()),
             holds=dict(self.holds.items),
             scalers=dict(self.scalers.items),
+            risks=self.recorder.risks,
         )
 
     async def reconcile(self) -> None:
@@ -340,6 +386,7 @@ class Controller:
             self.metrics.reconcile_errors.labels("plan").inc()
             self.log.exception("planning failed")
             return
+        self.view = View(state, self.recorder.risks, self.planner_settings.declared_pools)
         try:
             self.recorder.observe(state, decided, elapsed)
         except Exception:  # measuring must never stop acting

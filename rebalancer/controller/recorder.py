@@ -36,10 +36,17 @@ from rebalancer.controller.actions import (
     ScaleUp,
     StartReturn,
 )
-from rebalancer.controller.catalogue import KubeEvent, event_for, replacement_placed
+from rebalancer.controller.catalogue import (
+    KubeEvent,
+    event_for,
+    pod_placed,
+    policy_refused,
+    replacement_placed,
+)
 from rebalancer.controller.history import WINDOWS
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planner import Plan
+from rebalancer.controller.policy import in_force
 from rebalancer.controller.pools import placement_options
 from rebalancer.controller.risk import (
     HISTORY,
@@ -61,6 +68,7 @@ from rebalancer.vocabulary import (
     EVENT_TYPE_LABELS,
     FAILOVER_REASONS,
     MANUAL,
+    MOVE_OUTCOMES,
     RETURN_OUTCOMES,
     Reason,
     Rejection,
@@ -86,6 +94,25 @@ class Seen:
     pool: str = ""  # kept for the missed-deadline metric: the Node may be gone when it counts
     cordoned: bool = False
     drained: bool = False
+    # Why a deadline was missed, if it is: what the passes saw while the node was there.
+    late: bool = False  # first seen with less time left than the drain margin
+    blocked: bool = False  # a PodDisruptionBudget refused an eviction from the node
+    terminating: bool = False  # at the last look, pods were still shutting down
+    left: bool = False  # at the last look, pods were there and not being deleted
+
+    def missed_reason(self) -> str:
+        for reason, flag in (
+            ("late_notice", self.late),
+            ("eviction_blocked", self.blocked),
+            ("pods_terminating", self.terminating),
+            ("pods_left", self.left),
+        ):
+            if flag:
+                return reason
+        return "other"
+
+
+MISSED_REASONS = ("late_notice", "eviction_blocked", "pods_terminating", "pods_left", "other")
 
 
 RiskData = Callable[[], tuple[EvictionRates | None, PlacementScores | None]]
@@ -104,7 +131,9 @@ class Recorder:
         risk: RiskSettings | None = None,
         risk_data: RiskData | None = None,
         risk_interval_seconds: float = 10.0,
+        deadline_margin_seconds: float = 5.0,
     ) -> None:
+        self._deadline_margin = deadline_margin_seconds
         self.metrics = metrics
         self._risk_settings = risk or RiskSettings()
         self._risk_data: RiskData = risk_data or (lambda: (None, None))
@@ -123,6 +152,7 @@ class Recorder:
         self._reported: set[tuple[tuple[str, str, str], str]] = set()
         self._reported_pods: set[tuple[tuple[str, str], str]] = set()
         self._placed: set[tuple[str, str]] = set()
+        self._refused_series: set[tuple[str, str]] = set()
         self._metric_groups: set[tuple[str, str, str, bool]] = set()
         self._deficit_workloads: set[str] = set()
         self._eviction_series: set[tuple[str, str, str]] = set()
@@ -135,6 +165,7 @@ class Recorder:
         )
         initialise(metrics.actions, [t.__name__ for t in ACTION_TYPES], outcomes)
         initialise(metrics.returns, ["started", *map(str, RETURN_OUTCOMES)])
+        initialise(metrics.risk_moves, ["started", *map(str, MOVE_OUTCOMES)])
         initialise(
             metrics.reconcile_errors,
             ["plan", "observe", "apply", "informer", *sorted(error_kinds())],
@@ -149,6 +180,7 @@ class Recorder:
         self._notices(snapshot)
         self._deficit(snapshot, elapsed)
         self._placements(snapshot, plan)
+        self._policies(snapshot)
         self._evictions(snapshot)
         self._risk(snapshot)
         self._accountant.account(snapshot, plan.managed, self._clock.monotonic())
@@ -169,7 +201,14 @@ class Recorder:
                 live.add(key)
                 if key in self._seen:
                     continue
-                self._seen[key] = Seen(first_seen=now, pool=node.pool)
+                lead = (
+                    (notice.deadline - snapshot.now).total_seconds()
+                    if notice.deadline is not None
+                    else 0.0
+                )
+                self._seen[key] = Seen(
+                    first_seen=now, pool=node.pool, late=lead < self._deadline_margin
+                )
                 self.metrics.notices.labels(
                     event_type_label(notice.event_type),
                     str(notice.source),
@@ -191,12 +230,23 @@ class Recorder:
                     source=str(notice.source),
                     deadline=str(notice.deadline) if notice.deadline else "now",
                 )
+        for (name, _), seen in self._seen.items():
+            if name in snapshot.nodes and not seen.drained:
+                pods = [
+                    p
+                    for p in snapshot.pods_by_node.get(name, [])
+                    if not p.daemonset and not p.mirror and not p.finished
+                ]
+                seen.terminating = any(p.deleting for p in pods)
+                seen.left = any(not p.deleting for p in pods)
         for key in [k for k in self._seen if k not in live]:
             seen = self._seen.pop(key)
             # Missed: the node went (its VM taken) while cordoned and not yet drained. A notice
             # that vanished from a node that is still there was cancelled, not missed.
             if seen.cordoned and not seen.drained and key[0] not in snapshot.nodes:
-                self.metrics.drain_missed_deadline.labels(seen.pool).inc()
+                reason = seen.missed_reason()
+                self.metrics.drain_missed_deadline.labels(seen.pool, reason).inc()
+                self._log.warning("deadline missed", node=key[0], event_id=key[1], why=reason)
 
     def _deficit(self, snapshot: Snapshot, elapsed: float) -> None:
         for workload in snapshot.workloads.values():
@@ -257,6 +307,43 @@ class Recorder:
                     regarding=event.regarding, reason=event.reason, message=event.message,
                     now=self._clock.now(),
                 )  # fmt: skip
+
+    def _policies(self, snapshot: Snapshot) -> None:
+        """A Warning Event, once per refused policy text, on a workload whose placement policy
+        is invalid, and the gauge; an Event per pod the policy placed, once it is scheduled."""
+        refused: set[tuple[str, str]] = set()
+        for workload in snapshot.workloads.values():
+            result = in_force(workload.annotations)
+            if not result.refused:
+                continue
+            refused.add((workload.namespace, workload.name))
+            if (workload.key, result.refused) in self._reported:
+                continue
+            self._reported.add((workload.key, result.refused))
+            kept = result.policy.to_json() if result.policy else "none (placed as without one)"
+            self._emit(policy_refused(workload.key, workload.uid, result.refused, kept))
+        for labels in self._refused_series - refused:
+            self.metrics.policy_refused.labels(*labels).set(0)
+        for labels in refused:
+            self.metrics.policy_refused.labels(*labels).set(1)
+        self._refused_series = refused
+        for pod in snapshot.pods.values():
+            if not pod.placed or not pod.node_name or (pod.uid, "policy") in self._placed:
+                continue
+            node = snapshot.nodes.get(pod.node_name)
+            owner = snapshot.workload_of(pod)
+            if node is None or owner is None:
+                continue
+            self._placed.add((pod.uid, "policy"))
+            self._emit(pod_placed(owner.key, owner.uid, pod.name, pod.placed, pod.placed_why, node))
+
+    def _emit(self, event: KubeEvent) -> None:
+        self._log.info("event", reason=str(event.reason), message=event.message)
+        if self._events is not None:
+            self._events.emit(
+                regarding=event.regarding, reason=event.reason, message=event.message,
+                event_type="Warning" if event.warning else "Normal", now=self._clock.now(),
+            )  # fmt: skip
 
     def _evictions(self, snapshot: Snapshot) -> None:
         """Preempt notices per pool, SKU and zone in each window, from the history on the
@@ -347,7 +434,8 @@ class Recorder:
             [node.sku],
             ["spot" if node.spot else "regular"],
         )
-        self.metrics.drain_missed_deadline.labels(node.pool)
+        for reason in MISSED_REASONS:
+            self.metrics.drain_missed_deadline.labels(node.pool, reason)
 
     # ---- outcomes ----------------------------------------------------------------------------
 
@@ -373,6 +461,9 @@ class Recorder:
             return
         if isinstance(action, Evict) and outcome.rejection is Rejection.BLOCKED:
             self.metrics.pods.labels("eviction_blocked").inc()
+            seen = self._seen.get((action.node, action.event_id))
+            if seen is not None:
+                seen.blocked = True
             if (action.pod, action.event_id) in self._reported_pods:
                 return  # asked again every pass; said once
             self._reported_pods.add((action.pod, action.event_id))
@@ -451,6 +542,19 @@ class Recorder:
                     seen.drained = True
                     self.metrics.drain_duration.observe(now - seen.first_seen)
                 log.info("drained", node=action.node, event_id=action.event_id)
+            case StartReturn() if action.record is not None and action.record.purpose == "risk":
+                self.metrics.risk_moves.labels("started").inc()
+                log.info(
+                    "moving a replica off a risky spot group",
+                    workload="/".join(action.workload),
+                    retire=action.record.retire,
+                    why=action.record.why,
+                )
+            case FinishReturn() if action.purpose == "risk":
+                self.metrics.risk_moves.labels(str(action.reason)).inc()
+                log.info(
+                    "move finished", workload="/".join(action.workload), reason=str(action.reason)
+                )
             case StartReturn():
                 self.metrics.returns.labels("started").inc()
                 log.info(

@@ -1,4 +1,4 @@
-"""Return to spot: move replicas that failed over to on-demand back to spot, make-before-break.
+"""Return to spot, and moves off risky spot groups: make-before-break, one replica at a time.
 
 Pure, like the planner it is part of. For a managed Deployment with a Ready replica on an
 on-demand node, whose template fits a spot pool that has Ready room, no notice, no cool-down
@@ -10,11 +10,18 @@ and has been quiet (no Preempt) for `return_quiet_seconds`:
 3. give up cleanly, scaling back so that the new pod goes, when a notice touches the pool, the
    new pod lands on demand, or it is not Ready within `return_pending_timeout_seconds`; a give-up
    backs the workload off for `return_quiet_seconds`.
-One return per workload at a time (its record names one pod) and at most `max_concurrent`
-cluster-wide; the quiet time (hysteresis), an optional UTC window and the back-off keep replicas
-from flapping between pools. PodDisruptionBudgets are never at stake: the new replica is Ready
-before the old one goes, and a degraded workload (fewer Ready replicas than desired) is never
-moved.
+A move off risk is the same machinery with another trigger: a workload whose placement policy
+(policy.py) has a Ready replica in a spot pool and zone whose risk is above its `max-risk`, and
+somewhere better to go (an accepted spot group with room, or an on-demand pool it fits), gets one
+more replica, which the admission webhook places by the policy; once it is Ready the risky one
+goes. It gives up, like a return, when a notice touches the workload, the new pod lands in a
+group the policy does not accept either, or it is not Ready in time. The return to spot keeps a
+policy too: never below `min-on-demand`, and only to pools and zones the policy accepts.
+One return or move per workload at a time (its record names one pod) and at most
+`max_concurrent` cluster-wide, moves first; the quiet time (hysteresis), an optional UTC window
+and the back-off keep replicas from flapping between pools. PodDisruptionBudgets are never at
+stake: the new replica is Ready before the old one goes, and a degraded workload (fewer Ready
+replicas than desired) is never moved.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from rebalancer.controller.actions import (
     Action,
@@ -32,6 +40,7 @@ from rebalancer.controller.actions import (
     WorkloadBasis,
 )
 from rebalancer.controller.model import NodeInfo, PodInfo, ReturnRecord, WorkloadInfo
+from rebalancer.controller.policy import Policy, in_force
 from rebalancer.controller.pools import Pool, pools_of
 from rebalancer.controller.scheduling import untolerated
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
@@ -89,7 +98,7 @@ def plan_returns(
                 actions.append(ForgetReturn(key, basis=WorkloadBasis.of(workload)))
             continue
         in_flight += 1
-        actions += _progress(snapshot.now, workload, record, pods, nodes, active_nodes, settings)
+        actions += _progress(snapshot, workload, record, pods, active_nodes, settings)
     if not settings.enabled or not in_window(settings.window, snapshot.now):
         return actions
     for key, workload in sorted(snapshot.workloads.items()):
@@ -102,7 +111,10 @@ def plan_returns(
         backoff = parse_iso(workload.annotations.get(RETURN_BACKOFF_ANNOTATION))
         if backoff is not None and snapshot.now < backoff:
             continue
-        start = _start(snapshot, workload, pools, active_nodes, settings)
+        policy = in_force(workload.annotations).policy
+        start = _start_move(snapshot, workload, policy, pools, active_nodes)
+        if start is None:
+            start = _start(snapshot, workload, policy, pools, active_nodes, settings)
         if start is not None:
             actions.append(start)
             in_flight += 1
@@ -124,24 +136,119 @@ def _free_gpus(node: NodeInfo, pods_by_node: Mapping[str, list[PodInfo]]) -> int
     return node.allocatable_gpus - used
 
 
+def _settled(snapshot: Snapshot, workload: WorkloadInfo) -> list[PodInfo] | None:
+    """The Ready replicas of a workload that is neither degraded nor changing, else None: a
+    replica is never moved then."""
+    pods = snapshot.pods_by_workload.get(workload.key, [])
+    live = [p for p in pods if not p.deleting and not p.finished]
+    ready = [p for p in live if p.ready]
+    if len(ready) < workload.replicas or len(live) != workload.replicas:
+        return None
+    return ready
+
+
+def _accepted(snapshot: Snapshot, policy: Policy | None, node: NodeInfo) -> bool:
+    """May a replica of a workload with this policy run on this node? (No policy: anywhere.)"""
+    if policy is None:
+        return True
+    if not policy.allows_pool(node.pool):
+        return False
+    if not node.spot:
+        return True
+    level = snapshot.level_of(node)
+    return bool(level) and policy.accepts(level)
+
+
+def _start_move(
+    snapshot: Snapshot,
+    workload: WorkloadInfo,
+    policy: Policy | None,
+    pools: Mapping[str, Pool],
+    active_nodes: set[str],
+) -> StartReturn | None:
+    if policy is None or workload.opted_out:
+        return None
+    ready = _settled(snapshot, workload)
+    if ready is None:
+        return None
+    nodes = snapshot.nodes
+    risky = [
+        p
+        for p in ready
+        if p.node_name in nodes
+        and nodes[p.node_name].spot
+        and snapshot.level_of(nodes[p.node_name])
+        and not _accepted(snapshot, policy, nodes[p.node_name])
+    ]
+    if not risky:
+        return None
+    fits = {
+        pool.name
+        for pool in pools.values()
+        if not pool.problems_for(workload.template_spec, workload.gpus_per_replica)
+    }
+    tolerations = workload.template_spec.get("tolerations") or []
+    better = [
+        n
+        for n in nodes.values()
+        if n.pool in fits
+        and n.name not in active_nodes
+        and _accepted(snapshot, policy, n)
+        and (not n.spot or _has_room(snapshot, n, tolerations, workload.gpus_per_replica))
+    ]
+    if not better:
+        return None  # nowhere better: keep it where it is (the risk gauge and log say why)
+    retire = sorted(risky, key=lambda p: p.name)[0]
+    node = nodes[retire.node_name]
+    record = ReturnRecord(
+        base_replicas=workload.replicas,
+        retire=f"{retire.namespace}/{retire.name}",
+        pool="",
+        started_at=iso(snapshot.now),
+        known_pods=tuple(sorted(p.name for p in snapshot.pods_by_workload.get(workload.key, []))),
+        purpose="risk",
+        why=(
+            f"{node.pool}/{node.zone} risk {snapshot.level_of(node)} is above max-risk "
+            f"{policy.max_risk}"
+        ),
+    )
+    return StartReturn(
+        workload.key, replicas=workload.replicas + 1, record=record,
+        basis=WorkloadBasis.of(workload), reason=Reason.RISK_MOVE,
+    )  # fmt: skip
+
+
+def _has_room(snapshot: Snapshot, node: NodeInfo, tolerations: Any, gpus: int) -> bool:
+    # A node's own taints count too, not only the pool's: a new node is tainted not-ready
+    # for seconds after it joins, and a replica started then lands on on-demand again.
+    return (
+        node.ready
+        and not node.unschedulable
+        and not untolerated(tolerations, node.taints)
+        and _free_gpus(node, snapshot.pods_by_node) >= max(1, gpus)
+    )
+
+
 def _start(
     snapshot: Snapshot,
     workload: WorkloadInfo,
+    policy: Policy | None,
     pools: Mapping[str, Pool],
     active_nodes: set[str],
     settings: ReturnSettings,
 ) -> StartReturn | None:
     now, nodes = snapshot.now, snapshot.nodes
     pods = snapshot.pods_by_workload.get(workload.key, [])
-    live = [p for p in pods if not p.deleting and not p.finished]
-    ready = [p for p in live if p.ready]
-    if len(ready) < workload.replicas or len(live) != workload.replicas:
-        return None  # degraded or changing: never move a replica then
+    ready = _settled(snapshot, workload)
+    if ready is None:
+        return None
     on_demand = [p for p in ready if p.node_name in nodes and not nodes[p.node_name].spot]
-    if not on_demand:
+    if not on_demand or (policy is not None and len(on_demand) <= policy.min_on_demand):
         return None
     for pool in sorted(pools.values(), key=lambda p: p.name):
         if not pool.spot or pool.problems_for(workload.template_spec, workload.gpus_per_replica):
+            continue
+        if policy is not None and not policy.allows_pool(pool.name):
             continue
         if snapshot.history.quiet_seconds(pool.name, now) < settings.quiet_seconds:
             continue
@@ -150,16 +257,12 @@ def _start(
             continue
         if any((parse_iso(n.annotations.get(COOLDOWN_UNTIL)) or now) > now for n in members):
             continue
-        # A node's own taints count too, not only the pool's: a new node is tainted not-ready
-        # for seconds after it joins, and a replica started then lands on on-demand again.
         tolerations = workload.template_spec.get("tolerations") or []
         room = [
             n
             for n in members
-            if n.ready
-            and not n.unschedulable
-            and not untolerated(tolerations, n.taints)
-            and _free_gpus(n, snapshot.pods_by_node) >= max(1, workload.gpus_per_replica)
+            if _has_room(snapshot, n, tolerations, workload.gpus_per_replica)
+            and _accepted(snapshot, policy, n)
         ]
         if not room:
             continue
@@ -179,22 +282,34 @@ def _start(
 
 
 def _progress(
-    now: datetime,
+    snapshot: Snapshot,
     workload: WorkloadInfo,
     record: ReturnRecord,
     pods: list[PodInfo],
-    nodes: Mapping[str, NodeInfo],
     active_nodes: set[str],
     settings: ReturnSettings,
 ) -> list[Action]:
+    now, nodes = snapshot.now, snapshot.nodes
     key, basis = workload.key, WorkloadBasis.of(workload)
     done = replace(record, completed=True)
+
+    def finish(
+        replicas: int | None,
+        reason: Reason,
+        kept: ReturnRecord | None,
+        backoff: datetime | None = None,
+    ) -> FinishReturn:
+        return FinishReturn(
+            key, replicas, reason, kept, backoff_until=backoff, basis=basis,
+            purpose=record.purpose,
+        )  # fmt: skip
+
     if workload.replicas != record.base_replicas + 1:
         # Someone else owns the count now: nothing of ours is in play any more.
-        return [FinishReturn(key, None, Reason.REPLICAS_CHANGED, None, basis=basis)]
+        return [finish(None, Reason.REPLICAS_CHANGED, None)]
     new = [p for p in pods if p.name not in record.known_pods and not p.deleting]
     retire = next((p for p in pods if p.name == record.retire_name and not p.deleting), None)
-    pool_nodes = [n for n in nodes.values() if n.pool == record.pool]
+    pool_nodes = [n for n in nodes.values() if record.pool and n.pool == record.pool]
     # A notice in the target pool, or on any node of this workload (its failover comes first).
     notice = any(n.name in active_nodes for n in pool_nodes) or any(
         p.node_name in active_nodes for p in pods
@@ -206,25 +321,27 @@ def _progress(
             return unmarked  # the new pod first, so the scale-back removes it
         backoff = now + timedelta(seconds=settings.quiet_seconds)
         gave_up = replace(done, gave_up=True)
-        return [
-            FinishReturn(
-                key, record.base_replicas, reason, gave_up, backoff_until=backoff, basis=basis
-            )
-        ]
+        return [finish(record.base_replicas, reason, gave_up, backoff)]
 
     if notice:
         return give_up(Reason.NOTICE_DURING_RETURN)
     landed = [p for p in new if p.node_name]
-    if any(p.node_name in nodes and not nodes[p.node_name].spot for p in landed):
+    if record.purpose == "risk":
+        policy = in_force(workload.annotations).policy
+        if any(
+            p.node_name in nodes and not _accepted(snapshot, policy, nodes[p.node_name])
+            for p in landed
+        ):
+            return give_up(Reason.LANDED_RISKY)
+    elif any(p.node_name in nodes and not nodes[p.node_name].spot for p in landed):
         return give_up(Reason.LANDED_ON_DEMAND)
     if retire is None:
-        return [
-            FinishReturn(key, record.base_replicas, Reason.RETIRED_POD_GONE, done, basis=basis)
-        ]  # fmt: skip
+        return [finish(record.base_replicas, Reason.RETIRED_POD_GONE, done)]
     if any(p.ready for p in landed):
         if retire.deletion_cost != LOWEST:
             return [lower_cost(retire, Reason.RETURNED)]
-        return [FinishReturn(key, record.base_replicas, Reason.RETURNED, done, basis=basis)]
+        moved = Reason.MOVED if record.purpose == "risk" else Reason.RETURNED
+        return [finish(record.base_replicas, moved, done)]
     started = parse_iso(record.started_at) or now
     if (now - started).total_seconds() > settings.pending_timeout_seconds:
         return give_up(Reason.SPOT_NOT_READY)

@@ -14,6 +14,7 @@ from functools import cached_property
 
 from rebalancer.controller.history import History
 from rebalancer.controller.model import HoldInfo, NodeInfo, PodInfo, ScalerInfo, WorkloadInfo
+from rebalancer.controller.risk import LEVELS, GroupKey, Risk
 
 WorkloadKey = tuple[str, str, str]  # (kind, namespace, name)
 PodKey = tuple[str, str]  # (namespace, name)
@@ -29,6 +30,14 @@ class Snapshot:
     history: History = field(default_factory=History)
     holds: Mapping[PodKey, HoldInfo] = field(default_factory=dict)  # our PDBs, by (ns, name)
     scalers: Mapping[PodKey, ScalerInfo] = field(default_factory=dict)  # HPAs, by (ns, name)
+    # The eviction risk of each spot group as last assessed (the recorder, every few seconds).
+    risks: Mapping[GroupKey, Risk] = field(default_factory=dict)
+
+    def level_of(self, node: NodeInfo) -> str:
+        """The risk level of a spot node's pool and zone (its riskiest VM size); "" unknown."""
+        where = (node.pool, node.zone)
+        levels = [r.level for r in self.risks.values() if (r.pool, r.zone) == where]
+        return max(levels, key=LEVELS.index) if levels else ""
 
     def workload_of(self, pod: PodInfo) -> WorkloadInfo | None:
         """The Deployment (through its ReplicaSet) or StatefulSet that owns a pod."""

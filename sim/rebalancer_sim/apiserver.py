@@ -6,7 +6,9 @@ namespaced ones, share one code path. Verbs: get, list (with label/field selecto
 `limit`/`continue`), watch (`watch=true|True|1`, from a resourceVersion, with bookmarks and
 `timeoutSeconds`, 410 as an ERROR event like the watch cache), create, update, patch (JSON,
 merge, strategic, apply), delete (graceful for pods), deletecollection; subresources status,
-scale and eviction. Errors are upstream `Status` bodies (see `status`).
+scale and eviction. Errors are upstream `Status` bodies (see `status`). A pod's create passes
+the mutating admission webhooks first (see `admission`); their warnings come back as `Warning`
+headers.
 
 Any bearer token is accepted: the emulator has no authentication or authorisation.
 """
@@ -26,6 +28,7 @@ from aiohttp import web
 
 from rebalancer_sim import defaults, discovery, patch, tables
 from rebalancer_sim import resources as R
+from rebalancer_sim.admission import API_USER, CREATE_OPTIONS, Admission, UserInfo
 from rebalancer_sim.disruption import evict
 from rebalancer_sim.resources import ResourceType
 from rebalancer_sim.selectors import (
@@ -99,8 +102,10 @@ class ApiServer:
         *,
         bookmark_interval_seconds: float = 60.0,
         on_request: Callable[[], None] | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.store = store
+        self.admission = admission
         self.bookmark_interval_seconds = bookmark_interval_seconds
         self.server_address = "127.0.0.1:0"
         self.requests = 0
@@ -164,7 +169,7 @@ class ApiServer:
         if method == "GET":
             if request.query.get("watch", "") in WATCH_TRUE:
                 return await self._watch(request, route, single=route.name)
-            return self._get(route)
+            return self._get(request, route)
         if method == "PUT":
             return await self._replace(request, route)
         if method == "PATCH":
@@ -195,11 +200,15 @@ class ApiServer:
 
     # ---- reads -----------------------------------------------------------------------------
 
-    def _get(self, route: Route) -> web.Response:
+    def _get(self, request: web.Request, route: Route) -> web.Response:
         assert route.name is not None
         raw = self.store.raw(route.resource, route.namespace or "", route.name)
         if raw is None:
             raise not_found(route.resource, route.name)
+        if "as=Table" in request.headers.get("Accept", ""):  # `kubectl get <kind> <name>`
+            obj = json.loads(raw)
+            meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            return _json(tables.table(route.resource, [obj], meta, self.store))
         return _raw_json(raw)
 
     def _selectors(
@@ -368,13 +377,35 @@ class ApiServer:
             meta["namespace"] = route.namespace
         if route.resource is R.NODES:
             defaults.admit_node(body)
+        body, warnings = await self._admit(request, route, body)
         if _dry_run(request):
-            return _json(body, status=201)
+            return _warned(_json(body, status=201), warnings)
         created = self.store.create(route.resource, body)
-        return _raw_json(
-            self.store.raw(route.resource, route.namespace or "", created["metadata"]["name"])
-            or dumps(created),
-            status=201,
+        return _warned(
+            _raw_json(
+                self.store.raw(route.resource, route.namespace or "", created["metadata"]["name"])
+                or dumps(created),
+                status=201,
+            ),
+            warnings,
+        )
+
+    async def _admit(self, request: web.Request, route: Route, body: Obj) -> tuple[Obj, list[str]]:
+        """Mutating admission of a create: the object to store and the webhooks' warnings."""
+        if self.admission is None or route.resource is not R.PODS:
+            return body, []
+        options = dict(CREATE_OPTIONS)
+        if _dry_run(request):
+            options["dryRun"] = ["All"]
+        for name in ("fieldManager", "fieldValidation"):
+            if request.query.get(name):
+                options[name] = request.query[name]
+        return await self.admission.admit(
+            body,
+            namespace=route.namespace or "",
+            user=_user_of(request),
+            dry_run=_dry_run(request),
+            options=options,
         )
 
     async def _replace(self, request: web.Request, route: Route) -> web.Response:
@@ -411,8 +442,9 @@ class ApiServer:
                 body.setdefault("metadata", {})["name"] = route.name
                 if route.namespace is not None:
                     body["metadata"]["namespace"] = route.namespace
+                body, warnings = await self._admit(request, route, body)
                 created = self.store.create(route.resource, body)
-                return _raw_json(dumps(created), status=201)
+                return _warned(_raw_json(dumps(created), status=201), warnings)
             raise not_found(route.resource, route.name)
         patched = patch.apply(current, content_type, body)
         meta = patched.setdefault("metadata", {})
@@ -573,6 +605,26 @@ def _json(document: Any, *, status: int = 200) -> web.Response:
 
 def _raw_json(body: bytes, *, status: int = 200) -> web.Response:
     return web.Response(body=body, status=status, content_type=JSON)
+
+
+def _warned(response: web.Response, warnings: list[str]) -> web.Response:
+    """Admission warnings as upstream returns them: `Warning: 299 - "<text>"` headers."""
+    for text in warnings:
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        response.headers.add("Warning", f'299 - "{escaped}"')
+    return response
+
+
+def _user_of(request: web.Request) -> UserInfo:
+    """Who the request acts as: the impersonation headers (`kubectl --as`), else the admin."""
+    name = request.headers.get("Impersonate-User")
+    if not name:
+        return API_USER
+    user: UserInfo = {"username": name}
+    if request.headers.get("Impersonate-Uid"):
+        user["uid"] = request.headers["Impersonate-Uid"]
+    user["groups"] = [*request.headers.getall("Impersonate-Group", []), "system:authenticated"]
+    return user
 
 
 def _error_response(error: ApiError) -> web.Response:

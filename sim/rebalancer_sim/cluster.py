@@ -31,6 +31,7 @@ from aiohttp import web
 
 from rebalancer.clock import Clock, ManualClock, SystemClock
 from rebalancer_sim import resources as R
+from rebalancer_sim.admission import Admission
 from rebalancer_sim.apiserver import ApiServer
 from rebalancer_sim.autodrain import NodeAutoDrain
 from rebalancer_sim.capacity import Autoscaler
@@ -49,6 +50,7 @@ from rebalancer_sim.store import DEFAULT_HISTORY, Store
 from rebalancer_sim.workloads import (
     DaemonSetController,
     DeploymentController,
+    PodCreations,
     ReplicaSetController,
     StatefulSetController,
     WorkloadOwners,
@@ -92,7 +94,15 @@ class ClusterEmulator:
             node_delete_delay_seconds=settings.node_delete_delay_seconds,
             reboot_seconds=settings.reboot_seconds,
         )
-        self.api = ApiServer(self.store, bookmark_interval_seconds=bookmark_interval_seconds)
+        # Mutating admission webhooks on Pod CREATE; tests map a webhook's Service to where it
+        # listens in `admission.webhook_services`.
+        self.admission = Admission(self.store)
+        self.pod_creations = PodCreations(self.store, self.admission)
+        self.api = ApiServer(
+            self.store,
+            bookmark_interval_seconds=bookmark_interval_seconds,
+            admission=self.admission,
+        )
         for namespace in SYSTEM_NAMESPACES:
             self.store.create(R.NAMESPACES, {"metadata": {"name": namespace}})
         self.scheduler = Scheduler(self.store)
@@ -108,9 +118,9 @@ class ClusterEmulator:
         self.device_plugins = DevicePlugins(self.cloud)
         self.node_lifecycle = NodeLifecycle(self.store)
         self.deployments = DeploymentController(self.store)
-        self.replicasets = ReplicaSetController(self.store)
-        self.statefulsets = StatefulSetController(self.store)
-        self.daemonsets = DaemonSetController(self.store)
+        self.replicasets = ReplicaSetController(self.store, self.pod_creations)
+        self.statefulsets = StatefulSetController(self.store, self.pod_creations)
+        self.daemonsets = DaemonSetController(self.store, self.pod_creations)
         self.disruption = DisruptionController(self.store)
         self.garbage = GarbageCollector(self.store)
         self.autoscaler = Autoscaler(
@@ -367,6 +377,8 @@ class ClusterEmulator:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
             self._ticker = None
+        await self.pod_creations.close()
+        await self.admission.close()
         await self.api.close()
         for runner in reversed(self._runners):
             await runner.cleanup()

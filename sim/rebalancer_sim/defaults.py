@@ -49,6 +49,8 @@ def on_create(resource: ResourceType, obj: Obj) -> None:
     elif resource is R.NODES:
         obj.setdefault("spec", {})
         obj.setdefault("status", {})
+    elif resource is R.MUTATING_WEBHOOKS:
+        _webhook_configuration(obj)
 
 
 def _pod(pod: Obj) -> None:
@@ -63,6 +65,17 @@ def _pod(pod: Obj) -> None:
                 name,
                 [(f"spec.containers[{index}].name", "FieldValueRequired", "Required value")],
             )
+    pod_spec_defaults(pod)
+    pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+
+
+def pod_spec_defaults(pod: Obj) -> None:
+    """What a pod's spec has once decoded (the scheme's defaults) and past the built-in
+    DefaultTolerationSeconds admission plugin: what mutating webhooks see, before validation and
+    before the status a create sets."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("dnsPolicy", "ClusterFirst")
@@ -80,12 +93,12 @@ def _pod(pod: Obj) -> None:
             tolerations.append(
                 {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
             )
-    for container in spec["containers"]:
-        container.setdefault("resources", {})
-        container.setdefault("terminationMessagePath", "/dev/termination-log")
-        container.setdefault("terminationMessagePolicy", "File")
-        container.setdefault("imagePullPolicy", "IfNotPresent")
-    pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+    for container in spec.get("containers") or []:
+        if isinstance(container, dict):
+            container.setdefault("resources", {})
+            container.setdefault("terminationMessagePath", "/dev/termination-log")
+            container.setdefault("terminationMessagePolicy", "File")
+            container.setdefault("imagePullPolicy", "IfNotPresent")
 
 
 def _qos_class(spec: Obj) -> str:
@@ -127,3 +140,133 @@ def _workload(resource: ResourceType, obj: Obj) -> None:
     pod_spec.setdefault("restartPolicy", "Always")
     pod_spec.setdefault("terminationGracePeriodSeconds", 30)
     obj.setdefault("status", {})
+
+
+# ---- admissionregistration.k8s.io/v1 MutatingWebhookConfiguration ---------------------------
+
+_SIDE_EFFECTS = ("None", "NoneOnDryRun")  # all v1 accepts on create
+_REVIEW_VERSIONS = ("v1", "v1beta1")
+_FAILURE_POLICIES = ("Fail", "Ignore")
+
+
+def _webhook_configuration(config: Obj) -> None:
+    """Upstream's v1 defaults (failurePolicy Fail, matchPolicy Equivalent, empty selectors,
+    timeoutSeconds 10, reinvocationPolicy Never, rule scope `*`, service port 443) and the
+    validation a configuration most often fails (names, sideEffects, admissionReviewVersions,
+    timeoutSeconds, clientConfig), with upstream's messages."""
+    name = config.get("metadata", {}).get("name", "")
+    webhooks = config.get("webhooks")
+    if webhooks is None:
+        return
+    if not isinstance(webhooks, list) or not all(isinstance(w, dict) for w in webhooks):
+        raise invalid(
+            R.MUTATING_WEBHOOKS, name, [("webhooks", "FieldValueInvalid", "Invalid value")]
+        )
+    errors: list[tuple[str, str, str]] = []
+    seen: set[str] = set()
+    for index, webhook in enumerate(webhooks):
+        errors += _webhook_errors(f"webhooks[{index}]", webhook, seen)
+        webhook.setdefault("failurePolicy", "Fail")
+        webhook.setdefault("matchPolicy", "Equivalent")
+        webhook.setdefault("namespaceSelector", {})
+        webhook.setdefault("objectSelector", {})
+        webhook.setdefault("timeoutSeconds", 10)
+        webhook.setdefault("reinvocationPolicy", "Never")
+        for rule in webhook.get("rules") or []:
+            if isinstance(rule, dict):
+                rule.setdefault("scope", "*")
+        service = (webhook.get("clientConfig") or {}).get("service")
+        if isinstance(service, dict):
+            service.setdefault("port", 443)
+    if errors:
+        raise invalid(R.MUTATING_WEBHOOKS, name, errors)
+
+
+def _webhook_errors(path: str, webhook: Obj, seen: set[str]) -> list[tuple[str, str, str]]:
+    errors: list[tuple[str, str, str]] = []
+    name = str(webhook.get("name") or "")
+    if not name:
+        errors.append((f"{path}.name", "FieldValueRequired", "Required value"))
+    elif len(name.split(".")) < 3:
+        errors.append(
+            (
+                f"{path}.name",
+                "FieldValueInvalid",
+                f'Invalid value: "{name}": should be a domain with at least three segments '
+                "separated by dots",
+            )
+        )
+    elif name in seen:
+        errors.append((f"{path}.name", "FieldValueDuplicate", f'Duplicate value: "{name}"'))
+    seen.add(name)
+    side_effects = webhook.get("sideEffects")
+    if side_effects is None:
+        errors.append(
+            (
+                f"{path}.sideEffects",
+                "FieldValueRequired",
+                "Required value: must specify one of None, NoneOnDryRun",
+            )
+        )
+    elif side_effects not in _SIDE_EFFECTS:
+        errors.append(
+            (
+                f"{path}.sideEffects",
+                "FieldValueNotSupported",
+                f'Unsupported value: "{side_effects}": supported values: "None", "NoneOnDryRun"',
+            )
+        )
+    versions = webhook.get("admissionReviewVersions") or []
+    if not versions:
+        errors.append(
+            (
+                f"{path}.admissionReviewVersions",
+                "FieldValueRequired",
+                "Required value: must specify one of v1, v1beta1",
+            )
+        )
+    elif not any(v in _REVIEW_VERSIONS for v in versions):
+        listed = ", ".join(f'"{v}"' for v in versions)
+        errors.append(
+            (
+                f"{path}.admissionReviewVersions",
+                "FieldValueInvalid",
+                f"Invalid value: []string{{{listed}}}: must include at least one of v1, v1beta1",
+            )
+        )
+    timeout = webhook.get("timeoutSeconds")
+    if timeout is not None and not (isinstance(timeout, int) and 1 <= timeout <= 30):
+        errors.append(
+            (
+                f"{path}.timeoutSeconds",
+                "FieldValueInvalid",
+                f"Invalid value: {timeout}: the timeout value must be between 1 and 30 seconds",
+            )
+        )
+    policy = webhook.get("failurePolicy")
+    if policy is not None and policy not in _FAILURE_POLICIES:
+        errors.append(
+            (
+                f"{path}.failurePolicy",
+                "FieldValueNotSupported",
+                f'Unsupported value: "{policy}": supported values: "Fail", "Ignore"',
+            )
+        )
+    client = webhook.get("clientConfig") or {}
+    if ("url" in client) == ("service" in client):
+        errors.append(
+            (
+                f"{path}.clientConfig",
+                "FieldValueRequired",
+                "Required value: exactly one of url or service is required",
+            )
+        )
+    elif "url" in client and not str(client["url"]).startswith("https://"):
+        errors.append(
+            (
+                f"{path}.clientConfig.url",
+                "FieldValueInvalid",
+                f"Invalid value: \"{client['url']}\": 'https' is the only allowed URL scheme",
+            )
+        )
+    return errors

@@ -63,6 +63,8 @@ ALL: tuple[ResourceType, ...] = (
     ),
     ResourceType("", "v1", "events", "Event", True, ("ev",)),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
+    # Where an admission webhook's serving certificate lives (the controller's TLS keeper).
+    ResourceType("", "v1", "secrets", "Secret", True),
     ResourceType("", "v1", "podtemplates", "PodTemplate", True),
     ResourceType(
         "apps",
@@ -132,6 +134,16 @@ ALL: tuple[ResourceType, ...] = (
         categories=("all",),
     ),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    # Called on every Pod CREATE by admission.py, as kube-apiserver calls them.
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        False,
+        has_generation=True,
+        categories=("api-extensions",),
+    ),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
 )
 
@@ -143,6 +155,7 @@ NODES = BY_KEY["nodes"]
 PODS = BY_KEY["pods"]
 EVENTS = BY_KEY["events"]
 CONFIGMAPS = BY_KEY["configmaps"]
+SECRETS = BY_KEY["secrets"]
 PODTEMPLATES = BY_KEY["podtemplates"]
 DEPLOYMENTS = BY_KEY["deployments.apps"]
 REPLICASETS = BY_KEY["replicasets.apps"]
@@ -153,6 +166,7 @@ PDBS = BY_KEY["poddisruptionbudgets.policy"]
 LEASES = BY_KEY["leases.coordination.k8s.io"]
 HPAS = BY_KEY["horizontalpodautoscalers.autoscaling"]
 EVENTS_V1 = BY_KEY["events.events.k8s.io"]
+MUTATING_WEBHOOKS = BY_KEY["mutatingwebhookconfigurations.admissionregistration.k8s.io"]
 
 GROUPS: dict[str, list[str]] = {}
 for _r in ALL:

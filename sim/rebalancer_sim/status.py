@@ -113,6 +113,8 @@ STALE = (
 def invalid(resource: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
     """causes: (field, reason such as FieldValueRequired, message)."""
     text = ", ".join(f"{field}: {message}" for field, _, message in causes)
+    if len(causes) > 1:
+        text = f"[{text}]"  # an aggregate of field errors, as upstream prints it
     details: dict[str, Any] = {"name": name}
     if resource.group:
         details["group"] = resource.group
@@ -120,11 +122,22 @@ def invalid(resource: ResourceType, name: str, causes: list[tuple[str, str, str]
     details["causes"] = [
         {"reason": reason, "message": message, "field": field} for field, reason, message in causes
     ]
-    return ApiError(422, "Invalid", f'{resource.kind} "{name}" is invalid: {text}', details=details)
+    kind = f"{resource.kind}.{resource.group}" if resource.group else resource.kind
+    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {text}', details=details)
 
 
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
+
+
+def internal_error(message: str) -> ApiError:
+    """apierrors.NewInternalError: a 500 whose one cause is the error's text."""
+    return ApiError(
+        500,
+        "InternalError",
+        f"Internal error occurred: {message}",
+        details={"causes": [{"message": message}]},
+    )
 
 
 def method_not_allowed() -> ApiError:

@@ -78,6 +78,10 @@ def _deployment_row(deployment: Obj, age: str) -> list[Any]:
     ]
 
 
+def _webhook_configuration_row(configuration: Obj, age: str) -> list[Any]:
+    return [len(configuration.get("webhooks") or []), age]
+
+
 # (name, type, priority): priority 1 columns show with `-o wide`, as upstream's.
 _COLUMNS: dict[str, list[tuple[str, str, int]]] = {
     "Node": [
@@ -107,8 +111,14 @@ _COLUMNS: dict[str, list[tuple[str, str, int]]] = {
         ("Available", "integer", 0),
         ("Age", "string", 0),
     ],
+    "MutatingWebhookConfiguration": [("Webhooks", "integer", 0), ("Age", "string", 0)],
 }
-_ROWS = {"Node": _node_row, "Pod": _pod_row, "Deployment": _deployment_row}
+_ROWS = {
+    "Node": _node_row,
+    "Pod": _pod_row,
+    "Deployment": _deployment_row,
+    "MutatingWebhookConfiguration": _webhook_configuration_row,
+}
 
 
 def table(resource: ResourceType, items: list[Obj], meta: dict[str, Any], store: Store) -> Obj:

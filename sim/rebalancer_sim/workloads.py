@@ -15,17 +15,23 @@ the rebalancer can observe it:
 - DaemonSet: one pod per node it tolerates and selects, with upstream's automatic tolerations
   (incl. `node.kubernetes.io/unschedulable:NoSchedule`); pods are bound by the scheduler through
   a `metadata.name` node-affinity term, as upstream does.
+- Pods are created through the API server's admission (`PodCreations`), as each controller's
+  ServiceAccount: with mutating webhooks to call, creates are in flight for a while, may fail,
+  and are retried with upstream's backoff.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from rebalancer_sim import resources as R
+from rebalancer_sim.admission import CREATE_OPTIONS, Admission, UserInfo, controller_user
 from rebalancer_sim.objects import (
     Obj,
     annotation,
@@ -125,11 +131,176 @@ def _descending(timestamp: str) -> tuple[int, ...]:
     return tuple(-ord(char) for char in timestamp)
 
 
+# Upstream's controllers: the first batch of creates (controller.SlowStartInitialBatchSize),
+# and the work queue's per-item backoff after a failed sync (DefaultControllerRateLimiter).
+SLOW_START_INITIAL_BATCH = 1
+RETRY_BASE_SECONDS = 0.005
+RETRY_MAX_SECONDS = 1000.0
+
+
+@dataclass
+class _Creating:
+    """The pod creates of one owner: in flight, and the last failure."""
+
+    resource: ResourceType
+    key: Key
+    in_flight: int = 0
+    failures: int = 0
+    retry_at: float = 0.0
+    error: str | None = None
+
+
+class PodCreations:
+    """How the controllers create pods: through the API server's admission, as upstream's
+    controllers do (their create is an API call, under their ServiceAccount).
+
+    With no mutating webhook to call, a create is immediate, as before. With one, the creates of
+    a sync run in a task, in upstream's slow-start batches (1, 2, 4, ...; the first failure
+    skips the rest); while they are in flight the owner neither creates nor deletes pods
+    (upstream's expectations). A failed create is retried after the work queue's backoff (5 ms,
+    doubling per failure, at most 1000 s), and the owner's status can say why
+    (a ReplicaSet's `ReplicaFailure` condition). `failures` records each one for tests."""
+
+    def __init__(self, store: Store, admission: Admission | None = None) -> None:
+        self.store = store
+        self.admission = admission
+        self._owners: dict[str, _Creating] = {}  # by owner uid
+        self._wake: list[tuple[float, ResourceType, Key]] = []  # owners to sync again, when
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.failures: list[tuple[float, str, str]] = []  # time, "<Kind> <ns>/<name>", error
+
+    def busy(self, owner: Obj) -> bool:
+        state = self._owners.get(owner["metadata"]["uid"])
+        return state is not None and state.in_flight > 0
+
+    def may_create(self, owner: Obj) -> bool:
+        state = self._owners.get(owner["metadata"]["uid"])
+        return state is None or (
+            state.in_flight == 0 and self.store.clock.now().timestamp() >= state.retry_at
+        )
+
+    def error(self, owner: Obj) -> str | None:
+        """Why the owner's last creates failed; None once one succeeds."""
+        state = self._owners.get(owner["metadata"]["uid"])
+        return None if state is None else state.error
+
+    def due(self, resource: ResourceType) -> list[Key]:
+        """Owners of `resource` to sync again now: their creates settled or their backoff ended."""
+        if not self._wake:
+            return []
+        now = self.store.clock.now().timestamp()
+        due = [key for at, kind, key in self._wake if kind is resource and at <= now]
+        if due:
+            self._wake = [w for w in self._wake if not (w[1] is resource and w[0] <= now)]
+        return due
+
+    def create(
+        self, resource: ResourceType, owner: Obj, pods: list[Obj], *, user: UserInfo
+    ) -> None:
+        if not pods:
+            return
+        uid = owner["metadata"]["uid"]
+        namespace = owner["metadata"].get("namespace", "")
+        try:
+            webhooks = self.admission is not None and any(
+                self.admission.matching(pod, namespace=namespace) for pod in pods
+            )
+        except ApiError as error:
+            self._settled(resource, owner, error.message)
+            return
+        if not webhooks:
+            for pod in pods:
+                try:
+                    self.store.create(R.PODS, pod)
+                except ApiError as error:
+                    self._settled(resource, owner, error.message)
+                    return
+            if uid in self._owners:
+                self._settled(resource, owner, None)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._settled(resource, owner, "no event loop runs to call admission webhooks")
+            return
+        state = self._state(resource, owner)
+        state.in_flight = len(pods)
+        task = loop.create_task(self._create_in_batches(resource, owner, pods, user))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _create_in_batches(
+        self, resource: ResourceType, owner: Obj, pods: list[Obj], user: UserInfo
+    ) -> None:
+        remaining, size, error = list(pods), SLOW_START_INITIAL_BATCH, None
+        try:
+            while remaining and error is None:
+                batch, remaining = remaining[:size], remaining[size:]
+                results = await asyncio.gather(
+                    *(self._create_one(resource, owner, pod, user) for pod in batch)
+                )
+                error = next((result for result in results if result is not None), None)
+                size *= 2
+        finally:
+            self._state(resource, owner).in_flight = 0  # skipped pods are no longer expected
+        self._settled(resource, owner, error)
+
+    async def _create_one(
+        self, resource: ResourceType, owner: Obj, pod: Obj, user: UserInfo
+    ) -> str | None:
+        """One create through admission: None, or the error's message."""
+        assert self.admission is not None
+        namespace, name = _key(owner)
+        try:
+            admitted, _ = await self.admission.admit(
+                pod, namespace=namespace, user=user, options=CREATE_OPTIONS
+            )
+            current = self.store.get(resource, namespace, name)
+            if current is not None and current["metadata"]["uid"] == owner["metadata"]["uid"]:
+                # (an owner gone meanwhile gets none: upstream's garbage collector would delete it)
+                self.store.create(R.PODS, admitted)
+        except ApiError as error:
+            return error.message
+        return None
+
+    def _state(self, resource: ResourceType, owner: Obj) -> _Creating:
+        uid = owner["metadata"]["uid"]
+        if uid not in self._owners:
+            self._owners[uid] = _Creating(resource, _key(owner))
+        return self._owners[uid]
+
+    def _settled(self, resource: ResourceType, owner: Obj, error: str | None) -> None:
+        state = self._state(resource, owner)
+        now = self.store.clock.now().timestamp()
+        self._wake.append((now, resource, state.key))  # its status may change
+        if error is None:
+            del self._owners[owner["metadata"]["uid"]]
+            return
+        state.failures += 1
+        state.error = error
+        state.retry_at = now + min(
+            RETRY_BASE_SECONDS * 2 ** (state.failures - 1), RETRY_MAX_SECONDS
+        )
+        self._wake.append((state.retry_at, resource, state.key))
+        self.failures.append((now, f"{resource.kind} {state.key[0]}/{state.key[1]}", error))
+
+    async def close(self) -> None:
+        """Cancel the creates in flight (the cluster stops)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 class _Controller:
     resource: ResourceType
+    user: UserInfo = {}  # the identity its creates are admitted as
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, pods: PodCreations | None = None) -> None:
         self.store = store
+        self.pods = pods or PodCreations(store)
         self._dirty: dict[Key, None] = {}
         store.listeners.append(self._on_change)
         for obj in store.items(self.resource):
@@ -144,6 +315,8 @@ class _Controller:
                 self._dirty[(change.new["metadata"].get("namespace", ""), ref["name"])] = None
 
     def reconcile(self) -> int:
+        for key in self.pods.due(self.resource):
+            self._dirty[key] = None
         dirty, self._dirty = self._dirty, {}
         for key in dirty:
             obj = self.store.get(self.resource, *key)
@@ -155,8 +328,10 @@ class _Controller:
         raise NotImplementedError
 
     def _write_status(self, obj: Obj, status: Obj) -> None:
+        """Merge `status` into the object's; a None value removes that field."""
         merged = dict(obj.get("status") or {})
         merged.update(status)
+        merged = {key: value for key, value in merged.items() if value is not None}
         if merged != obj.get("status"):
             updated = dict(obj)
             updated["status"] = merged
@@ -165,14 +340,19 @@ class _Controller:
 
 class ReplicaSetController(_Controller):
     resource = R.REPLICASETS
+    user = controller_user("replicaset-controller")
 
     def sync(self, rs: Obj) -> None:
         pods = _owned_pods(self.store, rs)
         active = [p for p in pods if is_pod_active(p)]
         wanted = int(rs["spec"].get("replicas", 1))
-        if len(active) < wanted:
-            for _ in range(wanted - len(active)):
-                self.store.create(R.PODS, pod_from_template(rs, rs["spec"].get("template") or {}))
+        if self.pods.busy(rs):
+            pass  # creates in flight: nothing until they are seen (upstream's expectations)
+        elif len(active) < wanted:
+            if self.pods.may_create(rs):
+                template = rs["spec"].get("template") or {}
+                new_pods = [pod_from_template(rs, template) for _ in range(wanted - len(active))]
+                self.pods.create(R.REPLICASETS, rs, new_pods, user=self.user)
         elif len(active) > wanted:
             on_node = Counter(p.get("spec", {}).get("nodeName") or "" for p in active)
             victims = sorted(active, key=lambda p: _deletion_rank(p, on_node))
@@ -199,8 +379,24 @@ class ReplicaSetController(_Controller):
                 "readyReplicas": ready,
                 "availableReplicas": ready,
                 "observedGeneration": rs["metadata"].get("generation", 1),
+                "conditions": self._failure_conditions(rs) or None,
             },
         )
+
+    def _failure_conditions(self, rs: Obj) -> list[Obj]:
+        """Upstream's `ReplicaFailure` condition: set (reason FailedCreate, the API's error) when
+        creates fail and it is absent, removed once they succeed."""
+        conditions = list((rs.get("status") or {}).get("conditions") or [])
+        failure = next((c for c in conditions if c.get("type") == "ReplicaFailure"), None)
+        error = self.pods.error(rs)
+        if error is not None and failure is None:
+            now = format_time(self.store.clock.now())
+            conditions = with_condition(
+                conditions, "ReplicaFailure", "True", now=now, reason="FailedCreate", message=error
+            )
+        elif error is None and failure is not None:
+            conditions.remove(failure)
+        return conditions
 
 
 def template_hash(template: Obj) -> str:
@@ -338,6 +534,7 @@ class DeploymentController(_Controller):
 
 class StatefulSetController(_Controller):
     resource = R.STATEFULSETS
+    user = controller_user("statefulset-controller")
 
     def sync(self, sts: Obj) -> None:
         namespace, name = _key(sts)
@@ -346,6 +543,7 @@ class StatefulSetController(_Controller):
         parallel = spec.get("podManagementPolicy") == "Parallel"
         template = spec.get("template") or {}
         revision = f"{name}-{template_hash(template)}"
+        missing: list[Obj] = []
         for ordinal in range(wanted):
             pod_name = f"{name}-{ordinal}"
             pod = self.store.get(R.PODS, namespace, pod_name)
@@ -358,16 +556,19 @@ class StatefulSetController(_Controller):
                 new_pod["spec"]["hostname"] = pod_name
                 if spec.get("serviceName"):
                     new_pod["spec"]["subdomain"] = spec["serviceName"]
-                self.store.create(R.PODS, new_pod)
+                missing.append(new_pod)
                 if not parallel:
                     break
             elif not parallel and (not is_pod_ready(pod) or not is_pod_active(pod)):
                 break  # OrderedReady: wait for this ordinal before the next
-        pods = [p for p in _owned_pods(self.store, sts) if is_pod_active(p)]
-        extra = sorted((p for p in pods if _ordinal(p) >= wanted), key=_ordinal, reverse=True)
-        for pod in extra[: (len(extra) if parallel else 1)]:
-            with contextlib.suppress(ApiError):
-                self.store.delete(R.PODS, *_key(pod))
+        if not self.pods.busy(sts):
+            if self.pods.may_create(sts):
+                self.pods.create(R.STATEFULSETS, sts, missing, user=self.user)
+            pods = [p for p in _owned_pods(self.store, sts) if is_pod_active(p)]
+            extra = sorted((p for p in pods if _ordinal(p) >= wanted), key=_ordinal, reverse=True)
+            for pod in extra[: (len(extra) if parallel else 1)]:
+                with contextlib.suppress(ApiError):
+                    self.store.delete(R.PODS, *_key(pod))
         pods = [p for p in _owned_pods(self.store, sts) if is_pod_active(p)]
         ready = sum(1 for p in pods if is_pod_ready(p))
         self._write_status(
@@ -394,6 +595,7 @@ def _ordinal(pod: Obj) -> int:
 
 class DaemonSetController(_Controller):
     resource = R.DAEMONSETS
+    user = controller_user("daemon-set-controller")
 
     def _on_change(self, change: Change) -> None:
         super()._on_change(change)
@@ -419,6 +621,7 @@ class DaemonSetController(_Controller):
             node_name = _daemon_node(pod)
             by_node.setdefault(node_name, []).append(pod)
         eligible = 0
+        missing: list[Obj] = []
         for node in self.store.items(R.NODES):
             node_name = node["metadata"]["name"]
             fits = matches_node_selector_and_affinity(pod_spec, node) and (
@@ -453,11 +656,14 @@ class DaemonSetController(_Controller):
                     ]
                 }
             }
-            self.store.create(R.PODS, new_pod)
-        for leftovers in by_node.values():
-            for pod in leftovers:
-                with contextlib.suppress(ApiError):
-                    self.store.delete(R.PODS, *_key(pod))
+            missing.append(new_pod)
+        if not self.pods.busy(ds):
+            if self.pods.may_create(ds):
+                self.pods.create(R.DAEMONSETS, ds, missing, user=self.user)
+            for leftovers in by_node.values():
+                for pod in leftovers:
+                    with contextlib.suppress(ApiError):
+                        self.store.delete(R.PODS, *_key(pod))
         pods = [p for p in _owned_pods(self.store, ds) if is_pod_active(p)]
         ready = sum(1 for p in pods if is_pod_ready(p))
         scheduled = sum(1 for p in pods if p.get("spec", {}).get("nodeName"))

@@ -138,6 +138,7 @@ def test_kinds_per_scenario(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert {obj["kind"] for obj in rendered["everything"]} == both | CRD_KINDS | {
         "ConfigMap",
         "NetworkPolicy",
+        "MutatingWebhookConfiguration",  # the placement webhook (and a second Service for it)
     }
 
 
@@ -246,7 +247,7 @@ def test_standard_labels(rendered: dict[str, list[dict[str, Any]]], scenario: st
         ):
             assert "app.kubernetes.io/component" not in labels
         else:
-            assert labels["app.kubernetes.io/component"] in ("agent", "controller")
+            assert labels["app.kubernetes.io/component"] in ("agent", "controller", "webhook")
     for kind in ("DaemonSet", "Deployment"):
         workload = one(rendered[scenario], kind)
         selector = workload["spec"]["selector"]["matchLabels"]
@@ -464,8 +465,9 @@ def test_network_policies_admit_only_the_given_peers_to_the_metrics_port(
         )
         # ...restricts ingress only (egress reaches IMDS, the API server, the prices API)...
         assert policy["spec"]["policyTypes"] == ["Ingress"]
-        # ...and admits one thing: the given peers, on the container port named http-metrics.
-        (rule,) = policy["spec"]["ingress"]
+        # ...and admits the given peers on the container port named http-metrics, and (the
+        # controller, with the webhook on) any source on the webhook's port: nothing else.
+        rule, *webhook = policy["spec"]["ingress"]
         assert rule["from"] == values["networkPolicy"]["metricsFrom"]
         assert rule["ports"] == [{"port": "http-metrics", "protocol": "TCP"}]
         ports = [
@@ -473,7 +475,12 @@ def test_network_policies_admit_only_the_given_peers_to_the_metrics_port(
             for container in workload["spec"]["template"]["spec"]["containers"]
             for port in container.get("ports", [])
         ]
-        assert ports == ["http-metrics"]
+        if component == "controller":
+            assert webhook == [{"ports": [{"port": "webhook", "protocol": "TCP"}]}]
+            assert ports == ["http-metrics", "webhook"]
+        else:
+            assert webhook == []
+            assert ports == ["http-metrics"]
 
 
 def test_network_policies_without_peers_admit_nothing(tools: Tools) -> None:

@@ -157,6 +157,12 @@ NOT_IN_SETTINGS = {
     "prices_file": "controller.prices: rendered into a ConfigMap, mounted, and named by it",
     "pools": "controller.pools: the cluster's pools, not a tuning knob (read back below)",
     "agent_node_selector": "agent.nodeSelector: where the agent runs is where its notices count",
+    "webhook_enabled": "controller.webhook.enabled: installs the webhook's objects too",
+    "webhook_port": "controller.webhook.port, shared with the container port and the Service",
+    "webhook_service": "the chart's webhook Service: named by the chart",
+    "webhook_secret": "the chart's webhook Secret: named by the chart",
+    "webhook_configuration": "the chart's MutatingWebhookConfiguration: named by the chart",
+    "webhook_cert_manager": "controller.webhook.certManager.enabled: installs its Certificate too",
 }
 DIFFERENT_DEFAULTS = {
     "log_format": ("json", "a pod has no terminal, so auto means json anyway; say it plainly"),
@@ -179,6 +185,8 @@ def controller_settings_from(
     config_maps = {c["metadata"]["name"]: c for c in by_kind(objects, "ConfigMap")}
     volumes = {v["name"]: v for v in spec.get("volumes") or []}
     for mount in container.get("volumeMounts") or []:
+        if "configMap" not in volumes[mount["name"]]:
+            continue  # the webhook's scratch /tmp (an emptyDir): nothing to read back
         config_map = config_maps[volumes[mount["name"]]["configMap"]["name"]]
         folder = pod_root / mount["mountPath"].lstrip("/")
         folder.mkdir(parents=True)

@@ -50,7 +50,7 @@ from rebalancer_sim.scenario import parse_scenario
 from tests.chart.conftest import Tools, of_component, one
 from tests.e2e.rig import ready
 from tests.fakes.kube import FakeNodeApi, Recorded, write_kubeconfig
-from tests.helpers import serve, wait_for
+from tests.helpers import free_port, serve, wait_for
 
 pytestmark = pytest.mark.chart
 
@@ -82,10 +82,18 @@ def permission(request: Recorded, query: dict[str, str] | None = None) -> Permis
     return (match["group"] or "", resource, verb)
 
 
-def rule_permissions(cluster_role: dict[str, Any]) -> set[Permission]:
+def rule_permissions(
+    cluster_role: dict[str, Any], names_of: dict[str, str] | None = None
+) -> set[Permission]:
+    """The permissions a (Cluster)Role grants. A rule narrowed by resourceNames is allowed only
+    for the resources in `names_of`, and must name exactly that object."""
     granted = set()
     for rule in cluster_role["rules"]:
-        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        assert "nonResourceURLs" not in rule
+        if "resourceNames" in rule:
+            assert names_of is not None, rule
+            for resource in rule["resources"]:
+                assert rule["resourceNames"] == [names_of[resource]], rule
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
@@ -201,6 +209,15 @@ def test_request_to_permission_mapping(
 # ---- the controller ----------------------------------------------------------------------------
 
 RELEASE_NAMESPACE = "spot-rebalancer"
+# The chart's names with values-everything.yaml (fullnameOverride: spot), so that the recorded
+# calls name the same objects as the rendered rules' resourceNames.
+WEBHOOK_CONFIGURATION = "spot-controller"
+WEBHOOK_SECRET = "spot-controller-webhook-tls"
+WEBHOOK_PERMISSIONS = {
+    ("", "secrets", "get"), ("", "secrets", "create"), ("", "secrets", "update"),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get"),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update"),
+}  # fmt: skip
 SPOT = ["kubernetes.azure.com/scalesetpriority=spot:NoSchedule", "sku=gpu:NoSchedule"]
 ON_SPOT = {"kubernetes.azure.com/scalesetpriority": "spot"}
 # Every controller action has something to act on: `llm` is surged, its doomed pods get the
@@ -306,6 +323,30 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
         return await handle(request)
 
     cluster.api._handle = recording  # type: ignore[method-assign]
+    # The admission webhook's configuration, as the chart installs it (its selector matches no
+    # pod here: only the certificate's calls are recorded, the emulator never calls it).
+    cluster.store.create(
+        R.BY_KEY["mutatingwebhookconfigurations.admissionregistration.k8s.io"],
+        {
+            "metadata": {"name": WEBHOOK_CONFIGURATION},
+            "webhooks": [
+                {
+                    "name": "placement.spot-rebalancer.io",
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                    "failurePolicy": "Ignore",
+                    "clientConfig": {
+                        "service": {"namespace": RELEASE_NAMESPACE, "name": "webhook"}
+                    },
+                    "rules": [
+                        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                         "resources": ["pods"]}
+                    ],
+                    "objectSelector": {"matchLabels": {"spot-rebalancer.io/placement": "enabled"}},
+                }
+            ],
+        },
+    )  # fmt: skip
     await cluster.start(kubeconfig_dir=tmp_path)
     settings = ControllerSettings(
         kubeconfig=str(cluster.kubeconfig_path),
@@ -315,6 +356,11 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
         renew_deadline_seconds=3,
         retry_period_seconds=1,
         cooldown_seconds=3,  # short, so the cool-down also ends within the run
+        webhook_enabled=True,
+        webhook_port=free_port(),
+        webhook_configuration=WEBHOOK_CONFIGURATION,
+        webhook_secret=WEBHOOK_SECRET,
+        webhook_tls_check_seconds=0.5,
     )
     client = await KubeClient.connect(settings.kubeconfig)
     metrics = ControllerMetrics()
@@ -350,6 +396,25 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
         await until(lambda: controller.elector.is_leader and controller.passes > 0, "leading")
         await until(
             lambda: sum(1 for p in cluster.pods("inference") if ready(p)) == 3, "replicas Ready"
+        )
+        # 0. The webhook's certificate: issued into a Secret (create), its CA injected into the
+        #    configuration (get, update); a Secret made unreadable is issued anew (update).
+        secrets = R.BY_KEY["secrets"]
+        await until(lambda: cluster.store.get(secrets, RELEASE_NAMESPACE, WEBHOOK_SECRET), "TLS")
+        await until(lambda: _ca_bundle(cluster), "the CA injected")
+        broken = copy.deepcopy(cluster.store.get(secrets, RELEASE_NAMESPACE, WEBHOOK_SECRET))
+        assert broken is not None
+        first_ca = broken["data"]["ca.crt"]
+        broken["data"] = {"unreadable": "eA=="}
+        cluster.store.update(secrets, broken)
+        await until(
+            lambda: (
+                (cluster.store.get(secrets, RELEASE_NAMESPACE, WEBHOOK_SECRET) or {})
+                .get("data", {})
+                .get("ca.crt", first_ca)
+                != first_ca
+            ),
+            "the certificate issued anew",
         )
         spot = sorted(n["metadata"]["name"] for n in cluster.nodes("gpuspot"))
         # 1. An operator's drain request on the node of `pinned`, cancelled after the surge:
@@ -442,6 +507,16 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
     return ControllerRun(requests=recorded, lease_namespace=RELEASE_NAMESPACE)
 
 
+def _ca_bundle(cluster: ClusterEmulator) -> str:
+    config = cluster.store.get(
+        R.BY_KEY["mutatingwebhookconfigurations.admissionregistration.k8s.io"],
+        "",
+        WEBHOOK_CONFIGURATION,
+    )
+    assert config is not None
+    return str(config["webhooks"][0].get("clientConfig", {}).get("caBundle", ""))
+
+
 def _in_namespace(path: str, namespace: str) -> bool:
     return f"/namespaces/{namespace}/" in path
 
@@ -452,7 +527,7 @@ async def test_controller_rbac_is_exactly_what_the_controller_calls(
     run = await recorded_controller_calls(tmp_path)
 
     def own(path: str) -> bool:
-        return "/leases" in path or "/configmaps" in path
+        return "/leases" in path or "/configmaps" in path or "/secrets" in path
 
     lease_calls = {
         permission(Recorded(method, path, "", None), query)
@@ -475,11 +550,21 @@ async def test_controller_rbac_is_exactly_what_the_controller_calls(
         ("", "configmaps", "watch"),
         ("", "configmaps", "create"),
         ("", "configmaps", "update"),
+        ("", "secrets", "get"),
+        ("", "secrets", "create"),
+        ("", "secrets", "update"),
     }
-    for scenario in ([], ["-f", str(Path(__file__).parent / "values-everything.yaml")]):
+    names_of = {"secrets": WEBHOOK_SECRET, "mutatingwebhookconfigurations": WEBHOOK_CONFIGURATION}
+    # Without the webhook (the default) the chart grants none of its calls; with it (and
+    # values-everything turns it on), exactly them.
+    for scenario, webhook in (
+        ([], False),
+        (["-f", str(Path(__file__).parent / "values-everything.yaml")], True),
+    ):
         objects = tools.template(*scenario, namespace=RELEASE_NAMESPACE)
         cluster_role = of_component(objects, "ClusterRole", "controller")
         role = of_component(objects, "Role", "controller")
         assert role["metadata"]["namespace"] == RELEASE_NAMESPACE
-        assert rule_permissions(cluster_role) == cluster_calls
-        assert rule_permissions(role) == lease_calls
+        kept = (lambda p: True) if webhook else (lambda p: p not in WEBHOOK_PERMISSIONS)
+        assert rule_permissions(cluster_role, names_of) == {p for p in cluster_calls if kept(p)}
+        assert rule_permissions(role, names_of) == {p for p in lease_calls if kept(p)}

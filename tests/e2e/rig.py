@@ -363,6 +363,11 @@ class Rig(ProcessRig):
     def events(self, reason: str) -> list[dict[str, Any]]:
         return [e for e in self.cluster.store.items(R.EVENTS) if e.get("reason") == reason]
 
+    def register_webhook(self, port: int, **changes: Any) -> dict[str, Any]:
+        """Have the emulated API server call a controller's placement webhook on
+        127.0.0.1:`port` (its REBALANCER_WEBHOOK_PORT): see `register_placement_webhook`."""
+        return register_placement_webhook(self.cluster, port=port, **changes)
+
     def npd_preemption(self, node_name: str, event_id: str, not_before: str) -> None:
         """Write the condition AKS's node-problem-detector would write for a Preempt."""
         node = copy.deepcopy(self.node(node_name))
@@ -371,6 +376,51 @@ class Rig(ProcessRig):
             node["status"]["conditions"], event_id, not_before
         )
         self.cluster.store.update(R.NODES, node)
+
+
+def register_placement_webhook(
+    cluster: ClusterEmulator,
+    *,
+    port: int,
+    ca_bundle: bytes | None = None,
+    namespace: str = "default",
+    service: str = "spot-rebalancer-webhook",
+    configuration: str = "spot-rebalancer",
+    **changes: Any,
+) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration (templates/controller/webhook.yaml), for a
+    webhook served on 127.0.0.1:`port`: its Service `<namespace>/<service>:443` is mapped there
+    (cluster.admission.webhook_services), and its certificate must be valid for
+    `<service>.<namespace>.svc`. The names are the controller's defaults
+    (REBALANCER_WEBHOOK_SERVICE, REBALANCER_WEBHOOK_CONFIGURATION; the rig's controllers run in
+    `default`). Without `ca_bundle` the configuration has none until the controller puts its CA
+    in, as it does in a cluster; until then calls fail TLS and the pods go unchanged
+    (failurePolicy Ignore). `changes`: other arguments of `Admission.register`."""
+    arguments: dict[str, Any] = {
+        "webhook": "placement.spot-rebalancer.io",
+        "path": "/mutate-pods",
+        "failure_policy": "Ignore",
+        "timeout_seconds": 2,
+        "scope": "Namespaced",
+        "object_selector": {"matchLabels": {"spot-rebalancer.io/placement": "enabled"}},
+        "namespace_selector": {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": [namespace, "kube-system"],
+                }
+            ]
+        },
+        **changes,
+    }
+    return cluster.admission.register(
+        configuration,
+        address=f"127.0.0.1:{port}",
+        ca_bundle=ca_bundle,
+        service=f"{namespace}/{service}:443",
+        **arguments,
+    )
 
 
 def npd_conditions(

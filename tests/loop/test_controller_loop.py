@@ -430,3 +430,91 @@ async def test_an_hpa_keeps_the_surge_while_replacements_load_and_gets_its_bound
     assert order[:2] == ["horizontalpodautoscalers", "deployments"], order
     warnings = [w.body["reason"] for w in api.written("POST", "events")]
     assert "SpotRebalancerSurgeNotHeld" not in warnings
+
+
+async def test_a_placement_policy_is_recorded_and_an_invalid_edit_warned_once_and_not_obeyed() -> (
+    None
+):
+    api = cluster()
+    api.edit(
+        "deployments", "ml", "llm",
+        lambda d: d["metadata"].setdefault("annotations", {}).update(
+            {names.MIN_ON_DEMAND: "1", names.MAX_RISK: "low"}
+        ),
+    )  # fmt: skip
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        await until(
+            lambda: names.POLICY_IN_FORCE in annotations(api, "deployments", "ml", "llm"),
+            within=5,
+            what="the policy recorded",
+        )
+        recorded = annotations(api, "deployments", "ml", "llm")[names.POLICY_IN_FORCE]
+        api.edit(
+            "deployments", "ml", "llm",
+            lambda d: d["metadata"]["annotations"].update({names.MAX_RISK: "extreme"}),
+        )  # fmt: skip
+        await asyncio.sleep(10)  # ten passes and more
+    assert json.loads(recorded)["min_on_demand"] == 1
+    assert annotations(api, "deployments", "ml", "llm")[names.POLICY_IN_FORCE] == recorded
+    warnings = [
+        w.body
+        for w in api.written("POST", "events")
+        if w.body["reason"] == "SpotRebalancerPolicyRefused"
+    ]
+    assert len(warnings) == 1
+    assert names.MAX_RISK in warnings[0]["message"] and warnings[0]["type"] == "Warning"
+    assert warnings[0]["involvedObject"]["name"] == "llm"
+
+
+def missed(controller: object, pool: str) -> dict[str, float]:
+    counter = controller.metrics.drain_missed_deadline  # type: ignore[attr-defined]
+    return {
+        reason: counter.labels(pool, reason)._value.get()
+        for reason in ("late_notice", "eviction_blocked", "pods_terminating", "pods_left", "other")
+    }
+
+
+@pytest.mark.parametrize("why", ["late_notice", "eviction_blocked"])
+async def test_a_missed_deadline_is_counted_with_its_reason(why: str) -> None:
+    """The VM goes while the node is cordoned and not drained: with 3 s of notice (less than
+    the 5 s drain margin) the notice came too late; with 30 s and a StatefulSet pod whose
+    PodDisruptionBudget refuses its eviction, the eviction was blocked."""
+    api = cluster()
+    if why == "eviction_blocked":
+        api.put_object(
+            "pods",
+            {
+                "metadata": {
+                    "namespace": "cache", "name": "cache-0", "annotations": {},
+                    "ownerReferences": [
+                        {"kind": "StatefulSet", "name": "cache", "controller": True}
+                    ],
+                },
+                "spec": {"nodeName": "spot-0", "terminationGracePeriodSeconds": 30,
+                         "containers": []},
+                "status": {"phase": "Running",
+                           "conditions": [{"type": "Ready", "status": "True"}]},
+            },
+        )  # fmt: skip
+        api.pdb_blocked.add(("cache", "cache-0"))
+    pool = api.get("nodes", "", "spot-0")["metadata"]["labels"][names.AKS_AGENTPOOL_LABEL]
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        if why == "late_notice":
+            # The VM goes the moment the node is cordoned: 3 s were never enough to drain it.
+            def gone_at_cordon(write: Write) -> None:
+                if write.resource == "nodes" and write.name == "spot-0":
+                    api.after_write = None
+                    azure_takes(api, "spot-0")
+
+            api.after_write = gone_at_cordon
+            preempt(api, "spot-0", seconds=3)
+        else:
+            preempt(api, "spot-0", seconds=30)
+            await until(lambda: refused(api, "pods/eviction"), within=5, what="a refusal")
+            azure_takes(api, "spot-0")
+        await until(lambda: sum(missed(controller, pool).values()) > 0, within=5, what="counted")
+        await asyncio.sleep(3)
+        counts = missed(controller, pool)
+    assert counts == {reason: 1.0 if reason == why else 0.0 for reason in counts}

@@ -668,3 +668,38 @@ def test_an_agent_notice_on_a_node_that_runs_no_agent_is_not_acted_on() -> None:
     assert [node for node, _ in result.ignored] == ["od-0"]
     anywhere = Settings(agent_nodes={})  # an agent DaemonSet on every node
     assert of_type(plan(snapshot(nodes, [pod("p2", "od-0")]), anywhere).actions, Cordon)
+
+
+# ---- a standing hold before any notice (hold_before_notice) -------------------------------------
+
+
+def standing_holds(nodes: list[dict[str, Any]], **settings: Any) -> list[Any]:
+    state = snapshot(nodes, [pod("infer-1", "spot-1"), pod("infer-2", "od-0")])
+    return [
+        a
+        for a in plan(state, Settings(**settings)).actions
+        if isinstance(a, Hold) and a.reason is Reason.HOLD_BEFORE_NOTICE
+    ]
+
+
+def quiet_nodes(**spot1: Any) -> list[dict[str, Any]]:
+    return [node_json("spot-1", **spot1), node_json("od-0", pool="odgpu", spot=False)]
+
+
+def test_a_managed_deployment_on_spot_is_held_before_any_notice_only_when_asked() -> None:
+    assert standing_holds(quiet_nodes()) == []
+    (hold,) = standing_holds(quiet_nodes(), hold_before_notice=True)
+    assert (hold.namespace, hold.workload) == ("ml", "infer")
+
+
+def test_the_standing_hold_yields_to_an_upgrade_drain_but_not_to_aks_auto_drain() -> None:
+    cordoned = quiet_nodes()
+    cordoned[0]["spec"]["unschedulable"] = True  # an upgrade or kubectl drain: no notice
+    assert standing_holds(cordoned, hold_before_notice=True) == []
+    remediated = quiet_nodes()
+    remediated[0]["spec"]["unschedulable"] = True
+    remediated[0]["spec"]["taints"] = [
+        *remediated[0]["spec"]["taints"],
+        {"key": names.AKS_REMEDIATOR_TAINT, "effect": "NoSchedule"},
+    ]  # AKS node auto-drain acting on a Scheduled Event we have not seen yet
+    assert len(standing_holds(remediated, hold_before_notice=True)) == 1

@@ -1,0 +1,177 @@
+"""The admission review of one Pod creation: which workload it belongs to, its policy, where it
+goes. Pure: `webhook.py` serves it over HTTPS; the view is the controller's last pass.
+
+Every path that does not place a pod allows it unchanged: the webhook may refuse nothing (its
+failure policy is Ignore as well), so a bug, a stale cache or an odd pod costs placement, never
+a deployment.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+from rebalancer import names
+from rebalancer.controller.model import WorkloadInfo, gpus_of
+from rebalancer.controller.placement import Decision, Group, Where, affinity_patch, choose
+from rebalancer.controller.placement import spot_groups as groups_of
+from rebalancer.controller.policy import in_force
+from rebalancer.controller.pools import Pool, pools_of, with_declared
+from rebalancer.controller.risk import GroupKey, Risk
+from rebalancer.controller.scheduling import match_expression
+from rebalancer.controller.snapshot import Snapshot, WorkloadKey
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A placement made since the view was built: counted until the caches show the pod."""
+
+    at: datetime
+    workload: WorkloadKey
+    pool: str
+    zone: str
+    spot: bool
+
+
+@dataclass(frozen=True)
+class View:
+    """What placement reads: one pass's snapshot and risks, and the declared pools."""
+
+    snapshot: Snapshot
+    risks: Mapping[GroupKey, Risk]
+    declared: Mapping[str, Pool] = field(default_factory=dict)
+
+    @cached_property
+    def pools(self) -> dict[str, Pool]:
+        return with_declared(pools_of(self.snapshot.nodes.values()), self.declared)
+
+    @cached_property
+    def groups(self) -> list[Group]:
+        return groups_of(self.pools.values(), self.risks)
+
+    @cached_property
+    def evicting(self) -> set[tuple[str, str]]:
+        return {(n.pool, n.zone) for n in self.snapshot.nodes.values() if n.notices}
+
+    def where(self, workload: WorkloadKey, admitted: Iterable[Admitted]) -> Where:
+        counts: dict[tuple[str, str], int] = {}
+        on_demand = 0
+        nodes = self.snapshot.nodes
+        for pod in self.snapshot.pods_by_workload.get(workload, []):
+            if pod.deleting or pod.finished:
+                continue
+            node = nodes.get(pod.node_name) if pod.node_name else None
+            if node is not None:
+                pool, zone, spot = node.pool, node.zone, node.spot
+            elif pod.placed:  # not scheduled yet: where we sent it
+                pool, _, zone = pod.placed.partition("/")
+                spot = self.pools[pool].spot if pool in self.pools else False
+            else:
+                continue
+            counts[(pool, zone)] = counts.get((pool, zone), 0) + 1
+            on_demand += 0 if spot else 1
+        for made in admitted:
+            if made.workload == workload and made.at >= self.snapshot.now:
+                counts[(made.pool, made.zone)] = counts.get((made.pool, made.zone), 0) + 1
+                on_demand += 0 if made.spot else 1
+        return Where(counts, on_demand)
+
+    def workload_of(self, pod: Mapping[str, Any], namespace: str) -> WorkloadInfo | None:
+        """Through the pod's controller reference (a ReplicaSet the caches may not have yet is
+        matched by the Deployments' selectors)."""
+        meta = pod.get("metadata") or {}
+        owner = next(
+            (o for o in meta.get("ownerReferences") or [] if o.get("controller") is True), None
+        )
+        if owner is None:
+            return None
+        kind, name = owner.get("kind"), owner.get("name")
+        workloads = self.snapshot.workloads
+        if kind == "StatefulSet":
+            return workloads.get(("StatefulSet", namespace, str(name)))
+        if kind != "ReplicaSet":
+            return None
+        deployment = self.snapshot.replicaset_owners.get((namespace, str(name)))
+        if deployment is not None:
+            return workloads.get(("Deployment", namespace, deployment))
+        labels = meta.get("labels") or {}
+        matching = [
+            w
+            for w in workloads.values()
+            if w.kind == "Deployment" and w.namespace == namespace and _selects(w.selector, labels)
+        ]
+        return matching[0] if len(matching) == 1 else None
+
+
+def _selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    wanted = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not wanted and not expressions:
+        return False  # an empty selector is refused for Deployments; never match all
+    return all(labels.get(k) == v for k, v in wanted.items()) and all(
+        match_expression(e, labels) for e in expressions
+    )
+
+
+@dataclass(frozen=True)
+class Review:
+    """The answer to one AdmissionReview, and what it meant."""
+
+    response: dict[str, Any]
+    outcome: str  # placed | no_policy | not_pod | no_fit | unknown_workload | bad_request
+    decision: Decision | None = None
+    workload: WorkloadInfo | None = None
+
+
+def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review:
+    request = body.get("request") if isinstance(body, dict) else None
+    uid = request.get("uid") if isinstance(request, dict) else None
+    if not isinstance(request, dict) or not isinstance(uid, str):
+        return Review({}, "bad_request")
+
+    def allow(outcome: str, **extra: Any) -> Review:
+        response = {"uid": uid, "allowed": True}
+        if "patch" in extra:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(extra.pop("patch")).encode()).decode()
+        return Review(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response},
+            outcome,
+            **extra,
+        )
+
+    pod = request.get("object")
+    kind = (request.get("kind") or {}).get("kind")
+    if kind != "Pod" or request.get("operation") != "CREATE" or not isinstance(pod, dict):
+        return allow("not_pod")
+    if view is None:
+        return allow("not_ready")
+    workload = view.workload_of(pod, str(request.get("namespace") or ""))
+    if workload is None:
+        return allow("unknown_workload")
+    policy = in_force(workload.annotations).policy
+    if policy is None or workload.opted_out:
+        return allow("no_policy", workload=workload)
+    spec = pod.get("spec") or {}
+    gpus = gpus_of(spec)
+    fits = [pool for pool in view.pools.values() if not pool.problems_for(spec, gpus)]
+    surge = workload.surge
+    decision = choose(
+        policy,
+        fits=fits,
+        groups=view.groups,
+        where=view.where(workload.key, admitted),
+        failing_over=surge is not None and not surge.completed,
+        evicting=view.evicting,
+    )
+    if decision is None:
+        return allow("no_fit", workload=workload)
+    patch = affinity_patch(pod, decision)
+    key = names.PLACED_WHY.replace("~", "~0").replace("/", "~1")
+    patch.append({"op": "add", "path": f"/metadata/annotations/{key}", "value": decision.reason})
+    return allow("placed", patch=patch, decision=decision, workload=workload)

@@ -1,0 +1,209 @@
+"""Where a new pod of a workload with a placement policy goes, and the patch that says so.
+
+Pure: the admission webhook (`webhook.py`) calls `choose` with what the controller's caches
+show (pools, the risk of each spot group, where the workload's replicas are) and turns the
+decision into node affinity with `affinity_patch`. The order of the rules, first match wins:
+
+1. a replacement for a replica under notice (the workload's surge is open) goes where the policy
+   says replacements go: on-demand by default;
+2. fewer replicas on on-demand than `min-on-demand`: on-demand;
+3. a spot group (pool and zone) whose risk the policy accepts and that is not being evicted
+   now, spread over zones (or pools) by the workload's replicas already there, then lowest risk;
+4. no such spot group: on-demand.
+
+On-demand is required node affinity: on-demand capacity is what the cluster autoscaler can add,
+and a replacement that lands on spot again defeats the fail-over. Spot is preferred node
+affinity: spot capacity may not be there, and a replica that cannot have the chosen spot group
+is better anywhere else it fits than Pending.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rebalancer import names
+from rebalancer.controller.policy import Policy
+from rebalancer.controller.pools import Pool
+from rebalancer.controller.risk import LEVELS, Risk
+
+PREFERRED_WEIGHT = 100  # the most a preferred term can weigh: above the user's own preferences
+
+
+@dataclass(frozen=True)
+class Group:
+    """A spot pool in one zone, with its risk (the riskiest VM size in it)."""
+
+    pool: str
+    zone: str  # "": the pool shows no zone (no node yet, or zones not labelled)
+    level: str
+    rate: float  # evictions per node-hour; < 0: unknown
+
+
+@dataclass(frozen=True)
+class Where:
+    """A workload's replicas now: per (pool, zone), and how many of them are on on-demand."""
+
+    counts: Mapping[tuple[str, str], int]
+    on_demand: int
+
+    def in_zone(self, zone: str) -> int:
+        return sum(n for (_, z), n in self.counts.items() if z == zone)
+
+    def in_pool(self, pool: str) -> int:
+        return sum(n for (p, _), n in self.counts.items() if p == pool)
+
+
+@dataclass(frozen=True)
+class Decision:
+    pool: str
+    zone: str
+    spot: bool
+    reason: str
+
+    @property
+    def required(self) -> bool:
+        return not self.spot
+
+    @property
+    def placed(self) -> str:
+        return f"{self.pool}/{self.zone}"
+
+
+def spot_groups(pools: Iterable[Pool], risks: Mapping[tuple[str, str, str], Risk]) -> list[Group]:
+    """Every spot pool per zone; a pool with no assessed group (no node yet) has unknown risk."""
+    worst: dict[tuple[str, str], Risk] = {}
+    for risk in risks.values():
+        key = (risk.pool, risk.zone)
+        if key not in worst or risk.rate_per_hour > worst[key].rate_per_hour:
+            worst[key] = risk
+    groups = []
+    for pool in pools:
+        if not pool.spot:
+            continue
+        zones = [(zone, risk) for (name, zone), risk in worst.items() if name == pool.name]
+        if not zones:
+            groups.append(Group(pool.name, "", "unknown", -1.0))
+        for zone, risk in sorted(zones, key=lambda item: item[0]):
+            groups.append(Group(pool.name, zone, risk.level, risk.rate_per_hour))
+    return groups
+
+
+def choose(
+    policy: Policy,
+    *,
+    fits: Iterable[Pool],
+    groups: Iterable[Group],
+    where: Where,
+    failing_over: bool,
+    evicting: set[tuple[str, str]],
+) -> Decision | None:
+    """The group for one new pod; None when no pool the policy allows fits it (placed as
+    without a policy). `fits`: the pools the pod's own template can run on; `evicting`: the
+    (pool, zone) of nodes under notice."""
+    allowed = [pool for pool in fits if policy.allows_pool(pool.name)]
+    names_allowed = {pool.name for pool in allowed}
+    on_demand = sorted(
+        (pool.name for pool in allowed if not pool.spot),
+        key=lambda name: (where.in_pool(name), name),
+    )
+    if failing_over and policy.failover_to == "on-demand" and on_demand:
+        return Decision(
+            on_demand[0], "", False,
+            f"replacement for a replica under notice: on-demand pool {on_demand[0]} "
+            "(failover-to on-demand)",
+        )  # fmt: skip
+    if where.on_demand < policy.min_on_demand and on_demand:
+        return Decision(
+            on_demand[0], "", False,
+            f"{where.on_demand} of at least {policy.min_on_demand} replicas on on-demand: "
+            f"pool {on_demand[0]}",
+        )  # fmt: skip
+    usable = [g for g in groups if g.pool in names_allowed]
+    accepted = [
+        g
+        for g in usable
+        if g.level in LEVELS
+        and policy.accepts(g.level)
+        and (g.pool, g.zone) not in evicting
+        and not any(p == g.pool and not z for p, z in evicting)
+    ]
+    if accepted:
+        best = min(accepted, key=lambda g: _spread_key(policy, where, g))
+        spread = {
+            "zone": f", {where.in_zone(best.zone)} replicas in zone {best.zone or '(none)'}",
+            "pool": f", {where.in_pool(best.pool)} replicas in the pool",
+            "none": "",
+        }[policy.spread]
+        return Decision(
+            best.pool, best.zone, True,
+            f"spot pool {best.pool} zone {best.zone or '(any)'}: risk {best.level} "
+            f"({best.rate:.3f} evictions per node-hour, max-risk {policy.max_risk}){spread}",
+        )  # fmt: skip
+    if on_demand:
+        why = _why_no_spot(usable, policy, evicting)
+        return Decision(on_demand[0], "", False, f"on-demand pool {on_demand[0]}: {why}")
+    return None
+
+
+def _spread_key(policy: Policy, where: Where, group: Group) -> tuple[Any, ...]:
+    spread = {
+        "zone": where.in_zone(group.zone),
+        "pool": where.in_pool(group.pool),
+        "none": 0,
+    }[policy.spread]
+    here = where.counts.get((group.pool, group.zone), 0)
+    return (spread, here, group.rate, group.pool, group.zone)
+
+
+def _why_no_spot(usable: list[Group], policy: Policy, evicting: set[tuple[str, str]]) -> str:
+    if not usable:
+        return "no spot pool the pods fit is allowed"
+    parts = []
+    for g in usable:
+        if (g.pool, g.zone) in evicting:
+            parts.append(f"{g.pool}/{g.zone or '-'} under notice")
+        else:
+            parts.append(f"{g.pool}/{g.zone or '-'} risk {g.level}")
+    return f"no spot group within max-risk {policy.max_risk} ({', '.join(parts)})"
+
+
+def affinity_patch(pod: Mapping[str, Any], decision: Decision) -> list[dict[str, Any]]:
+    """RFC 6902 operations that add the decision to the pod: required node affinity to an
+    on-demand pool (added to each of the pod's own required terms, which are ORed), or a
+    preferred term for a spot pool and zone; and the `placed` annotation."""
+    spec = pod.get("spec") or {}
+    affinity = copy.deepcopy(spec.get("affinity") or {})
+    node_affinity = affinity.setdefault("nodeAffinity", {})
+    pool_expr = {"key": names.AKS_AGENTPOOL_LABEL, "operator": "In", "values": [decision.pool]}
+    if decision.required:
+        required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+        terms = required.get("nodeSelectorTerms") or [{}]
+        for term in terms:
+            term.setdefault("matchExpressions", []).append(pool_expr)
+        required["nodeSelectorTerms"] = terms
+    else:
+        expressions = [pool_expr]
+        if decision.zone:
+            expressions.append(
+                {"key": names.ZONE_LABEL, "operator": "In", "values": [decision.zone]}
+            )
+        node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+            {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": expressions}}
+        )
+    ops: list[dict[str, Any]] = [{"op": "add", "path": "/spec/affinity", "value": affinity}]
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    if annotations is None:
+        ops.append(
+            {
+                "op": "add",
+                "path": "/metadata/annotations",
+                "value": {names.PLACED: decision.placed},
+            }
+        )
+    else:
+        key = names.PLACED.replace("~", "~0").replace("/", "~1")
+        ops.append({"op": "add", "path": f"/metadata/annotations/{key}", "value": decision.placed})
+    return ops

@@ -1,0 +1,172 @@
+"""A workload's placement policy: annotations on its Deployment or StatefulSet, and their schema.
+
+Annotations, not a CRD: a policy is a handful of numbers and names that belong to one workload,
+`kubectl annotate` sets them, operators that own Deployments (KServe, KAITO) pass annotations
+through, and nothing has to be installed cluster-wide before the first one works. The schema is
+this module (and `docs/placement.md`); a value outside it is refused as a whole, with every
+problem named, and the last valid policy (recorded on the workload by the controller, under
+`POLICY_IN_FORCE`) stays in force.
+
+A workload with none of these annotations has no policy: it is placed as it always was.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Final
+
+from rebalancer.controller.risk import LEVELS
+from rebalancer.names import (
+    FAILOVER_TO,
+    MAX_RISK,
+    MIN_ON_DEMAND,
+    POLICY_IN_FORCE,
+    POOLS,
+    SPREAD,
+)
+from rebalancer.names import SPARE_REPLICAS as SPARE
+
+POLICY_KEYS: Final = (MIN_ON_DEMAND, SPARE, POOLS, MAX_RISK, SPREAD, FAILOVER_TO)
+SPREADS: Final = ("zone", "pool", "none")
+FAILOVER_TARGETS: Final = ("on-demand", "spot")
+MAX_REPLICAS: Final = 10_000
+MAX_POOLS: Final = 64
+
+
+@dataclass(frozen=True)
+class Policy:
+    min_on_demand: int = 0
+    spare: int = 0
+    pools: tuple[str, ...] = ()  # empty: every pool the pods can run on
+    max_risk: str = "high"
+    spread: str = "zone"
+    failover_to: str = "on-demand"
+
+    def allows_pool(self, pool: str) -> bool:
+        return not self.pools or pool in self.pools
+
+    def accepts(self, level: str) -> bool:
+        return LEVELS.index(level) <= LEVELS.index(self.max_risk)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["pools"] = list(self.pools)
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Policy:
+        """The controller's own record; ValueError for anything it would not have written."""
+        if len(text) > 4096:
+            raise ValueError("record larger than 4 KiB")
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise ValueError("not JSON") from None
+        if not isinstance(data, dict) or set(data) != set(cls.__dataclass_fields__):
+            raise ValueError("not a policy record")
+        pools = data["pools"]
+        if not isinstance(pools, list) or not all(isinstance(p, str) for p in pools):
+            raise ValueError("not a policy record")
+        given = {
+            MIN_ON_DEMAND: data["min_on_demand"],
+            SPARE: data["spare"],
+            MAX_RISK: data["max_risk"],
+            SPREAD: data["spread"],
+            FAILOVER_TO: data["failover_to"],
+        }
+        if pools:
+            given[POOLS] = ",".join(pools)
+        if not all(isinstance(v, str | int) and not isinstance(v, bool) for v in given.values()):
+            raise ValueError("not a policy record")
+        try:
+            return parse({k: str(v) for k, v in given.items()})
+        except PolicyError as error:
+            raise ValueError(str(error)) from None
+
+
+class PolicyError(ValueError):
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def declared(annotations: Mapping[str, str]) -> bool:
+    return any(key in annotations for key in POLICY_KEYS)
+
+
+def parse(annotations: Mapping[str, str]) -> Policy:
+    """The policy the annotations declare; PolicyError naming every problem."""
+    problems: list[str] = []
+
+    def count(key: str) -> int:
+        text = annotations.get(key)
+        if text is None:
+            return 0
+        if not text.strip().isdigit() or int(text) > MAX_REPLICAS:
+            problems.append(f"{key}: {text!r} is not a whole number from 0 to {MAX_REPLICAS}")
+            return 0
+        return int(text)
+
+    def word(key: str, allowed: tuple[str, ...], default: str) -> str:
+        text = annotations.get(key)
+        if text is None:
+            return default
+        if text.strip().lower() not in allowed:
+            problems.append(f"{key}: {text!r} is not one of {', '.join(allowed)}")
+            return default
+        return text.strip().lower()
+
+    pools: tuple[str, ...] = ()
+    if POOLS in annotations:
+        names = [p.strip() for p in annotations[POOLS].split(",") if p.strip()]
+        bad = [p for p in names if not _pool_name(p)]
+        if not names or bad or len(names) > MAX_POOLS:
+            problems.append(
+                f"{POOLS}: {annotations[POOLS]!r} is not a comma-separated list of 1 to "
+                f"{MAX_POOLS} agent pool names (lower-case letters and digits)"
+            )
+        else:
+            pools = tuple(sorted(set(names)))
+    policy = Policy(
+        min_on_demand=count(MIN_ON_DEMAND),
+        spare=count(SPARE),
+        pools=pools,
+        max_risk=word(MAX_RISK, LEVELS, "high"),
+        spread=word(SPREAD, SPREADS, "zone"),
+        failover_to=word(FAILOVER_TO, FAILOVER_TARGETS, "on-demand"),
+    )
+    if problems:
+        raise PolicyError(problems)
+    return policy
+
+
+def _pool_name(name: str) -> bool:
+    # AKS: lower-case alphanumerics, 1-12 characters (Linux pools); a little room for others.
+    return 0 < len(name) <= 63 and name.isascii() and name.replace("-", "").isalnum()
+
+
+@dataclass(frozen=True)
+class InForce:
+    """What a workload's annotations mean now: the policy in force and, if the declared one was
+    refused, why (the last valid one stays in force)."""
+
+    policy: Policy | None
+    refused: str = ""  # the problems of the declared policy; "" when it was valid or absent
+
+
+def in_force(annotations: Mapping[str, str]) -> InForce:
+    if not declared(annotations):
+        return InForce(None)
+    try:
+        return InForce(parse(annotations))
+    except PolicyError as error:
+        last = annotations.get(POLICY_IN_FORCE)
+        kept = None
+        if last is not None:
+            try:
+                kept = Policy.from_json(last)
+            except ValueError:
+                kept = None
+        return InForce(kept, refused=str(error))

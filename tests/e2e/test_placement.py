@@ -1,0 +1,51 @@
+"""Placement end to end: the emulated API server calls the controller's admission webhook on
+Pod CREATE, as kube-apiserver would, with the configuration the chart installs."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from rebalancer_sim import resources as R
+from tests.e2e.rig import running, scenario, workload
+from tests.helpers import free_port
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_a_new_replica_is_placed_by_the_controllers_webhook(tmp_path: Path) -> None:
+    data = scenario()
+    workload(data)["labels"] = {"app": "llm", "spot-rebalancer.io/placement": "enabled"}
+    async with running(tmp_path, data) as rig:
+        deployment = copy.deepcopy(rig.deployment())
+        annotations = deployment["metadata"].setdefault("annotations", {})
+        annotations["spot-rebalancer.io/min-on-demand"] = "1"
+        rig.cluster.store.update(R.DEPLOYMENTS, deployment)
+        port = free_port()
+        rig.register_webhook(port)  # the chart's configuration, without a caBundle yet
+        rig.start_controller(REBALANCER_WEBHOOK_ENABLED="true", REBALANCER_WEBHOOK_PORT=str(port))
+        await rig.until_ready()
+
+        def ca_bundle() -> str:
+            configuration = rig.cluster.store.get(R.MUTATING_WEBHOOKS, "", "spot-rebalancer")
+            assert configuration is not None
+            return str(configuration["webhooks"][0]["clientConfig"].get("caBundle", ""))
+
+        await rig.wait_for(ca_bundle, timeout=20, what="the controller's CA in the configuration")
+        assert [p for p in rig.pods() if rig.pool_of(p["spec"]["nodeName"]) == "gpuondemand"] == []
+
+        rig.cluster.scale("llm", 4)
+        await rig.wait_for(
+            lambda: [
+                p
+                for p in rig.pods()
+                if p["spec"].get("nodeName") and rig.pool_of(p["spec"]["nodeName"]) == "gpuondemand"
+            ],
+            timeout=20,
+            what="a replica placed on on-demand (min-on-demand 1)",
+        )
+    calls = rig.cluster.admission.calls
+    assert [c.outcome for c in calls if c.outcome == "patched"] == ["patched"], calls
+    assert calls[-1].user == "system:serviceaccount:kube-system:replicaset-controller"
