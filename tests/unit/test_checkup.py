@@ -103,6 +103,11 @@ NO_OD_GPU = [
     node("sys-0", "system", spot=False, gpus=0, taints=[], sku=D4),
 ]
 ON_DEMAND = [node("od-0", "gpuondemand", spot=False, gpus=1, taints=[GPU])]
+# Spot GPU nodes that joined at 00:55 and advertise no GPU yet.
+NEW_BARE_SPOT = [
+    node(f"spot-{i}", "gpuspot", spot=True, gpus=0, taints=BOTH, created="2026-01-01T00:55:00Z")
+    for i in range(2)
+] + ON_DEMAND
 ZERO_POOL = NodeGroup("aks-gpuondemand-12345678-vmss", "gpuondemand", 0, 3, 0)
 
 CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
@@ -131,36 +136,14 @@ CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
     ),
     "new spot nodes whose device plugin is still registering: not judged yet": (
         world(
-            nodes=[
-                node(
-                    f"spot-{i}",
-                    "gpuspot",
-                    spot=True,
-                    gpus=0,
-                    taints=BOTH,
-                    created="2026-01-01T00:55:00Z",
-                )
-                for i in range(2)
-            ]
-            + ON_DEMAND,
+            nodes=NEW_BARE_SPOT,
             now=datetime(2026, 1, 1, 1, 0, tzinfo=UTC),
         ),
         [],
     ),
     "the same nodes ten minutes on": (
         world(
-            nodes=[
-                node(
-                    f"spot-{i}",
-                    "gpuspot",
-                    spot=True,
-                    gpus=0,
-                    taints=BOTH,
-                    created="2026-01-01T00:55:00Z",
-                )
-                for i in range(2)
-            ]
-            + ON_DEMAND,
+            nodes=NEW_BARE_SPOT,
             now=datetime(2026, 1, 1, 1, 5, tzinfo=UTC),
         ),
         [("gpus-not-advertised", WARNING, "DaemonSet kube-system/nvidia-device-plugin-daemonset")],
