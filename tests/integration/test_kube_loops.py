@@ -65,7 +65,8 @@ async def test_informer_lists_in_pages_then_follows_changes(
 
     informer: Informer[str] = Informer(
         client,
-        "/api/v1/configmaps",
+        # Not cluster-wide: the emulator's autoscaler keeps a status ConfigMap in kube-system.
+        "/api/v1/namespaces/default/configmaps",
         lambda obj: str((obj.get("data") or {}).get("v")),
         page_size=3,
         on_change=changed,
