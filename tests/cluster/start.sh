@@ -118,6 +118,7 @@ start_bg kube-apiserver "$BIN/kube-apiserver" \
   --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds,Priority,PodSecurity,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
   --allow-privileged=true --profiling=false --enable-priority-and-fairness=false \
   --endpoint-reconciler-type none \
+  --enable-aggregator-routing=true \
   --cert-dir "$STATE/apiserver-certs"
 ready=0
 for _ in $(seq 1 $((READY_TIMEOUT * 2))); do

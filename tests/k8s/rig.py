@@ -39,6 +39,7 @@ RELEASE_NAMESPACE = "spot-rebalancer"
 SPOT_POOL = "gpuspot"
 # Conditions kwok keeps on its nodes; any other (ours, AKS's NPD) is a test's and is removed.
 KWOK_CONDITIONS = {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"}
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 
 class ApiError(Exception):
@@ -151,37 +152,57 @@ class ChartRbac:
 
     kubeconfigs: dict[str, Path]  # component -> a token kubeconfig of its ServiceAccount
     env: dict[str, dict[str, str]]  # component -> the plain env of its chart container
+    objects: list[dict[str, Any]]  # the whole rendering (default values)
 
 
-def install_chart_rbac(plane: ControlPlane, workdir: Path) -> ChartRbac:
-    """`helm template` the chart; apply its ServiceAccounts, (Cluster)Roles and bindings only
-    (the workloads themselves run here as host processes); mint a token for each component."""
+def render_chart(*values: str) -> list[dict[str, Any]]:
+    """The chart's objects as `helm template` renders them, with these `--set` values."""
     tools = helm_environment()
+    sets = [arg for value in values for arg in ("--set", value)]
     rendered = subprocess.run(
-        [tools["HELM4"], "template", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE],
+        [tools["HELM4"], "template", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE, *sets],
         capture_output=True,
         text=True,
         check=True,
         env=tools,
     ).stdout
-    objects = [doc for doc in yaml.safe_load_all(rendered) if doc]
-    rbac_kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-    rbac = [o for o in objects if o["kind"] in rbac_kinds]
-    plane.kubectl("create", "namespace", RELEASE_NAMESPACE)
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def apply_chart_rbac(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
+    """Apply the ServiceAccounts, (Cluster)Roles and bindings of a rendering, nothing else (the
+    workloads themselves run here as host processes)."""
+    rbac = [o for o in objects if o["kind"] in RBAC_KINDS]
     plane.kubectl("apply", "-n", RELEASE_NAMESPACE, "-f", "-", stdin=yaml.safe_dump_all(rbac))
-    kubeconfigs: dict[str, Path] = {}
+
+
+def container_env(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Component -> the plain env of its chart container (DaemonSet, Deployment)."""
     env: dict[str, dict[str, str]] = {}
     for obj in objects:
-        component = obj["metadata"]["labels"].get("app.kubernetes.io/component", "")
+        if obj["kind"] in ("DaemonSet", "Deployment"):
+            component = obj["metadata"]["labels"]["app.kubernetes.io/component"]
+            (container,) = obj["spec"]["template"]["spec"]["containers"]
+            env[component] = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    return env
+
+
+def install_chart_rbac(plane: ControlPlane, workdir: Path) -> ChartRbac:
+    """`helm template` the chart with its default values; apply its RBAC; mint a token for each
+    component."""
+    objects = render_chart()
+    plane.kubectl("create", "namespace", RELEASE_NAMESPACE)
+    apply_chart_rbac(plane, objects)
+    kubeconfigs: dict[str, Path] = {}
+    for obj in objects:
         if obj["kind"] == "ServiceAccount":
+            component = obj["metadata"]["labels"]["app.kubernetes.io/component"]
             kubeconfigs[component] = plane.token_kubeconfig(
                 workdir / f"{component}.kubeconfig", RELEASE_NAMESPACE, obj["metadata"]["name"]
             )
-        if obj["kind"] in ("DaemonSet", "Deployment"):
-            (container,) = obj["spec"]["template"]["spec"]["containers"]
-            env[component] = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    env = container_env(objects)
     assert set(kubeconfigs) == set(env) == {"agent", "controller"}, (kubeconfigs, env)
-    return ChartRbac(kubeconfigs=kubeconfigs, env=env)
+    return ChartRbac(kubeconfigs=kubeconfigs, env=env, objects=objects)
 
 
 @dataclass
@@ -324,11 +345,14 @@ class KubeRig(ProcessRig):
         node_selector: dict[str, str] | None = None,
         pdb: dict[str, int] | None = None,
         kind: str = "Deployment",
+        annotations: dict[str, str] | None = None,
+        pod_labels: dict[str, str] | None = None,
     ) -> None:
         """An inference Deployment (or StatefulSet) as users run one on AKS spot: one GPU per
         replica, tolerating the spot and GPU taints, preferring spot nodes, a
         PodDisruptionBudget (maxUnavailable 1), and replicas that take `startup_seconds` to
-        become Ready (kwok's pod-ready delay)."""
+        become Ready (kwok's pod-ready delay). `annotations` go on the workload (a placement
+        policy), `pod_labels` on its pod template too (the webhook's object selector)."""
         labels = {"app": name}
         tolerations = [
             {"key": names.AKS_SPOT_LABEL, "operator": "Equal", "value": "spot",
@@ -346,13 +370,13 @@ class KubeRig(ProcessRig):
         workload = {
             "apiVersion": "apps/v1",
             "kind": kind,
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
             "spec": {
                 "replicas": replicas,
                 "selector": {"matchLabels": labels},
                 "template": {
                     "metadata": {
-                        "labels": labels,
+                        "labels": {**labels, **(pod_labels or {})},
                         "annotations": {
                             "pod-ready.stage.kwok.x-k8s.io/delay": f"{startup_seconds}s"
                         },
