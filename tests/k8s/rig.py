@@ -18,6 +18,7 @@ import contextlib
 import copy
 import json
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,11 @@ RELEASE_NAMESPACE = "spot-rebalancer"
 SPOT_POOL = "gpuspot"
 # Conditions kwok keeps on its nodes; any other (ours, AKS's NPD) is a test's and is removed.
 KWOK_CONDITIONS = {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"}
+# The conditions a kubelet posts (the node lifecycle controller sets them Unknown when it stops).
+KUBELET_CONDITIONS = {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure"}
+# kwok leaves the status of a Node with this annotation alone (start.sh's
+# --disregard-status-with-annotation-selector kwok.x-k8s.io/status=custom).
+KWOK_STATUS = "kwok.x-k8s.io/status"
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 
@@ -287,10 +293,14 @@ class KubeRig(ProcessRig):
         self.evictions.append(asyncio.create_task(self._evict_when_started(node_name, event)))
         return event
 
-    async def _evict_when_started(self, node_name: str, event: EmulatedEvent) -> None:
-        while (state := event.state(self.imds.clock.now())) == "scheduled":  # noqa: ASYNC110
+    async def _until_not(self, event: EmulatedEvent, state: str) -> str:
+        """Wait until the event leaves `state`; its new state."""
+        while (now_state := event.state(self.imds.clock.now())) == state:  # noqa: ASYNC110
             await asyncio.sleep(0.05)  # the IMDS emulator keeps no callbacks: poll its clock
-        if state == "cancelled":
+        return now_state
+
+    async def _evict_when_started(self, node_name: str, event: EmulatedEvent) -> None:
+        if await self._until_not(event, "scheduled") == "cancelled":
             return
         self.imds.remove_vm(self.vm_name(node_name))
         pods = await self.api.request(
@@ -300,6 +310,70 @@ class KubeRig(ProcessRig):
             meta = pod["metadata"]
             await self.api.absent(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
         await self.api.absent(f"/api/v1/nodes/{node_name}")
+
+    def redeploy(
+        self, node_name: str, *, notice_seconds: float, down_seconds: float
+    ) -> EmulatedEvent:
+        """Azure moves the VM to another host: IMDS announces a Redeploy; when it starts (at
+        NotBefore, or when the agent acknowledges it) the VM is off for `down_seconds`, its
+        agent with it, while Azure keeps the event Started; then the event is gone and the VM
+        is back on its new host, with the same name and the same Node."""
+        event = self.imds.schedule(
+            "Redeploy",
+            [self.vm_name(node_name)],
+            notice_seconds=notice_seconds,
+            started_seconds=down_seconds,
+        )
+        self.evictions.append(asyncio.create_task(self._restart_when_started(node_name, event)))
+        return event
+
+    async def _restart_when_started(self, node_name: str, event: EmulatedEvent) -> None:
+        if await self._until_not(event, "scheduled") == "cancelled":
+            return
+        agent = f"agent-{node_name}"
+        had_agent = agent in self.processes
+        if had_agent:
+            self.stop(agent)  # the guest shuts down: its containers get SIGTERM
+        await self.vm_off(node_name)
+        await self._until_not(event, "started")
+        await self.vm_on(node_name)
+        if had_agent:
+            self.start_agent(node_name)  # the DaemonSet's pod starts again with the VM
+
+    async def vm_off(self, node_name: str) -> None:
+        """What the cluster sees of a VM that is off: kwok stops keeping its Node (the
+        annotation start.sh's --disregard-status-with-annotation-selector matches) and its
+        conditions go Unknown, as the node lifecycle controller writes them once the kubelet
+        stops posting (at once here, not after its 40 s grace period)."""
+
+        def disregarded(node: dict[str, Any]) -> None:
+            node["metadata"].setdefault("annotations", {})[KWOK_STATUS] = "custom"
+
+        def silent(node: dict[str, Any]) -> None:
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            for condition in node["status"].get("conditions") or []:
+                if condition["type"] in KUBELET_CONDITIONS:
+                    condition.update(
+                        status="Unknown",
+                        reason="NodeStatusUnknown",
+                        message="Kubelet stopped posting node status.",
+                        lastTransitionTime=now,
+                    )
+
+        await self.api.update(f"/api/v1/nodes/{node_name}", disregarded)
+        await self.api.update(f"/api/v1/nodes/{node_name}/status", silent)
+
+    async def vm_on(self, node_name: str) -> None:
+        """The VM runs again: kwok keeps the Node once more (Ready at once), and the node
+        lifecycle controller lifts its unreachable taints."""
+
+        def regarded(node: dict[str, Any]) -> None:
+            node["metadata"].get("annotations", {}).pop(KWOK_STATUS, None)
+
+        await self.api.update(f"/api/v1/nodes/{node_name}", regarded)
+        await self.wait_for(
+            lambda: schedulable(self.node(node_name)), timeout=30, what=f"{node_name} back"
+        )
 
     def cancel(self, event: EmulatedEvent) -> None:
         assert self.imds.cancel(event.event_id), "only a Scheduled event can be cancelled"
@@ -421,12 +495,15 @@ class KubeRig(ProcessRig):
 
 
 def schedulable(node: dict[str, Any] | None) -> bool:
-    """Ready, and the node lifecycle controller's not-ready taint lifted."""
+    """Ready, and the node lifecycle controller's not-ready and unreachable taints lifted."""
     if node is None:
         return False
     conditions = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
     taints = {t["key"] for t in node["spec"].get("taints") or []}
-    return conditions.get("Ready") == "True" and "node.kubernetes.io/not-ready" not in taints
+    return conditions.get("Ready") == "True" and not taints & {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    }
 
 
 async def reset_nodes(api: AdminApi, plane: ControlPlane) -> None:

@@ -14,8 +14,14 @@ kube-proxy). The API server refuses loopback addresses in an IPv4 EndpointSlice,
 holds this machine's non-loopback address (the controller listens on every interface, as in a
 pod); on a machine without one (or with K8S_TEST_WEBHOOK_LOOPBACK=1) it is an FQDN slice whose
 address is `127.0.0.1`, which validation lets through (a deprecated address type) and the API
-server dials as written. Either way the test says which in its log. tests/cluster/README.md has
-the details.
+server dials as written; pytest's summary then shows a warning that says so.
+tests/cluster/README.md has the details.
+
+Checked: the Secret and caBundle the leader writes; two replicas of a Deployment under
+`min-on-demand: 1` placed one on on-demand (required affinity) and one on spot (a preferred
+term), and scheduled there; a server-side dry run answered but not counted; with the controller
+stopped, a new replica created at once and unchanged (`failurePolicy: Ignore`); no call refused
+under the chart's RBAC (the rig reads the process's log).
 """
 
 from __future__ import annotations
