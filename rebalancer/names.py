@@ -79,6 +79,9 @@ POLICY_IN_FORCE: Final = f"{PREFIX}/placement-in-force"
 # Ours, on a pod our admission webhook placed: "<pool>/<zone>" it chose, and why.
 PLACED: Final = f"{PREFIX}/placed"
 PLACED_WHY: Final = f"{PREFIX}/placed-why"
+# Ours, on a pod our admission webhook placed: the uid of that AdmissionReview. The webhook counts
+# each of its placements once, from its own record until its caches show the pod that carries it.
+PLACED_REVIEW: Final = f"{PREFIX}/placed-review"
 # The eviction history ConfigMap's key (the ConfigMap is named after the Lease: `<lease>-history`).
 HISTORY_KEY: Final = "history.json"
 

@@ -9,7 +9,9 @@ One tick per poll interval:
    annotation cannot be;
 4. for pending events the settings allow, acknowledge to Azure once the controller has marked the
    Node drained for that EventId, and only for events that name this VM alone and were read
-   without oddities, because an acknowledgement lets the event proceed for every VM it lists.
+   without oddities, because an acknowledgement lets the event proceed for every VM it lists;
+   then write the acknowledgement on the Node at once (`acknowledgedAt`): Azure starts the event
+   then, and a Reboot or Redeploy takes this VM and the agent down before a next tick.
 Errors are counted, logged when they start and stop, and shown on /readyz; the loop never exits
 on them. Input the agent skips or reads with oddities is logged and counted once, not per poll.
 """
@@ -177,7 +179,11 @@ class Agent:
         if observation is not None:
             self._record(observation, now)
         await self._publish(now)
-        await self._acknowledge()
+        if await self._acknowledge():
+            # On the Node at once, not at the next tick: Azure starts an acknowledged event at
+            # once, and a Reboot or Redeploy takes this VM down with us. The agent that starts
+            # with the VM again must read that the event ran, not that it was called off.
+            await self._publish(self._clock.now())
 
     async def _poll(self, now: datetime) -> Observation | None:
         assert self.tracker is not None
@@ -362,10 +368,11 @@ class Agent:
                 message=condition.message,
             )
 
-    async def _acknowledge(self) -> None:
+    async def _acknowledge(self) -> bool:
+        """Acknowledge the drained events the settings allow; True if any was."""
         assert self.tracker is not None and self.vm_name is not None
         if not self._settings.ack_enabled:
-            return
+            return False
         candidates = [
             event
             for event in self.tracker.pending.values()
@@ -387,16 +394,16 @@ class Agent:
                     resources=list(event.resources),
                 )
         if not single:
-            return
+            return False
         try:
             node = await self._nodes.get(self._settings.node_name)
         except KubeError as error:
             self._note_kube_error("read_node", error)
-            return
+            return False
         drained = drained_event_ids(node.annotations)
         ready = [event for event in single if event.event_id.upper() in drained]
         if not ready:
-            return
+            return False
         try:
             await self._imds.acknowledge([event.event_id for event in ready])
         except ImdsError as error:
@@ -406,7 +413,7 @@ class Agent:
                 ).inc()
             self._metrics.errors.labels("ack").inc()
             self._log.warning("acknowledgement failed", reason=str(error), kind=error.kind)
-            return
+            return False
         now = self._clock.now()
         for event in ready:
             self.tracker.mark_acknowledged(event.event_id, now)
@@ -414,6 +421,7 @@ class Agent:
             self._log.info(
                 "event acknowledged to azure", event_id=event.event_id, event_type=event.event_type
             )
+        return True
 
     def _note_kube_error(self, action: str, error: KubeError) -> None:
         self._metrics.errors.labels("kube_api").inc()

@@ -29,13 +29,15 @@ from rebalancer.controller.snapshot import Snapshot, WorkloadKey
 
 @dataclass(frozen=True)
 class Admitted:
-    """A placement made since the view was built: counted until the caches show the pod."""
+    """A placement the webhook made: counted until the caches show its pod (the one carrying
+    `review` in its annotations) as one of the workload's, or for `webhook.RECENT_SECONDS`."""
 
     at: datetime
     workload: WorkloadKey
     pool: str
     zone: str
     spot: bool
+    review: str  # the AdmissionReview's uid, which the pod carries (names.PLACED_REVIEW)
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,9 @@ class View:
         counts: dict[tuple[str, str], int] = {}
         on_demand = 0
         nodes = self.snapshot.nodes
+        shown: set[str] = set()  # the reviews whose pods this view counts (or has seen go)
         for pod in self.snapshot.pods_by_workload.get(workload, []):
+            shown.add(pod.placed_review)
             if pod.deleting or pod.finished:
                 continue
             node = nodes.get(pod.node_name) if pod.node_name else None
@@ -75,8 +79,11 @@ class View:
                 continue
             counts[(pool, zone)] = counts.get((pool, zone), 0) + 1
             on_demand += 0 if spot else 1
+        # Not "made after the view was built": a view built just after an answer often lacks
+        # the pod yet (the API server writes it after the answer; the watch brings it later), and
+        # the next pod of a burst went to on-demand again (the real API server showed it).
         for made in admitted:
-            if made.workload == workload and made.at >= self.snapshot.now:
+            if made.workload == workload and made.review not in shown:
                 counts[(made.pool, made.zone)] = counts.get((made.pool, made.zone), 0) + 1
                 on_demand += 0 if made.spot else 1
         return Where(counts, on_demand)
@@ -126,6 +133,9 @@ class Review:
     outcome: str  # placed | no_policy | not_pod | no_fit | unknown_workload | bad_request
     decision: Decision | None = None
     workload: WorkloadInfo | None = None
+    # A server-side dry run (`kubectl create --dry-run=server`): answered like any other, but no
+    # pod follows, so it must not count as a placement (the webhook declares sideEffects None).
+    dry_run: bool = False
 
 
 def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review:
@@ -142,6 +152,7 @@ def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review
         return Review(
             {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response},
             outcome,
+            dry_run=request.get("dryRun") is True,
             **extra,
         )
 
@@ -172,6 +183,7 @@ def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review
     if decision is None:
         return allow("no_fit", workload=workload)
     patch = affinity_patch(pod, decision)
-    key = names.PLACED_WHY.replace("~", "~0").replace("/", "~1")
-    patch.append({"op": "add", "path": f"/metadata/annotations/{key}", "value": decision.reason})
+    for name, value in ((names.PLACED_WHY, decision.reason), (names.PLACED_REVIEW, uid)):
+        key = name.replace("~", "~0").replace("/", "~1")
+        patch.append({"op": "add", "path": f"/metadata/annotations/{key}", "value": value})
     return allow("placed", patch=patch, decision=decision, workload=workload)

@@ -280,6 +280,7 @@ class PodInfo:
     created: datetime | None = None
     placed: str = ""  # "<pool>/<zone>" our admission webhook chose for it; "" if none
     placed_why: str = ""
+    placed_review: str = ""  # the uid of the AdmissionReview that placed it
 
     @property
     def key(self) -> tuple[str, str]:
@@ -329,6 +330,7 @@ class PodInfo:
             created=parse_iso(meta.get("creationTimestamp")),
             placed=str(annotations.get(names.PLACED) or "")[:128],
             placed_why=str(annotations.get(names.PLACED_WHY) or "")[:512],
+            placed_review=str(annotations.get(names.PLACED_REVIEW) or "")[:64],
         )
 
 

@@ -1,9 +1,10 @@
 """The mutating admission webhook on Pod creation, served over HTTPS by every replica.
 
 Decisions read the last planning pass's view (the informer caches every replica keeps warm),
-never the API: an answer costs a few dictionary lookups. Pods placed since that view was built
-are counted here for a moment (`RECENT_SECONDS`), so that a burst of creations from one
-ReplicaSet spreads instead of piling onto the group that looked emptiest.
+never the API: an answer costs a few dictionary lookups. Pods placed here are counted from the
+webhook's own record until the caches show them (at most `RECENT_SECONDS`), so that a burst of
+creations from one ReplicaSet spreads instead of piling onto the group that looked emptiest.
+Server-side dry runs are answered alike and recorded nowhere.
 """
 
 from __future__ import annotations
@@ -74,9 +75,10 @@ class PlacementWebhook:
         result = review(body, self._view(), self.admitted)
         self._metrics.webhook_reviews.labels(result.outcome).inc()
         decision, workload = result.decision, result.workload
-        if decision is not None and workload is not None:
+        if decision is not None and workload is not None and not result.dry_run:
+            uid = str(result.response["response"]["uid"])
             self.admitted.append(
-                Admitted(now, workload.key, decision.pool, decision.zone, decision.spot)
+                Admitted(now, workload.key, decision.pool, decision.zone, decision.spot, uid)
             )
             capacity = "spot" if decision.spot else "on_demand"
             self._metrics.placements.labels(workload.namespace, workload.name, capacity).inc()

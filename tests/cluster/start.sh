@@ -106,6 +106,8 @@ curl -sf "http://127.0.0.1:$ETCD_PORT/health" >/dev/null || fail "etcd did not b
 log "etcd healthy at 127.0.0.1:$ETCD_PORT after $((SECONDS - T0)) s"
 
 # ------------------------------------------------------------------ kube-apiserver
+# --enable-aggregator-routing: an admission webhook's Service is dialled at its endpoints, not at
+# its ClusterIP (no kube-proxy here); tests/k8s/test_webhook.py points one at a host process.
 start_bg kube-apiserver "$BIN/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
@@ -118,6 +120,7 @@ start_bg kube-apiserver "$BIN/kube-apiserver" \
   --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds,Priority,PodSecurity,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
   --allow-privileged=true --profiling=false --enable-priority-and-fairness=false \
   --endpoint-reconciler-type none \
+  --enable-aggregator-routing=true \
   --cert-dir "$STATE/apiserver-certs"
 ready=0
 for _ in $(seq 1 $((READY_TIMEOUT * 2))); do

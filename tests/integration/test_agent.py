@@ -223,6 +223,22 @@ async def test_acknowledges_only_after_the_drained_mark(rig: Rig) -> None:
     )
 
 
+async def test_an_acknowledged_redeploy_is_on_the_node_before_the_vm_goes(rig: Rig) -> None:
+    """The VM goes down as soon as Azure starts the acknowledged event; the agent that starts
+    with it again finds the event gone and must say it ran. The real control plane showed it
+    (tests/k8s/test_redeploy.py): the acknowledgement reached the Node only at the next tick,
+    which never came, and the restarted agent reported the Redeploy cancelled."""
+    agent = await rig.agent()
+    event = rig.imds.schedule("Redeploy", [VM], notice_seconds=60, started_seconds=5)
+    rig.kube.nodes[NODE]["metadata"]["annotations"][DRAINED_FOR_ANNOTATION] = event.event_id
+    await agent.tick()  # seen, published, acknowledged: Azure starts it and the VM goes off
+    assert rig.imds.events[event.event_id].acknowledged_by == [VM]
+    rig.clock.advance(6)  # back on its new host; the event is gone
+    again = await rig.agent()
+    await again.tick()
+    assert rig.condition()["reason"] == "EventCompleted"
+
+
 @pytest.mark.parametrize(
     ("event_type", "resources", "settings"),
     [

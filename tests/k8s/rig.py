@@ -18,6 +18,7 @@ import contextlib
 import copy
 import json
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,12 @@ RELEASE_NAMESPACE = "spot-rebalancer"
 SPOT_POOL = "gpuspot"
 # Conditions kwok keeps on its nodes; any other (ours, AKS's NPD) is a test's and is removed.
 KWOK_CONDITIONS = {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"}
+# The conditions a kubelet posts (the node lifecycle controller sets them Unknown when it stops).
+KUBELET_CONDITIONS = {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure"}
+# kwok leaves the status of a Node with this annotation alone (start.sh's
+# --disregard-status-with-annotation-selector kwok.x-k8s.io/status=custom).
+KWOK_STATUS = "kwok.x-k8s.io/status"
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 
 class ApiError(Exception):
@@ -151,37 +158,57 @@ class ChartRbac:
 
     kubeconfigs: dict[str, Path]  # component -> a token kubeconfig of its ServiceAccount
     env: dict[str, dict[str, str]]  # component -> the plain env of its chart container
+    objects: list[dict[str, Any]]  # the whole rendering (default values)
 
 
-def install_chart_rbac(plane: ControlPlane, workdir: Path) -> ChartRbac:
-    """`helm template` the chart; apply its ServiceAccounts, (Cluster)Roles and bindings only
-    (the workloads themselves run here as host processes); mint a token for each component."""
+def render_chart(*values: str) -> list[dict[str, Any]]:
+    """The chart's objects as `helm template` renders them, with these `--set` values."""
     tools = helm_environment()
+    sets = [arg for value in values for arg in ("--set", value)]
     rendered = subprocess.run(
-        [tools["HELM4"], "template", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE],
+        [tools["HELM4"], "template", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE, *sets],
         capture_output=True,
         text=True,
         check=True,
         env=tools,
     ).stdout
-    objects = [doc for doc in yaml.safe_load_all(rendered) if doc]
-    rbac_kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-    rbac = [o for o in objects if o["kind"] in rbac_kinds]
-    plane.kubectl("create", "namespace", RELEASE_NAMESPACE)
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def apply_chart_rbac(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
+    """Apply the ServiceAccounts, (Cluster)Roles and bindings of a rendering, nothing else (the
+    workloads themselves run here as host processes)."""
+    rbac = [o for o in objects if o["kind"] in RBAC_KINDS]
     plane.kubectl("apply", "-n", RELEASE_NAMESPACE, "-f", "-", stdin=yaml.safe_dump_all(rbac))
-    kubeconfigs: dict[str, Path] = {}
+
+
+def container_env(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Component -> the plain env of its chart container (DaemonSet, Deployment)."""
     env: dict[str, dict[str, str]] = {}
     for obj in objects:
-        component = obj["metadata"]["labels"].get("app.kubernetes.io/component", "")
+        if obj["kind"] in ("DaemonSet", "Deployment"):
+            component = obj["metadata"]["labels"]["app.kubernetes.io/component"]
+            (container,) = obj["spec"]["template"]["spec"]["containers"]
+            env[component] = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    return env
+
+
+def install_chart_rbac(plane: ControlPlane, workdir: Path) -> ChartRbac:
+    """`helm template` the chart with its default values; apply its RBAC; mint a token for each
+    component."""
+    objects = render_chart()
+    plane.kubectl("create", "namespace", RELEASE_NAMESPACE)
+    apply_chart_rbac(plane, objects)
+    kubeconfigs: dict[str, Path] = {}
+    for obj in objects:
         if obj["kind"] == "ServiceAccount":
+            component = obj["metadata"]["labels"]["app.kubernetes.io/component"]
             kubeconfigs[component] = plane.token_kubeconfig(
                 workdir / f"{component}.kubeconfig", RELEASE_NAMESPACE, obj["metadata"]["name"]
             )
-        if obj["kind"] in ("DaemonSet", "Deployment"):
-            (container,) = obj["spec"]["template"]["spec"]["containers"]
-            env[component] = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    env = container_env(objects)
     assert set(kubeconfigs) == set(env) == {"agent", "controller"}, (kubeconfigs, env)
-    return ChartRbac(kubeconfigs=kubeconfigs, env=env)
+    return ChartRbac(kubeconfigs=kubeconfigs, env=env, objects=objects)
 
 
 @dataclass
@@ -266,10 +293,14 @@ class KubeRig(ProcessRig):
         self.evictions.append(asyncio.create_task(self._evict_when_started(node_name, event)))
         return event
 
-    async def _evict_when_started(self, node_name: str, event: EmulatedEvent) -> None:
-        while (state := event.state(self.imds.clock.now())) == "scheduled":  # noqa: ASYNC110
+    async def _until_not(self, event: EmulatedEvent, state: str) -> str:
+        """Wait until the event leaves `state`; its new state."""
+        while (now_state := event.state(self.imds.clock.now())) == state:  # noqa: ASYNC110
             await asyncio.sleep(0.05)  # the IMDS emulator keeps no callbacks: poll its clock
-        if state == "cancelled":
+        return now_state
+
+    async def _evict_when_started(self, node_name: str, event: EmulatedEvent) -> None:
+        if await self._until_not(event, "scheduled") == "cancelled":
             return
         self.imds.remove_vm(self.vm_name(node_name))
         pods = await self.api.request(
@@ -279,6 +310,70 @@ class KubeRig(ProcessRig):
             meta = pod["metadata"]
             await self.api.absent(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
         await self.api.absent(f"/api/v1/nodes/{node_name}")
+
+    def redeploy(
+        self, node_name: str, *, notice_seconds: float, down_seconds: float
+    ) -> EmulatedEvent:
+        """Azure moves the VM to another host: IMDS announces a Redeploy; when it starts (at
+        NotBefore, or when the agent acknowledges it) the VM is off for `down_seconds`, its
+        agent with it, while Azure keeps the event Started; then the event is gone and the VM
+        is back on its new host, with the same name and the same Node."""
+        event = self.imds.schedule(
+            "Redeploy",
+            [self.vm_name(node_name)],
+            notice_seconds=notice_seconds,
+            started_seconds=down_seconds,
+        )
+        self.evictions.append(asyncio.create_task(self._restart_when_started(node_name, event)))
+        return event
+
+    async def _restart_when_started(self, node_name: str, event: EmulatedEvent) -> None:
+        if await self._until_not(event, "scheduled") == "cancelled":
+            return
+        agent = f"agent-{node_name}"
+        had_agent = agent in self.processes
+        if had_agent:
+            self.stop(agent)  # the guest shuts down: its containers get SIGTERM
+        await self.vm_off(node_name)
+        await self._until_not(event, "started")
+        await self.vm_on(node_name)
+        if had_agent:
+            self.start_agent(node_name)  # the DaemonSet's pod starts again with the VM
+
+    async def vm_off(self, node_name: str) -> None:
+        """What the cluster sees of a VM that is off: kwok stops keeping its Node (the
+        annotation start.sh's --disregard-status-with-annotation-selector matches) and its
+        conditions go Unknown, as the node lifecycle controller writes them once the kubelet
+        stops posting (at once here, not after its 40 s grace period)."""
+
+        def disregarded(node: dict[str, Any]) -> None:
+            node["metadata"].setdefault("annotations", {})[KWOK_STATUS] = "custom"
+
+        def silent(node: dict[str, Any]) -> None:
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            for condition in node["status"].get("conditions") or []:
+                if condition["type"] in KUBELET_CONDITIONS:
+                    condition.update(
+                        status="Unknown",
+                        reason="NodeStatusUnknown",
+                        message="Kubelet stopped posting node status.",
+                        lastTransitionTime=now,
+                    )
+
+        await self.api.update(f"/api/v1/nodes/{node_name}", disregarded)
+        await self.api.update(f"/api/v1/nodes/{node_name}/status", silent)
+
+    async def vm_on(self, node_name: str) -> None:
+        """The VM runs again: kwok keeps the Node once more (Ready at once), and the node
+        lifecycle controller lifts its unreachable taints."""
+
+        def regarded(node: dict[str, Any]) -> None:
+            node["metadata"].get("annotations", {}).pop(KWOK_STATUS, None)
+
+        await self.api.update(f"/api/v1/nodes/{node_name}", regarded)
+        await self.wait_for(
+            lambda: schedulable(self.node(node_name)), timeout=30, what=f"{node_name} back"
+        )
 
     def cancel(self, event: EmulatedEvent) -> None:
         assert self.imds.cancel(event.event_id), "only a Scheduled event can be cancelled"
@@ -324,11 +419,14 @@ class KubeRig(ProcessRig):
         node_selector: dict[str, str] | None = None,
         pdb: dict[str, int] | None = None,
         kind: str = "Deployment",
+        annotations: dict[str, str] | None = None,
+        pod_labels: dict[str, str] | None = None,
     ) -> None:
         """An inference Deployment (or StatefulSet) as users run one on AKS spot: one GPU per
         replica, tolerating the spot and GPU taints, preferring spot nodes, a
         PodDisruptionBudget (maxUnavailable 1), and replicas that take `startup_seconds` to
-        become Ready (kwok's pod-ready delay)."""
+        become Ready (kwok's pod-ready delay). `annotations` go on the workload (a placement
+        policy), `pod_labels` on its pod template too (the webhook's object selector)."""
         labels = {"app": name}
         tolerations = [
             {"key": names.AKS_SPOT_LABEL, "operator": "Equal", "value": "spot",
@@ -346,13 +444,13 @@ class KubeRig(ProcessRig):
         workload = {
             "apiVersion": "apps/v1",
             "kind": kind,
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
             "spec": {
                 "replicas": replicas,
                 "selector": {"matchLabels": labels},
                 "template": {
                     "metadata": {
-                        "labels": labels,
+                        "labels": {**labels, **(pod_labels or {})},
                         "annotations": {
                             "pod-ready.stage.kwok.x-k8s.io/delay": f"{startup_seconds}s"
                         },
@@ -397,12 +495,15 @@ class KubeRig(ProcessRig):
 
 
 def schedulable(node: dict[str, Any] | None) -> bool:
-    """Ready, and the node lifecycle controller's not-ready taint lifted."""
+    """Ready, and the node lifecycle controller's not-ready and unreachable taints lifted."""
     if node is None:
         return False
     conditions = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
     taints = {t["key"] for t in node["spec"].get("taints") or []}
-    return conditions.get("Ready") == "True" and "node.kubernetes.io/not-ready" not in taints
+    return conditions.get("Ready") == "True" and not taints & {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    }
 
 
 async def reset_nodes(api: AdminApi, plane: ControlPlane) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -287,18 +288,48 @@ def test_a_pod_of_a_workload_with_a_policy_is_placed_in_the_empty_zone() -> None
     assert "1 replicas in zone" not in patched["metadata"]["annotations"][names.PLACED_WHY]
 
 
-def test_pods_placed_since_the_view_count_so_a_burst_spreads() -> None:
+INFER = ("Deployment", "ml", "infer")
+
+
+def test_pods_placed_that_the_view_lacks_count_so_a_burst_spreads() -> None:
     view = view_of(cluster({names.SPREAD: "zone"}))
-    made = Admitted(NOW, ("Deployment", "ml", "infer"), "spota", "eastus-2", True)
+    made = Admitted(NOW, INFER, "spota", "eastus-2", True, "r0")
     result = review(request(), view, [made])
     # eastus-1 has the running pod, eastus-2 the admitted one: a tie, broken by risk (the same
     # prior in both) then by name.
     assert result.decision is not None and result.decision.placed == "spota/eastus-1"
-    older = Admitted(
-        NOW.replace(year=2025), ("Deployment", "ml", "infer"), "spota", "eastus-2", True
-    )
-    again = review(request(), view, [older])  # the view already shows what was placed before it
-    assert again.decision is not None and again.decision.zone == "eastus-2"
+    # Placed before the view was built, but its pod is not in it yet (the watch brings it after
+    # the pass): it still counts. The real API server showed this: two pods of one burst, both
+    # sent to on-demand under min-on-demand 1.
+    older = Admitted(NOW.replace(year=2025), INFER, "spota", "eastus-2", True, "r0")
+    assert review(request(), view, [older]).decision == result.decision
+
+
+def test_a_placement_the_view_shows_counts_once() -> None:
+    state = cluster({names.SPREAD: "zone"})  # infer-1 in eastus-1
+    more = [
+        pod("infer-2", "spot-0"),
+        pod("infer-3", "spot-1", annotations={names.PLACED_REVIEW: "r0"}),  # eastus-2
+    ]
+    view = view_of(replace(state, pods={**state.pods, **{p.key: p for p in more}}))
+    made = Admitted(NOW, INFER, "spota", "eastus-2", True, "r0")
+    # Two in eastus-1, one in eastus-2 (the admitted one, counted once): eastus-2.
+    result = review(request(), view, [made])
+    assert result.decision is not None and result.decision.placed == "spota/eastus-2"
+
+
+def test_the_pod_carries_the_review_that_placed_it() -> None:
+    result = review(request("r7"), view_of(cluster({names.SPREAD: "zone"})), [])
+    patched = apply_adds(request()["request"]["object"], patch_of(result.response))
+    assert patched["metadata"]["annotations"][names.PLACED_REVIEW] == "r7"
+    assert not result.dry_run
+
+
+def test_a_server_side_dry_run_is_answered_but_marked() -> None:
+    view = view_of(cluster({names.SPREAD: "zone"}))
+    result = review(request(dryRun=True), view, [])
+    assert result.outcome == "placed" and result.dry_run
+    assert result.response == review(request(), view, []).response
 
 
 @pytest.mark.parametrize(
