@@ -40,6 +40,15 @@ class Trace:
     def slots(self) -> int:
         return max(self.data)
 
+    @property
+    def zone(self) -> str:
+        """The zone the trace was recorded in: the part of its name before the first `_` when
+        that part looks like a zone name (it has a `-`, as in `us-west-2a_v100_1` or
+        `eastus-1_a100`: the public files are named `<zone>_<instance>_<count>`), else the
+        whole name (a zone of its own)."""
+        head, underscore, _ = self.name.partition("_")
+        return head if underscore and "-" in head else self.name
+
     def capacity_at(self, seconds: float) -> int:
         index = min(len(self.data) - 1, max(0, int(seconds // self.gap_seconds)))
         return self.data[index]
