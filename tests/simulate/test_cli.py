@@ -3,13 +3,17 @@ input (naming the file and the problem)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from rebalancer.cli import main
+from rebalancer.simulate.files import add_arguments
+from rebalancer.simulate.workload import Scenario
 
 Capture = pytest.CaptureFixture[str]
 
@@ -72,6 +76,14 @@ def test_the_controllers_settings_from_the_config_and_flags(
     assert settings["cooldownSeconds"] == 60
     assert settings["returnQuietSeconds"] == 300
     assert settings["deadlineMarginSeconds"] is None  # the controller's own default
+
+
+def test_every_setting_has_a_flag() -> None:
+    """Each key of the YAML file is a flag too (but the warm-up, a property of the method)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = {a.dest for a in parser._actions}
+    assert {f.name for f in fields(Scenario)} - flags == {"warmup_seconds"}
 
 
 def _fails(argv: list[str], capsys: Capture) -> str:
