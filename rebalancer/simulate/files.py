@@ -195,7 +195,7 @@ def _run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
             file=out,
         )
     else:
-        print(describe(traces, scenario, prices, span), file=out)
+        print(describe(traces, scenario, prices, span, policies), file=out)
         print(table(results, markdown=args.markdown), file=out)
     if args.html:
         page = to_html(results, traces=traces, scenario=scenario, prices=prices, horizon=span)
