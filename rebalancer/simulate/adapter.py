@@ -206,7 +206,6 @@ class Webhook:
 
     def __init__(self, risk: RiskSettings) -> None:
         self.risk = risk
-        self.outcomes: dict[str, int] = {}
 
     def __call__(self, world: World, pod: Pod) -> None:
         deployment = world.deployments[pod.deployment]
@@ -229,7 +228,6 @@ class Webhook:
             View(state, state.risks, declared_pools(world)),
             (),
         )
-        self.outcomes[answer.outcome] = self.outcomes.get(answer.outcome, 0) + 1
         encoded = answer.response.get("response", {}).get("patch")
         if encoded is None:
             return

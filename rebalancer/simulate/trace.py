@@ -11,6 +11,8 @@ exactly the same capacity history and the same notice lengths; a node the simula
 occupies one alive slot and gets a notice when its slot is lost. So a drop from 16 to 10 takes
 each of our nodes with probability 6/16, and a wave to 0 takes them all.
 
+The pool's nodes are in the zone the file's name gives (`Trace.zone`).
+
 Not here: reading files (`files.py`).
 """
 

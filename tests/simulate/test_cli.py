@@ -146,11 +146,12 @@ def test_a_workload_that_fits_no_pool(write_trace: Callable[..., Path], capsys: 
 def test_the_placement_policy_from_flags_and_config(
     write_trace: Callable[..., Path], tmp_path: Path, capsys: Capture
 ) -> None:
-    trace = write_trace("a", [1, 1, 1])
-    config = tmp_path / "sim.yaml"
+    # The config sets three, the flags two more and override one; the rest stay defaults.
+    config = tmp_path / "policy.yaml"
     config.write_text("maxRisk: medium\nminOnDemand: 1\nriskHighRatePerHour: 0.1\n")
-    argv = ["simulate", "--trace", str(trace), "--config", str(config)]
-    argv += ["--policy", "eviction-aware", "--spread", "pool", "--min-on-demand", "2", "--json"]
+    flags = ["--policy", "eviction-aware", "--spread", "pool", "--min-on-demand", "2", "--json"]
+    argv = ["simulate", "--config", str(config), "--trace", str(write_trace("a", [1, 1, 1]))]
+    argv += flags
     assert main(argv) == 0
     document = json.loads(capsys.readouterr().out)
     settings = document["scenario"]

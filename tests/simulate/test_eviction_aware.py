@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from rebalancer import names
-from rebalancer.simulate.engine import run_policy
+from rebalancer.simulate.engine import Result, run_policy
 from rebalancer.simulate.policies import build
 from rebalancer.simulate.trace import Trace
 from rebalancer.simulate.workload import CHOICES
@@ -70,6 +70,16 @@ def run_world(traces: list[Trace], **changes: Any) -> tuple[World, list[tuple[fl
     return world, timeline
 
 
+def measure(traces: list[Trace], **changes: Any) -> Result:
+    return run_policy(
+        "eviction-aware",
+        traces=traces,
+        scenario=scenario(**changes),
+        prices=PRICES,
+        horizon=HORIZON,
+    )
+
+
 def pools_at(timeline: list[tuple[float, list[str]]], moment: float) -> list[str]:
     return [pools for at, pools in timeline if at <= moment][-1]
 
@@ -94,13 +104,7 @@ def test_zone_spread_puts_replicas_in_different_zones() -> None:
     # Both end the warm-up with every replica on spot and the on-demand nodes gone (the last at
     # -1010 + 600): from t=0, three spot nodes (one per pool, the pools' minimum) and nothing
     # else, all Ready.
-    result = run_policy(
-        "eviction-aware",
-        traces=traces,
-        scenario=scenario(replicas=2, maxRisk="high"),
-        prices=PRICES,
-        horizon=HORIZON,
-    )
+    result = measure(traces, replicas=2, maxRisk="high")
     assert result.availability == 1.0
     assert result.cost == pytest.approx(3 * PRICES.spot * HORIZON / 3600)
 
@@ -114,13 +118,7 @@ def test_min_on_demand_keeps_one_replica_on_demand() -> None:
     traces = [trace("a", STEADY), trace("b", STEADY)]
     world, timeline = run_world(traces, replicas=2, minOnDemand=1)
     assert all(pools == ["a", "ondemand"] for at, pools in timeline if at >= 0)
-    result = run_policy(
-        "eviction-aware",
-        traces=traces,
-        scenario=scenario(replicas=2, minOnDemand=1),
-        prices=PRICES,
-        horizon=HORIZON,
-    )
+    result = measure(traces, replicas=2, minOnDemand=1)
     assert result.availability == 1.0
     assert (result.counters.returns, result.counters.failovers) == (0, 0)
     assert result.cost == pytest.approx((PRICES.on_demand + 2 * PRICES.spot) * HORIZON / 3600)
@@ -170,13 +168,7 @@ def test_a_pool_with_recent_evictions_gets_no_replica_under_a_lower_max_risk() -
     _, timeline = run_world(traces, replicas=2, maxRisk="low")
     assert all("a" not in pools for at, pools in timeline if at > EVICTED_AT + NOTICE)
     assert pools_at(timeline, HORIZON) == ["b", "ondemand"]
-    result = run_policy(
-        "eviction-aware",
-        traces=traces,
-        scenario=scenario(replicas=2, maxRisk="low"),
-        prices=PRICES,
-        horizon=HORIZON,
-    )
+    result = measure(traces, replicas=2, maxRisk="low")
     assert result.outages == [pytest.approx(outage)]
     # Paid: b's node all along; a's first node until Azure takes it (630) and its replacement,
     # kept as the pool's minimum, from the request at 1200; the on-demand node from 600 on.
