@@ -50,7 +50,7 @@ def main() -> None:
     )
     for result in results:
         print(
-            f"  {result.policy:<11} {result.wall_seconds:6.2f} s  "
+            f"  {result.policy:<14} {result.wall_seconds:6.2f} s  "
             f"({result.counters.planner_calls} planner calls, {len(result.samples)} samples)"
         )
     print(f"total {total:.2f} s (budget: 60 s for five policies)")

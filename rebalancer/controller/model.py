@@ -396,6 +396,11 @@ class ReturnRecord:
     # Completed by giving up: the scale-back removes the new pod, not the one to retire, so the
     # record is kept until the new pod is gone (and then forgotten).
     gave_up: bool = False
+    # A give-up's new pods, by name: what it waits for. Not "every pod it did not know": a
+    # surge's replacements created after the give-up are not its business, and waiting for them
+    # kept the record (and so every later return) for as long as they lived. None: a record
+    # written before this was kept, which waits as it always did.
+    waits_for: tuple[str, ...] | None = None
     # "return": back to spot from on-demand; "risk": off a spot group riskier than the workload's
     # placement policy accepts (pool is then "": the webhook chooses where the new pod goes).
     purpose: str = "return"
@@ -407,6 +412,8 @@ class ReturnRecord:
 
     def leaving(self, pods: Iterable[PodInfo]) -> list[PodInfo]:
         """The pods a completed return is still waiting for the ReplicaSet to remove."""
+        if self.gave_up and self.waits_for is not None:
+            return [p for p in pods if p.name in self.waits_for]
         if self.gave_up:
             return [p for p in pods if p.name not in self.known_pods]
         return [p for p in pods if p.name == self.retire_name]
@@ -422,6 +429,7 @@ class ReturnRecord:
                 "completed": self.completed,
                 "gaveUp": self.gave_up,
                 **({"purpose": self.purpose, "why": self.why} if self.purpose != "return" else {}),
+                **({"waitsFor": list(self.waits_for)} if self.waits_for is not None else {}),
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -444,6 +452,7 @@ class ReturnRecord:
             gave_up=data.get("gaveUp", False) is True,
             purpose=_purpose(data),
             why=(_optional_str(data, "why") or "")[:512],
+            waits_for=_strings(data, "waitsFor") if data.get("waitsFor") is not None else None,
         )
 
 

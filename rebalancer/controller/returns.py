@@ -320,7 +320,8 @@ def _progress(
         if unmarked:
             return unmarked  # the new pod first, so the scale-back removes it
         backoff = now + timedelta(seconds=settings.quiet_seconds)
-        gave_up = replace(done, gave_up=True)
+        its_pods = tuple(sorted(p.name for p in pods if p.name not in record.known_pods))
+        gave_up = replace(done, gave_up=True, waits_for=its_pods)
         return [finish(record.base_replicas, reason, gave_up, backoff)]
 
     if notice:

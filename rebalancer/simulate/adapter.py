@@ -7,7 +7,9 @@ planner's names change (the controller is being refactored: an eviction history 
 part of the snapshot), only this module has to follow.
 
 The virtual scheduler takes its placement rules from here too, so the controller's matching code
-is also reached through this module only.
+is also reached through this module only. So does the `eviction-aware` policy: the risk of each
+spot group assessed from the world's eviction history (the record the planner keeps, as the
+controller keeps its history ConfigMap), and the admission webhook's answer for each new pod.
 
 Controller names used: `rebalancer.controller.planner`: `plan`, `Plan`, `Settings`;
 `rebalancer.controller.snapshot`: `Snapshot`; `rebalancer.controller.history`: `History`,
@@ -16,14 +18,20 @@ through their own `patch()`, as the executor sends it); `rebalancer.controller.r
 `ReturnSettings`; `rebalancer.controller.model`: `NodeInfo`, `PodInfo`, `WorkloadInfo`,
 `Owner`, `Surge`, `ReturnRecord`; `rebalancer.controller.pools`: `Pool`;
 `rebalancer.controller.scheduling`: `Taint`, `tolerates`, `untolerated`, `unmet_placement`,
-`preferred_weight`; `rebalancer.names`; `rebalancer.vocabulary`: `Policy`;
+`preferred_weight`; `rebalancer.controller.risk`: `assess`, `RiskSettings`, `Risk`, `GroupKey`;
+`rebalancer.controller.admission`: `View`, `review`; `rebalancer.controller.policy`: `parse`,
+`PolicyError`; `rebalancer.names`; `rebalancer.vocabulary`: `Policy`, `Reason`;
 `rebalancer.notices`: `Notice`, `Source`.
 """
 
 from __future__ import annotations
 
+import base64
+import copy
+import json
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rebalancer import names
 from rebalancer.controller.actions import (
@@ -33,6 +41,7 @@ from rebalancer.controller.actions import (
     Delete,
     EndCooldown,
     Evict,
+    FinishReturn,
     Hold,
     MarkDrained,
     RecordHistory,
@@ -43,11 +52,14 @@ from rebalancer.controller.actions import (
     StartCooldown,
     WorkloadAction,
 )
+from rebalancer.controller.admission import View, review
 from rebalancer.controller.history import History
 from rebalancer.controller.model import NodeInfo, Owner, PodInfo, ReturnRecord, Surge, WorkloadInfo
 from rebalancer.controller.planner import Plan, Settings, plan
+from rebalancer.controller.policy import PolicyError, parse
 from rebalancer.controller.pools import Pool
 from rebalancer.controller.returns import ReturnSettings
+from rebalancer.controller.risk import GroupKey, Risk, RiskSettings, assess
 from rebalancer.controller.scheduling import (
     Taint,
     preferred_weight,
@@ -61,16 +73,25 @@ from rebalancer.names import (
     COOLDOWN_UNTIL,
     CORDONED_FOR,
     EVICTING_TAINT,
+    FAILOVER_TO,
+    GPU_RESOURCE,
+    MAX_RISK,
+    MIN_ON_DEMAND,
+    PLACED,
+    PLACED_WHY,
     RETURN_ANNOTATION,
     RETURN_BACKOFF_ANNOTATION,
+    SPREAD,
     SURGE_ANNOTATION,
 )
 from rebalancer.notices import Notice
-from rebalancer.vocabulary import EventType, Source
+from rebalancer.simulate import InputError
+from rebalancer.vocabulary import EventType, Reason, Source
 from rebalancer.vocabulary import Policy as EventPolicy
 
 if TYPE_CHECKING:
-    from rebalancer.simulate.world import World
+    from rebalancer.simulate.workload import Scenario
+    from rebalancer.simulate.world import Pod, World
 
 # The placement rules the controller itself uses (taints, tolerations, node affinity), for the
 # virtual scheduler and autoscaler.
@@ -127,6 +148,109 @@ def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
 
+# ---- eviction-aware: the policy, the risk, the webhook -----------------------------------------
+
+# The controller's recorder reassesses risk every few seconds; with no new Preempt a level only
+# changes as old ones fade, so the planner looks again this often (the traces' own resolution
+# is 5 to 10 minutes).
+RISK_RECHECK_SECONDS = 300.0
+
+
+def placement_annotations(scenario: Scenario) -> dict[str, str]:
+    """The workload's placement policy, as its Deployment's annotations would declare it;
+    checked by the controller's own schema."""
+    annotations = {
+        MIN_ON_DEMAND: str(scenario.min_on_demand),
+        MAX_RISK: scenario.max_risk,
+        SPREAD: scenario.spread,
+        FAILOVER_TO: scenario.failover_to,
+    }
+    try:
+        parse(annotations)
+    except PolicyError as error:
+        raise InputError(f"placement policy: {error}") from None
+    return annotations
+
+
+def risk_settings(scenario: Scenario) -> RiskSettings:
+    """The controller's risk model with its defaults, or the scenario's values of its settings
+    (REBALANCER_RISK_...). No Azure data: the traces carry none, so the prior is the setting's."""
+    defaults = RiskSettings()
+    settings = RiskSettings(
+        default_prior_rate=_or(scenario.risk_prior_rate_per_hour, defaults.default_prior_rate),
+        prior_weight_hours=_or(scenario.risk_prior_weight_hours, defaults.prior_weight_hours),
+        half_life_seconds=_or(scenario.risk_history_half_life_seconds, defaults.half_life_seconds),
+        medium_rate=_or(scenario.risk_medium_rate_per_hour, defaults.medium_rate),
+        high_rate=_or(scenario.risk_high_rate_per_hour, defaults.high_rate),
+    )
+    if settings.high_rate < settings.medium_rate:
+        raise InputError(
+            f"riskHighRatePerHour {settings.high_rate} is below riskMediumRatePerHour "
+            f"{settings.medium_rate}"
+        )
+    return settings
+
+
+def risks(
+    world: World, nodes: Mapping[str, NodeInfo], settings: RiskSettings
+) -> dict[GroupKey, Risk]:
+    """What the controller's recorder assesses: every spot group on the Nodes or in the history."""
+    history = world.history if world.history is not None else History()
+    return assess(nodes=nodes.values(), history=history, now=at(world.now), settings=settings)
+
+
+class Webhook:
+    """The controller's admission webhook for the world's new pods: the AdmissionReview it would
+    get, `review` on a view of this instant (the controller's is its last pass, seconds old), and
+    its JSON patch applied to the pod."""
+
+    def __init__(self, risk: RiskSettings) -> None:
+        self.risk = risk
+
+    def __call__(self, world: World, pod: Pod) -> None:
+        deployment = world.deployments[pod.deployment]
+        owner = {"kind": "ReplicaSet", "name": _rs(deployment.name), "controller": True}
+        container = {"name": "model", "resources": {"limits": {GPU_RESOURCE: str(deployment.gpus)}}}
+        pod_object: dict[str, Any] = {
+            "metadata": {"name": pod.name, "namespace": NAMESPACE, "ownerReferences": [owner]},
+            "spec": {**copy.deepcopy(deployment.template_spec), "containers": [container]},
+        }
+        request = {
+            "uid": pod.uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE",
+            "namespace": NAMESPACE,
+            "object": pod_object,
+        }
+        state = snapshot(world, risk=self.risk)
+        answer = review(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request},
+            View(state, state.risks, declared_pools(world)),
+            (),
+        )
+        encoded = answer.response.get("response", {}).get("patch")
+        if encoded is None:
+            return
+        for operation in json.loads(base64.b64decode(encoded)):
+            _json_patch_add(pod_object, operation)
+        spec = pod_object["spec"]
+        pod.spec = {k: spec[k] for k in ("tolerations", "nodeSelector", "affinity") if k in spec}
+        pod.annotations = dict(pod_object["metadata"].get("annotations") or {})
+
+
+def _json_patch_add(document: dict[str, Any], operation: Mapping[str, Any]) -> None:
+    """RFC 6902 `add` to an object member: all the webhook sends."""
+    if operation.get("op") != "add":
+        raise ValueError(f"the simulator applies only add operations, not {operation!r}")
+    *parents, last = [
+        part.replace("~1", "/").replace("~0", "~") for part in operation["path"].split("/")[1:]
+    ]
+    target = document
+    for part in parents:
+        target = target.setdefault(part, {})
+    target[last] = operation["value"]
+
+
 def at(seconds: float) -> datetime:
     return EPOCH + timedelta(seconds=seconds)
 
@@ -154,7 +278,9 @@ def declared_pools(world: World) -> dict[str, Pool]:
     }
 
 
-def snapshot(world: World) -> Snapshot:
+def snapshot(world: World, *, risk: RiskSettings | None = None) -> Snapshot:
+    """The planner's view of the world; with `risk`, the risk of every spot group too (what
+    the controller's recorder puts in it)."""
     now = at(world.now)
     nodes: dict[str, NodeInfo] = {}
     for node in world.nodes.values():
@@ -198,6 +324,8 @@ def snapshot(world: World) -> Snapshot:
             deletion_cost=pod.deletion_cost,
             original_deletion_cost=pod.original_cost,
             grace_seconds=world.scenario.grace_seconds,
+            placed=pod.annotations.get(PLACED, ""),
+            placed_why=pod.annotations.get(PLACED_WHY, ""),
         )
     workloads: dict[tuple[str, str, str], WorkloadInfo] = {}
     for deployment in world.deployments.values():
@@ -227,13 +355,16 @@ def snapshot(world: World) -> Snapshot:
         workloads=workloads,
         replicaset_owners={(NAMESPACE, _rs(d)): d for d in world.deployments},
         history=world.history,
+        risks=risks(world, nodes, risk) if risk is not None else {},
     )
 
 
-def run_planner(world: World, settings: Settings) -> tuple[Plan, bool]:
+def run_planner(
+    world: World, settings: Settings, *, risk: RiskSettings | None = None
+) -> tuple[Plan, bool]:
     """One planning pass: plan on a fresh snapshot, apply every action to the world."""
     world.counters.planner_calls += 1
-    result = plan(snapshot(world), settings)
+    result = plan(snapshot(world, risk=risk), settings)
     changed = False
     for action in result.actions:
         changed |= apply(world, action)
@@ -306,6 +437,9 @@ def apply(world: World, action: Action) -> bool:
         case WorkloadAction():
             if not _patch_deployment(world, action):
                 return False
+            moved = isinstance(action, FinishReturn) and action.reason == Reason.MOVED
+            if moved and world.now >= 0:
+                world.counters.moves += 1
         case RecordHistory():
             world.history = action.history
             return False  # nothing the pods or nodes see
@@ -340,11 +474,15 @@ def _patch_deployment(world: World, action: WorkloadAction) -> bool:
     return (deployment.replicas, deployment.annotations) != before
 
 
-def next_wakeup(world: World, result: Plan, settings: Settings) -> float | None:
+def next_wakeup(
+    world: World, result: Plan, settings: Settings, *, risk: RiskSettings | None = None
+) -> float | None:
     """When the planner's answer would change with time alone: a notice's deadline minus the
     margin, a cool-down's end, a pool becoming quiet enough for a return, a return's timeout, a
-    back-off's end."""
+    back-off's end; with risk, its next reassessment (levels fall as Preempts fade)."""
     times: list[float] = []
+    if risk is not None:
+        times.append(world.now + RISK_RECHECK_SECONDS)
     for notice in result.active.values():
         if notice.deadline is not None:
             times.append(seconds(notice.deadline) - settings.deadline_margin_seconds)

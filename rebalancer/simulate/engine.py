@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rebalancer.simulate import InputError
-from rebalancer.simulate.policies import POLICIES, build
+from rebalancer.simulate.policies import POLICIES, build, check_scenario
 from rebalancer.simulate.trace import Trace
 from rebalancer.simulate.workload import Prices, Scenario, check_fit
 from rebalancer.simulate.world import Counters, Sample
@@ -99,6 +99,8 @@ class Result:
             "notices": self.counters.notices,
             "failovers": self.counters.failovers,
             "returns": self.counters.returns,
+            "moves": self.counters.moves,
+            "placedElsewhere": self.counters.placed_elsewhere,
             "plannerCalls": self.counters.planner_calls,
             "wallSeconds": self.wall_seconds,
         }
@@ -156,6 +158,7 @@ def simulate(
     horizon: float | None = None,
 ) -> list[Result]:
     check_fit(scenario)
+    check_scenario(scenario)
     if not traces:
         raise InputError("no trace given: --trace FILE (repeatable) or a folder of traces")
     check_traces(traces)

@@ -20,7 +20,7 @@ from rebalancer.simulate.engine import simulate
 from rebalancer.simulate.policies import DEFAULT_POLICIES, POLICIES, UNAVAILABLE
 from rebalancer.simulate.report import describe, table, to_html, to_json
 from rebalancer.simulate.trace import Trace, parse_trace
-from rebalancer.simulate.workload import KEYS, Scenario, prices_for, scenario_from
+from rebalancer.simulate.workload import CHOICES, KEYS, Scenario, prices_for, scenario_from
 
 
 def _read(path: Path, what: str) -> str:
@@ -99,11 +99,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region")
     parser.add_argument("--gpus-per-node", type=int)
     parser.add_argument("--hedge-spare", type=int, help="spothedge: spare spot replicas (k)")
+    policy = "eviction-aware: the workload's spot-rebalancer.io/"
+    for name, default in (("max-risk", "low"), ("spread", "zone"), ("failover-to", "on-demand")):
+        words = "|".join(CHOICES[name.replace("-", "_")])
+        parser.add_argument(f"--{name}", metavar=words, help=f"{policy}{name} (default {default})")
+    parser.add_argument("--min-on-demand", type=int, help=f"{policy}min-on-demand (default 0)")
     parser.add_argument("--seed", type=int)
-    for name in ("deadline-margin", "cooldown", "return-quiet", "return-pending-timeout"):
-        env = "REBALANCER_" + name.upper().replace("-", "_") + "_SECONDS"
+    controller = [
+        f"{name}-seconds"
+        for name in ("deadline-margin", "cooldown", "return-quiet", "return-pending-timeout")
+    ]
+    controller += [
+        "risk-prior-rate-per-hour",
+        "risk-prior-weight-hours",
+        "risk-history-half-life-seconds",
+        "risk-medium-rate-per-hour",
+        "risk-high-rate-per-hour",
+    ]
+    for name in controller:
+        env = "REBALANCER_" + name.upper().replace("-", "_")
         parser.add_argument(
-            f"--{name}-seconds", type=float, help=f"the controller's {env} (default: its own)"
+            f"--{name}", type=float, help=f"the controller's {env} (default: its own)"
         )
     parser.add_argument("--prices", metavar="FILE", help="price file (default: bundled table)")
     parser.add_argument("--days", type=float, help="simulate only the first DAYS of the traces")
@@ -179,7 +195,7 @@ def _run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
             file=out,
         )
     else:
-        print(describe(traces, scenario, prices, span), file=out)
+        print(describe(traces, scenario, prices, span, policies), file=out)
         print(table(results, markdown=args.markdown), file=out)
     if args.html:
         page = to_html(results, traces=traces, scenario=scenario, prices=prices, horizon=span)

@@ -13,8 +13,14 @@
   notice or when it cannot grow, and all are reset once at most one stays active), plus
   on-demand replicas for whatever Ready spot replicas are missing (dynamic on-demand fallback),
   scaled down as spot replicas become Ready. It acts on notices like on preemptions.
-- `eviction-aware`: the eviction-aware placement of the scheduler (issue 14) does not exist
-  yet. `UNAVAILABLE` says so; add it to `build` when the scheduler lands (its knobs as options).
+- `eviction-aware`: `failover`'s cluster and controller, plus the placement of issue 14: the
+  Deployment carries a placement policy (the scenario's `maxRisk`, `minOnDemand`, `spread`,
+  `failoverTo`, as `spot-rebalancer.io/...` annotations), every new pod goes through the
+  controller's admission webhook (`review`: on-demand by required node affinity, or a spot pool
+  and zone by preferred affinity), and the planner's snapshot carries the risk of every spot
+  group, assessed by the controller's model from the world's eviction history: so the planner's
+  moves off risky groups before any notice, and its returns only to accepted groups, run as in
+  the product.
 
 Every policy but `spothedge` runs the controller's own planner through `adapter.py`.
 """
@@ -29,9 +35,12 @@ from typing import Any
 from rebalancer import names
 from rebalancer.simulate import InputError
 from rebalancer.simulate.adapter import (
+    Webhook,
     drain_settings,
     failover_settings,
     next_wakeup,
+    placement_annotations,
+    risk_settings,
     run_planner,
 )
 from rebalancer.simulate.trace import Trace, slot_timeline
@@ -46,10 +55,10 @@ POLICIES: Mapping[str, str] = {
     "spot-drain": "spot, plain cordon and drain",
     "failover": "reactive fail-over + return (product defaults)",
     "spothedge": "SpotHedge-like (reference from the paper)",
+    "eviction-aware": "placement by policy and eviction risk + fail-over + moves",
 }
-UNAVAILABLE: Mapping[str, str] = {
-    "eviction-aware": "needs the eviction-aware scheduler of issue 14, which does not exist yet",
-}
+# Policies a simulation names but cannot run yet, with why (none today).
+UNAVAILABLE: Mapping[str, str] = {}
 DEFAULT_POLICIES = tuple(POLICIES)
 
 
@@ -80,9 +89,10 @@ def _spot_preferring_template() -> dict[str, Any]:
 class _Planner:
     """A product configuration: the controller's planner with these settings."""
 
-    def __init__(self, name: str, settings: Any) -> None:
+    def __init__(self, name: str, settings: Any, *, risk: Any = None) -> None:
         self.name = name
         self.settings = settings
+        self.risk = risk  # the risk model's settings: the snapshot carries risks
         self._planned_version = -1
         self._wake: float | None = None
 
@@ -90,9 +100,9 @@ class _Planner:
         due = self._wake is not None and world.now >= self._wake
         if world.version == self._planned_version and not due:
             return False  # nothing changed since the last plan: the same plan again
-        result, changed = run_planner(world, self.settings)
+        result, changed = run_planner(world, self.settings, risk=self.risk)
         self._planned_version = world.version
-        self._wake = next_wakeup(world, result, self.settings)
+        self._wake = next_wakeup(world, result, self.settings, risk=self.risk)
         return changed
 
     def next_wakeup(self, world: World) -> float | None:
@@ -181,6 +191,12 @@ class _SpotHedge:
         return None
 
 
+def check_scenario(scenario: Scenario) -> None:
+    """The placement policy and risk settings, checked by the controller's own rules."""
+    placement_annotations(scenario)
+    risk_settings(scenario)
+
+
 def build(
     policy: str,
     *,
@@ -200,7 +216,9 @@ def build(
     on_demand = PoolModel(
         name=ON_DEMAND_POOL,
         spot=False,
-        zone=f"{scenario.region}-1",
+        # A regional pool (no availability zones): AKS labels its nodes zone "0". Never one of
+        # the spot pools' zones, so its replicas do not count in a zone spread.
+        zone="0",
         price=prices.on_demand,
         provision=scenario.on_demand_provision_seconds,
         max_nodes=limit,
@@ -233,15 +251,21 @@ def build(
                 f"pools' largest capacity and --on-demand-limit {limit}), {needed} are needed"
             )
     spare = scenario.hedge_spare if policy == "spothedge" else 0
-    home = math.ceil((needed + spare) / len(traces) / replicas_per_node)
+    on_spot = needed + spare
+    if policy == "eviction-aware":
+        on_spot = max(0, needed - scenario.min_on_demand)
+    home = math.ceil(on_spot / len(traces) / replicas_per_node)
+    # Spot pools kept at a minimum size: what a return to spot (and a move) needs, room on a
+    # Ready spot node.
+    kept = policy in ("failover", "eviction-aware")
     spot_pools = [
         PoolModel(
             name=trace.name,
             spot=True,
-            zone=trace.name,
+            zone=trace.zone,
             price=prices.spot,
             provision=scenario.spot_provision_seconds,
-            min_nodes=home if policy == "failover" else 0,
+            min_nodes=home if kept else 0,
             timeline=slot_timeline(
                 trace, seed=scenario.seed, notice=scenario.notice_seconds, until=horizon
             ),
@@ -274,9 +298,15 @@ def build(
             policy, [p.name for p in spot_pools], needed, scenario.hedge_spare
         )
     else:
+        # The same Deployment for every planner policy; with eviction-aware it declares a
+        # placement policy too.
+        annotations = placement_annotations(scenario) if policy == "eviction-aware" else {}
         deployments = [
-            Deployment(SERVICE, needed, _spot_preferring_template(), scenario.gpus_per_replica)
+            Deployment(
+                SERVICE, needed, _spot_preferring_template(), scenario.gpus_per_replica, annotations
+            )
         ]
+    risk = risk_settings(scenario) if policy == "eviction-aware" else None
     world = World(
         scenario=scenario,
         pools=pools,
@@ -284,8 +314,11 @@ def build(
         start=-scenario.warmup_seconds,
         horizon=horizon,
         needed=needed,
+        admission=Webhook(risk) if risk is not None else None,
     )
-    if policy == "failover":
+    if policy == "eviction-aware":
+        controller = _Planner(policy, failover_settings(world), risk=risk)
+    elif policy == "failover":
         controller = _Planner(policy, failover_settings(world))
     elif policy == "spot-drain":
         controller = _Planner(policy, drain_settings(world))

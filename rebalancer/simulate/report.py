@@ -87,9 +87,15 @@ def table(results: Sequence[Result], *, markdown: bool = False) -> str:
     return "\n".join(out)
 
 
-def describe(traces: Sequence[Trace], scenario: Scenario, prices: Prices, horizon: float) -> str:
-    pools = ", ".join(f"{t.name} ({max(t.data)} slots)" for t in traces)
-    return (
+def describe(
+    traces: Sequence[Trace],
+    scenario: Scenario,
+    prices: Prices,
+    horizon: float,
+    policies: Sequence[str] = (),
+) -> str:
+    pools = ", ".join(f"{t.name} ({max(t.data)} slots, zone {t.zone})" for t in traces)
+    text = (
         f"{len(traces)} spot pool(s): {pools}; {horizon / 86400:.1f} days. "
         f"{scenario.replicas} replicas x {scenario.gpus_per_replica} GPU on {scenario.vm_size} "
         f"({scenario.region}: ${prices.on_demand}/h on demand, ${prices.spot}/h spot), "
@@ -98,6 +104,13 @@ def describe(traces: Sequence[Trace], scenario: Scenario, prices: Prices, horizo
         f"{scenario.spot_provision_seconds}s, "
         f"seed {scenario.seed}."
     )
+    if "eviction-aware" in policies:
+        text += (
+            f" eviction-aware: max-risk {scenario.max_risk}, min-on-demand "
+            f"{scenario.min_on_demand}, spread {scenario.spread}, failover-to "
+            f"{scenario.failover_to}."
+        )
+    return text
 
 
 def to_json(
@@ -370,6 +383,7 @@ def to_html(
         for row in _rows(results)
     )
     head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADERS)
+    policies = [r.policy for r in results]
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -385,7 +399,7 @@ th:first-child, td:first-child {{ text-align: left; }}
 </head>
 <body>
 <h1>Spot vs on-demand: availability and cost per policy</h1>
-<p class="note">{html.escape(describe(traces, scenario, prices, horizon))}</p>
+<p class="note">{html.escape(describe(traces, scenario, prices, horizon, policies))}</p>
 <table><thead><tr>{head}</tr></thead><tbody>
 {rows}
 </tbody></table>

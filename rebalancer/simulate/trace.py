@@ -11,6 +11,8 @@ exactly the same capacity history and the same notice lengths; a node the simula
 occupies one alive slot and gets a notice when its slot is lost. So a drop from 16 to 10 takes
 each of our nodes with probability 6/16, and a wave to 0 takes them all.
 
+The pool's nodes are in the zone the file's name gives (`Trace.zone`).
+
 Not here: reading files (`files.py`).
 """
 
@@ -39,6 +41,15 @@ class Trace:
     @property
     def slots(self) -> int:
         return max(self.data)
+
+    @property
+    def zone(self) -> str:
+        """The zone the trace was recorded in: the part of its name before the first `_` when
+        that part looks like a zone name (it has a `-`, as in `us-west-2a_v100_1` or
+        `eastus-1_a100`: the public files are named `<zone>_<instance>_<count>`), else the
+        whole name (a zone of its own)."""
+        head, underscore, _ = self.name.partition("_")
+        return head if underscore and "-" in head else self.name
 
     def capacity_at(self, seconds: float) -> int:
         index = min(len(self.data) - 1, max(0, int(seconds // self.gap_seconds)))

@@ -123,6 +123,11 @@ class Scenario:
     region: str = "eastus"
     gpus_per_node: int | None = None  # None: from the VM size
     hedge_spare: int = 1  # SpotHedge reference: spare spot replicas (num_overprovision)
+    # eviction-aware: the workload's placement policy (spot-rebalancer.io/... annotations).
+    max_risk: str = "low"
+    min_on_demand: int = 0
+    spread: str = "zone"
+    failover_to: str = "on-demand"
     seed: int = 1
     warmup_seconds: float = 1800.0  # before t=0, not counted: the service starts settled
     # The controller's settings of the same names (REBALANCER_...); None: its default.
@@ -130,6 +135,11 @@ class Scenario:
     cooldown_seconds: float | None = None
     return_quiet_seconds: float | None = None
     return_pending_timeout_seconds: float | None = None
+    risk_prior_rate_per_hour: float | None = None
+    risk_prior_weight_hours: float | None = None
+    risk_history_half_life_seconds: float | None = None
+    risk_medium_rate_per_hour: float | None = None
+    risk_high_rate_per_hour: float | None = None
 
     def node_gpus(self) -> int:
         if self.gpus_per_node is not None:
@@ -154,6 +164,7 @@ _INTS = {
     "on_demand_limit",
     "gpus_per_node",
     "hedge_spare",
+    "min_on_demand",
     "seed",
 }
 _CONTROLLER = {
@@ -161,9 +172,21 @@ _CONTROLLER = {
     "cooldown_seconds",
     "return_quiet_seconds",
     "return_pending_timeout_seconds",
+    "risk_prior_rate_per_hour",
+    "risk_prior_weight_hours",
+    "risk_history_half_life_seconds",
+    "risk_medium_rate_per_hour",
+    "risk_high_rate_per_hour",
 }
 _FLOATS = {"scale_down_seconds", "warmup_seconds", *_CONTROLLER}
 _STRINGS = {"vm_size", "region"}
+# The placement policy's words (rebalancer/controller/policy.py and risk.py; a test keeps these
+# equal to the controller's).
+CHOICES: Mapping[str, tuple[str, ...]] = {
+    "max_risk": ("low", "medium", "high"),
+    "spread": ("zone", "pool", "none"),
+    "failover_to": ("on-demand", "spot"),
+}
 
 
 def camel(name: str) -> str:
@@ -201,6 +224,11 @@ def scenario_from(
             if not isinstance(value, str) or not value:
                 raise InputError(f"{where}: expected a name, not {value!r}")
             changes[name] = value
+        elif name in CHOICES:
+            if not isinstance(value, str) or value.strip().lower() not in CHOICES[name]:
+                allowed = ", ".join(CHOICES[name])
+                raise InputError(f"{where}: {value!r} is not one of {allowed}")
+            changes[name] = value.strip().lower()
     scenario = replace(base or Scenario(), **changes)
     if scenario.replicas < 1:
         raise InputError(f"{source}: replicas must be at least 1")
@@ -208,6 +236,21 @@ def scenario_from(
         raise InputError(f"{source}: gpusPerReplica must be at least 1 (a GPU workload)")
     if scenario.return_pending_timeout_seconds == 0:
         raise InputError(f"{source}: returnPendingTimeoutSeconds must be above 0")
+    for rate in (
+        "risk_prior_rate_per_hour",
+        "risk_medium_rate_per_hour",
+        "risk_high_rate_per_hour",
+    ):
+        value = getattr(scenario, rate)
+        if value is not None and value > 1:
+            raise InputError(f"{source}: {camel(rate)} is evictions per node-hour, at most 1")
+    for positive in (
+        "risk_history_half_life_seconds",
+        "risk_medium_rate_per_hour",
+        "risk_high_rate_per_hour",
+    ):
+        if getattr(scenario, positive) == 0:
+            raise InputError(f"{source}: {camel(positive)} must be above 0")
     return scenario
 
 

@@ -9,11 +9,14 @@ Kept deliberately small; what it leaves out is listed in docs/simulate.md. The m
 - on-demand pool: never evicted, at most `on_demand_limit` nodes;
 - cluster autoscaler: a pending pod that fits no node gets a new node in the cheapest pool that
   fits it and has room (balanced across equal pools), Ready after the pool's provisioning time;
+  like the real one it reads required placement only, never preferred node affinity;
   keeps each pool at its minimum when capacity allows; removes a node without pods after
   `scale_down_seconds`; a node is paid from the start of provisioning until it is gone;
+- admission: an optional mutating webhook (the controller's placement, through the adapter)
+  that rewrites a new pod's node affinity, so a pod may carry its own spec, not its template's;
 - scheduler: taints and tolerations, nodeSelector and required node affinity, free GPUs;
-  prefers nodes without untolerated PreferNoSchedule taints and with fewer replicas of the
-  same workload;
+  prefers nodes without untolerated PreferNoSchedule taints, then by preferred node affinity,
+  then with fewer replicas of the same workload;
 - ReplicaSet: keeps each Deployment's replica count; scales down by upstream's ranks (unassigned,
   not Ready, lower pod-deletion-cost, newer first);
 - a pod is Ready `load_seconds` after it lands on a Ready node; deleted, it stops serving at once
@@ -26,7 +29,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -129,6 +132,10 @@ class Pod:
     gone: bool = False
     deletion_cost: str | None = None
     original_cost: str | None = None
+    # Set by an admission webhook: the pod's own placement (tolerations, nodeSelector, affinity)
+    # when it differs from its template's, and the annotations it added.
+    spec: dict[str, Any] | None = None
+    annotations: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -146,6 +153,10 @@ class Counters:
     failovers: int = 0  # replicas that became Ready on an on-demand node
     returns: int = 0  # on-demand replicas removed by a scale-down (not by an eviction)
     planner_calls: int = 0
+    moves: int = 0  # replicas moved off a spot group riskier than the policy accepts
+    # Pods admission sent to a spot pool that started on another pool's node: preferred node
+    # affinity yields when the chosen pool has no room (and the autoscaler ignores it).
+    placed_elsewhere: int = 0
 
 
 @dataclass
@@ -169,6 +180,10 @@ class Policy(Protocol):
         ...
 
 
+# A mutating admission webhook on pod creation: may set the pod's `spec` and `annotations`.
+Admission = Callable[["World", Pod], None]
+
+
 class World:
     def __init__(
         self,
@@ -179,8 +194,10 @@ class World:
         start: float,
         horizon: float,
         needed: int,
+        admission: Admission | None = None,
     ) -> None:
         self.scenario = scenario
+        self.admission = admission
         self.pools = {pool.name: pool for pool in pools}
         self.deployments = {d.name: d for d in deployments}
         self.nodes: dict[str, Node] = {}
@@ -317,12 +334,17 @@ class World:
             return bool(pool.alive - set(pool.occupied))
         return True
 
-    def fits_pool(self, deployment: Deployment, pool: PoolModel) -> bool:
-        tolerations = deployment.template_spec.get("tolerations") or []
+    def spec_of(self, pod: Pod) -> dict[str, Any]:
+        """The placement the pod was created with: its template's, or what admission made."""
+        return pod.spec if pod.spec is not None else self.deployments[pod.deployment].template_spec
+
+    def fits_pool(self, pod: Pod, pool: PoolModel) -> bool:
+        spec = self.spec_of(pod)
+        tolerations = spec.get("tolerations") or []
         return (
             not untolerated(tolerations, pool.taints)
-            and not unmet_placement(deployment.template_spec, pool.labels(self.scenario))
-            and deployment.gpus <= self.scenario.node_gpus()
+            and not unmet_placement(spec, pool.labels(self.scenario))
+            and self.deployments[pod.deployment].gpus <= self.scenario.node_gpus()
         )
 
     # ---- nodes ---------------------------------------------------------------------------------
@@ -384,7 +406,10 @@ class World:
             for _ in range(deployment.replicas - len(live)):
                 number = next(self._names)
                 name = f"{deployment.name}-{number:06d}"
-                self.pods[name] = Pod(name, str(number), deployment.name, self.now)
+                pod = Pod(name, str(number), deployment.name, self.now)
+                self.pods[name] = pod
+                if self.admission is not None:
+                    self.admission(self, pod)
                 self.touch()
             if len(live) > deployment.replicas:
                 for pod in sorted(live, key=self._deletion_rank)[: len(live) - deployment.replicas]:
@@ -417,8 +442,7 @@ class World:
             key=lambda p: (p.created, p.name),
         )
         for pod in pending:
-            deployment = self.deployments[pod.deployment]
-            node = self._best_node(deployment)
+            node = self._best_node(pod)
             if node is None:
                 continue
             pod.node = node.name
@@ -427,10 +451,15 @@ class World:
             self._push(pod.ready_at, "pod_ready", pod.name)
             if not node.pool.spot and self.now >= 0:
                 self.counters.failovers += 1
+            chosen = pod.annotations.get(names.PLACED, "").partition("/")[0]
+            if chosen and chosen != node.pool.name and self.pools[chosen].spot and self.now >= 0:
+                self.counters.placed_elsewhere += 1
             self.touch()
 
-    def _best_node(self, deployment: Deployment) -> Node | None:
-        tolerations = deployment.template_spec.get("tolerations") or []
+    def _best_node(self, pod: Pod) -> Node | None:
+        deployment = self.deployments[pod.deployment]
+        spec = self.spec_of(pod)
+        tolerations = spec.get("tolerations") or []
         candidates = []
         for node in self.nodes.values():
             if not node.ready(self.now) or node.unschedulable:
@@ -438,7 +467,7 @@ class World:
             taints = node.all_taints()
             if untolerated(tolerations, taints):
                 continue
-            if unmet_placement(deployment.template_spec, node.labels):
+            if unmet_placement(spec, node.labels):
                 continue
             if self.free_gpus(node) < deployment.gpus:
                 continue
@@ -453,7 +482,7 @@ class World:
                 for p in self.pods.values()
                 if p.node == node.name and p.deployment == deployment.name
             )
-            weight = preferred_weight(deployment.template_spec, node.labels)
+            weight = preferred_weight(spec, node.labels)
             candidates.append((soft, -weight, siblings, node.name, node))
         if not candidates:
             return None
@@ -484,7 +513,7 @@ class World:
                 (
                     name
                     for name, room in sorted(upcoming.items())
-                    if room >= deployment.gpus and self.fits_pool(deployment, self.nodes[name].pool)
+                    if room >= deployment.gpus and self.fits_pool(pod, self.nodes[name].pool)
                 ),
                 None,
             )
@@ -494,7 +523,7 @@ class World:
             options = [
                 pool
                 for pool in self.pools.values()
-                if self.fits_pool(deployment, pool) and self.can_grow(pool)
+                if self.fits_pool(pod, pool) and self.can_grow(pool)
             ]
             if not options:
                 continue

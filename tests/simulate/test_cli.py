@@ -3,13 +3,17 @@ input (naming the file and the problem)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from rebalancer.cli import main
+from rebalancer.simulate.files import add_arguments
+from rebalancer.simulate.workload import Scenario
 
 Capture = pytest.CaptureFixture[str]
 
@@ -25,6 +29,7 @@ def test_json_output_has_every_policy_that_exists(
         "spot-drain",
         "failover",
         "spothedge",
+        "eviction-aware",
     ]
     on_demand = document["results"][0]
     assert on_demand["availability"] == 1.0
@@ -71,6 +76,14 @@ def test_the_controllers_settings_from_the_config_and_flags(
     assert settings["cooldownSeconds"] == 60
     assert settings["returnQuietSeconds"] == 300
     assert settings["deadlineMarginSeconds"] is None  # the controller's own default
+
+
+def test_every_setting_has_a_flag() -> None:
+    """Each key of the YAML file is a flag too (but the warm-up, a property of the method)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = {a.dest for a in parser._actions}
+    assert {f.name for f in fields(Scenario)} - flags == {"warmup_seconds"}
 
 
 def _fails(argv: list[str], capsys: Capture) -> str:
@@ -130,12 +143,47 @@ def test_a_workload_that_fits_no_pool(write_trace: Callable[..., Path], capsys: 
     assert "Standard_NC24ads_A100_v4 node has 1" in err
 
 
-def test_the_eviction_aware_policy_is_not_there_yet(
-    write_trace: Callable[..., Path], capsys: Capture
+def test_the_placement_policy_from_flags_and_config(
+    write_trace: Callable[..., Path], tmp_path: Path, capsys: Capture
+) -> None:
+    # The config sets three, the flags two more and override one; the rest stay defaults.
+    config = tmp_path / "policy.yaml"
+    config.write_text("maxRisk: medium\nminOnDemand: 1\nriskHighRatePerHour: 0.1\n")
+    flags = ["--policy", "eviction-aware", "--spread", "pool", "--min-on-demand", "2", "--json"]
+    argv = ["simulate", "--config", str(config), "--trace", str(write_trace("a", [1, 1, 1]))]
+    argv += flags
+    assert main(argv) == 0
+    document = json.loads(capsys.readouterr().out)
+    settings = document["scenario"]
+    assert (settings["maxRisk"], settings["minOnDemand"], settings["spread"]) == (
+        "medium",
+        2,
+        "pool",
+    )
+    assert settings["failoverTo"] == "on-demand"
+    assert settings["riskHighRatePerHour"] == 0.1
+    assert settings["riskMediumRatePerHour"] is None  # the controller's own default
+    assert [r["policy"] for r in document["results"]] == ["eviction-aware"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--max-risk", "extreme"], "flags: max_risk: 'extreme' is not one of low, medium, high"),
+        (["--spread", "rack"], "flags: spread: 'rack' is not one of zone, pool, none"),
+        (["--min-on-demand", "-1"], "flags: min_on_demand: expected a whole number >= 0"),
+        (["--risk-high-rate-per-hour", "2"], "riskHighRatePerHour is evictions per node-hour"),
+        (
+            ["--risk-medium-rate-per-hour", "0.2"],
+            "riskHighRatePerHour 0.15 is below riskMediumRatePerHour 0.2",
+        ),
+    ],
+)
+def test_a_bad_placement_policy(
+    write_trace: Callable[..., Path], capsys: Capture, argv: list[str], problem: str
 ) -> None:
     trace = write_trace("a", [1, 1])
-    err = _fails(["--trace", str(trace), "--policy", "eviction-aware"], capsys)
-    assert "issue 14" in err
+    assert problem in _fails(["--trace", str(trace), "--policy", "eviction-aware", *argv], capsys)
 
 
 def test_a_bad_setting_in_the_config_names_the_file(

@@ -82,3 +82,16 @@ def test_distributions(text: str, mean: float) -> None:
 def test_a_bad_distribution_names_the_setting(text: str) -> None:
     with pytest.raises(InputError, match="--load-seconds"):
         parse_distribution(text, what="--load-seconds")
+
+
+@pytest.mark.parametrize(
+    ("name", "zone"),
+    [
+        ("us-west-2a_v100_1", "us-west-2a"),  # the public files: <zone>_<instance>_<count>
+        ("eastus-1_a100", "eastus-1"),
+        ("zone1", "zone1"),  # no "_": a zone of its own
+        ("pool_a", "pool_a"),  # "pool" is no zone name
+    ],
+)
+def test_the_zone_of_a_trace_comes_from_its_name(name: str, zone: str) -> None:
+    assert parse_trace(trace_text([1]), source=f"{name}.json", name=name).zone == zone

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -236,6 +237,32 @@ def test_the_give_up_records_what_it_waits_for() -> None:
         plan(state([*AFTER_FAILOVER, new], returning()), Settings()).actions, FinishReturn
     )
     assert finish.record is not None and finish.record.completed and finish.record.gave_up
+    assert finish.record.waits_for == ("p2",)
+
+
+def test_a_give_up_waits_for_its_own_new_pod_not_for_a_later_replacement() -> None:
+    """A notice on a node of the workload gives a return up, and the surge that follows creates
+    a replacement the return never knew either. Waiting for every pod it did not know kept the
+    record, and so every later return of the workload, for as long as that replacement lived
+    (found by `rebalancer simulate`: replicas stayed on demand for days)."""
+    gave_up = record(completed=True, gave_up=True, waits_for=("p2",))
+    workload = replace(deployment(2), annotations={RETURN_ANNOTATION: gave_up.to_json()})
+    own = plan(state([*AFTER_FAILOVER, pod("p2", "spot-1", ready=False)], workload), Settings())
+    assert of_type(own.actions, ForgetReturn) == []
+    replacement = pod("p3", "spot-1")
+    later = plan(state([*AFTER_FAILOVER, replacement], workload), Settings())
+    assert of_type(later.actions, ForgetReturn) == [ForgetReturn(KEY)]
+
+
+def test_a_give_up_record_written_before_keeps_its_meaning() -> None:
+    gave_up = record(completed=True, gave_up=True, waits_for=("p2",))
+    assert ReturnRecord.from_json(gave_up.to_json()) == gave_up
+    older = json.loads(record(completed=True, gave_up=True).to_json())
+    assert "waitsFor" not in older
+    parsed = ReturnRecord.from_json(json.dumps(older))
+    assert parsed.waits_for is None
+    # Without the names it waits, as it did, for every pod it did not know.
+    assert [p.name for p in parsed.leaving([*AFTER_FAILOVER, pod("p3", "spot-1")])] == ["p3"]
 
 
 def test_no_return_starts_in_the_pass_that_surges_the_workload() -> None:
