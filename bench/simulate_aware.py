@@ -39,7 +39,12 @@ OTHER = "preemption/4-node/aws-08-03-2023"
 COMPARED = ("failover", "spothedge", "eviction-aware")
 VARIANTS = (
     ("defaults (max-risk low, min-on-demand 0, spread zone, failover-to on-demand)", {}),
-    ("--max-risk medium (the same as high here)", {"maxRisk": "medium"}),
+    ("--max-risk medium", {"maxRisk": "medium"}),
+    ("--spare-replicas 1 --max-risk medium", {"spareReplicas": 1, "maxRisk": "medium"}),
+    (
+        "--spare-replicas 1 --max-risk high --failover-to spot",
+        {"spareReplicas": 1, "maxRisk": "high", "failoverTo": "spot"},
+    ),
     ("--failover-to spot", {"failoverTo": "spot"}),
     ("--min-on-demand 1", {"minOnDemand": 1}),
     ("--min-on-demand 1 --failover-to spot", {"minOnDemand": 1, "failoverTo": "spot"}),

@@ -69,11 +69,13 @@ OPT_OUT_ANNOTATION: Final = f"{PREFIX}/ignore"
 # A workload's placement policy, set by a user on its Deployment or StatefulSet (schema:
 # rebalancer/controller/policy.py, docs/placement.md).
 MIN_ON_DEMAND: Final = f"{PREFIX}/min-on-demand"  # replicas kept on on-demand pools, at least
-SPARE_REPLICAS: Final = f"{PREFIX}/spare-replicas"  # spot replicas beyond the need (not used yet)
+SPARE_REPLICAS: Final = f"{PREFIX}/spare-replicas"  # replicas kept beyond the owner's count
 POOLS: Final = f"{PREFIX}/pools"  # comma-separated agent pools that may serve it; all if absent
 MAX_RISK: Final = f"{PREFIX}/max-risk"  # low | medium | high: the riskiest spot group accepted
 SPREAD: Final = f"{PREFIX}/spread"  # zone | pool | none: what its spot replicas spread over
 FAILOVER_TO: Final = f"{PREFIX}/failover-to"  # on-demand | spot: where replacements go
+# Ours, on the workload: the spare replicas we keep on it (JSON: the owner's count, ours added).
+SPARE_RECORD: Final = f"{PREFIX}/spare"
 # Ours, on the workload: the last valid policy (JSON), in force while the declared one is invalid.
 POLICY_IN_FORCE: Final = f"{PREFIX}/placement-in-force"
 # Ours, on a pod our admission webhook placed: "<pool>/<zone>" it chose, and why.

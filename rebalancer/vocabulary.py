@@ -79,6 +79,8 @@ class Reason(StrEnum):
     NEW_NOTICE = "NewNotice"  # recorded in the eviction history
     RECORD_DONE = "RecordDone"  # a finished record whose pods are gone is dropped
     HOLD_BEFORE_NOTICE = "HoldBeforeNotice"  # a standing hold on a managed Deployment on spot
+    SPARE = "SpareReplicas"  # the policy's spare replicas added, changed or removed
+    SPARE_NOT_HELD = "SpareNotHeld"  # an owner keeps setting replicas back: spares given up
     POLICY_VALID = "PlacementPolicyValid"  # a valid placement policy recorded as the one in force
     COST_RESTORED = "CostRestored"
     LOWEST_COST = "LowestDeletionCost"
@@ -172,6 +174,8 @@ class EventReason(StrEnum):
     COOLDOWN_OVER = "SpotRebalancerCooldownOver"
     FAILOVER_BLOCKED = "SpotRebalancerFailoverBlocked"
     POLICY_REFUSED = "SpotRebalancerPolicyRefused"
+    SPARES = "SpotRebalancerSpares"
+    SPARES_NOT_HELD = "SpotRebalancerSparesNotHeld"
     MOVE_STARTED = "SpotRebalancerMoveStarted"
     MOVE_FINISHED = "SpotRebalancerMoveFinished"
     PLACED = "SpotRebalancerPlaced"

@@ -18,7 +18,7 @@ from typing import Any
 from rebalancer import names
 from rebalancer.controller import node_patches
 from rebalancer.controller.history import Entry, History
-from rebalancer.controller.model import ReturnRecord, Surge, WorkloadInfo
+from rebalancer.controller.model import ReturnRecord, Spare, Surge, WorkloadInfo
 from rebalancer.timefmt import iso
 from rebalancer.vocabulary import Reason, Rejection, Result
 
@@ -64,6 +64,7 @@ class WorkloadBasis:
     surge: str | None
     return_record: str | None
     uid: str = ""
+    spare: str | None = None
 
     @classmethod
     def of(cls, workload: WorkloadInfo) -> WorkloadBasis:
@@ -72,16 +73,18 @@ class WorkloadBasis:
             surge=workload.annotations.get(names.SURGE_ANNOTATION),
             return_record=workload.annotations.get(names.RETURN_ANNOTATION),
             uid=workload.uid,
+            spare=workload.annotations.get(names.SPARE_RECORD),
         )
 
     def matches(self, fresh: WorkloadInfo) -> bool:
         """Still the object planned from: the same replicas and records (the resourceVersion
         moves with every status update, so it is not compared), and not a new object."""
         now = WorkloadBasis.of(fresh)
-        same = (now.replicas, now.surge, now.return_record) == (
+        same = (now.replicas, now.surge, now.return_record, now.spare) == (
             self.replicas,
             self.surge,
             self.return_record,
+            self.spare,
         )
         return same and (not self.uid or self.uid == fresh.uid)
 
@@ -210,6 +213,20 @@ class ForgetSurge(WorkloadAction):
 
     def patch(self) -> dict[str, Any]:
         return _workload_patch({names.SURGE_ANNOTATION: None})
+
+
+@dataclass(frozen=True)
+class SetSpare(WorkloadAction):
+    """Keep the policy's spare replicas: `replicas` (None: leave them) and our record of the
+    owner's count (None: drop it, the spares are gone)."""
+
+    replicas: int | None = None
+    record: Spare | None = None
+    reason: Reason = Reason.SPARE
+
+    def patch(self) -> dict[str, Any]:
+        record = self.record.to_json() if self.record is not None else None
+        return _workload_patch({names.SPARE_RECORD: record}, self.replicas)
 
 
 @dataclass(frozen=True)
@@ -395,6 +412,7 @@ Action = (
     | ScaleUp
     | ScaleBack
     | ForgetSurge
+    | SetSpare
     | RecordPolicy
     | StartReturn
     | FinishReturn
@@ -410,6 +428,6 @@ Action = (
 )
 ACTION_TYPES: tuple[type, ...] = (
     Cordon, Restore, MarkDrained, StartCooldown, EndCooldown, ScaleUp, ScaleBack, ForgetSurge,
-    RecordPolicy, StartReturn, FinishReturn, ForgetReturn, SetDeletionCost, Evict, Delete,
-    ReportBlocked, RecordHistory, Hold, Release, Bound,
+    SetSpare, RecordPolicy, StartReturn, FinishReturn, ForgetReturn, SetDeletionCost, Evict,
+    Delete, ReportBlocked, RecordHistory, Hold, Release, Bound,
 )  # fmt: skip

@@ -23,6 +23,7 @@ from rebalancer.controller.actions import (
     Restore,
     ScaleBack,
     ScaleUp,
+    SetSpare,
     StartCooldown,
     StartReturn,
     WorkloadKey,
@@ -209,6 +210,26 @@ def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:
                 f"No on-demand fallback: {action.detail}",
                 warning=True,
             )
+        case SetSpare() if action.reason is Reason.SPARE_NOT_HELD:
+            base = action.record.base if action.record else "?"
+            return KubeEvent(
+                _workload(action.workload, action.basis.uid),
+                EventReason.SPARES_NOT_HELD,
+                f"Spare replicas given up: replicas were set back to {base} twice (an owner "
+                "resets them); remove and set spot-rebalancer.io/spare-replicas again to retry",
+                warning=True,
+            )
+        case SetSpare():
+            if action.record is None:
+                text = "Spare replicas removed" + (
+                    f": scaled to {action.replicas}" if action.replicas is not None else ""
+                )
+            else:
+                text = (
+                    f"Keeping {action.record.added} spare replicas on top of the owner's "
+                    f"{action.record.base}: scaled to {action.replicas}"
+                )
+            return KubeEvent(_workload(action.workload, action.basis.uid), EventReason.SPARES, text)
         case StartReturn() if action.record is not None and action.record.purpose == "risk":
             return KubeEvent(
                 _workload(action.workload, action.basis.uid),

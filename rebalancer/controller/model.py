@@ -335,6 +335,35 @@ class PodInfo:
 
 
 @dataclass(frozen=True)
+class Spare:
+    """The spare replicas we keep on a Deployment (its policy's `spare-replicas`): the owner's
+    count and what we added; `reverted` counts the times someone set the count back to the
+    owner's exactly (an owner that resets replicas), and `gave_up` stops us fighting it."""
+
+    base: int
+    added: int
+    reverted: int = 0
+    gave_up: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"base": self.base, "added": self.added, "reverted": self.reverted,
+             "gaveUp": self.gave_up},
+            sort_keys=True, separators=(",", ":"),
+        )  # fmt: skip
+
+    @classmethod
+    def from_json(cls, text: str) -> Spare:
+        data = _record_object(text)
+        return cls(
+            base=_count(data, "base"),
+            added=_count(data, "added"),
+            reverted=_count(data, "reverted"),
+            gave_up=data.get("gaveUp", False) is True,
+        )
+
+
+@dataclass(frozen=True)
 class Surge:
     """What we recorded on a Deployment when we surged it, so any leader can finish or undo it."""
 
@@ -523,6 +552,17 @@ class WorkloadInfo:
     @property
     def opted_out(self) -> bool:
         return self.annotations.get(OPT_OUT_ANNOTATION, "").lower() in ("true", "1", "yes")
+
+    @property
+    def spare(self) -> Spare | None:
+        """Our spare-replicas record; None when absent or unreadable (planned afresh)."""
+        text = self.annotations.get(names.SPARE_RECORD)
+        if text is None:
+            return None
+        try:
+            return Spare.from_json(text)
+        except ValueError:
+            return None
 
     @classmethod
     def from_json(cls, kind: str, obj: Mapping[str, Any]) -> WorkloadInfo:

@@ -54,11 +54,12 @@ from rebalancer.controller.actions import (
     ScaleBack,
     ScaleUp,
     SetDeletionCost,
+    SetSpare,
     StartCooldown,
     WorkloadBasis,
 )
 from rebalancer.controller.history import WINDOWS, Entry
-from rebalancer.controller.model import NodeInfo, PodInfo, Surge, WorkloadInfo
+from rebalancer.controller.model import NodeInfo, PodInfo, Spare, Surge, WorkloadInfo
 from rebalancer.controller.policy import declared, in_force
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
 from rebalancer.controller.returns import (
@@ -153,6 +154,9 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     actions += _restore_deletion_costs(snapshot, active)
     actions += _policies(snapshot)
     surging = frozenset(a.workload for a in surge_actions if isinstance(a, ScaleUp | ReportBlocked))
+    spares = _spares(snapshot, settings, surging)
+    actions += spares
+    surging |= {a.workload for a in spares if isinstance(a, SetSpare)}
     actions += plan_returns(
         snapshot,
         managed=set(chosen),
@@ -368,6 +372,11 @@ def _surges(
         deadline = None if earliest.act_now or earliest.deadline is None else iso(earliest.deadline)
         events = tuple(sorted({n.event_id for _, n in doomed}))
         old = workload.surge
+        if old is None and _spares_absorb(snapshot, workload, names_now):
+            # Spare replicas carry the loss: no surge, the doomed pods are drained at once so
+            # that the ReplicaSet's new ones (placed by the policy) start now.
+            handled.difference_update(pod.key for pod, _ in doomed)
+            continue
         if old is None:
             record = Surge(workload.replicas, len(names_now), events, names_now, deadline)
             actions.append(_scale_up(workload, basis, record, len(names_now)))
@@ -569,6 +578,76 @@ def _drained_by_others(node: NodeInfo) -> bool:
         and names.CORDONED_FOR not in node.annotations
         and not any(t.key == names.AKS_REMEDIATOR_TAINT for t in node.taints)
     )
+
+
+def _spares_absorb(snapshot: Snapshot, workload: WorkloadInfo, doomed: tuple[str, ...]) -> bool:
+    """The workload keeps spare replicas and, without the doomed ones, still has at least its
+    owner's count Ready."""
+    spare = workload.spare
+    if spare is None or spare.gave_up or spare.added == 0:
+        return False
+    ready = [
+        p
+        for p in snapshot.pods_by_workload.get(workload.key, [])
+        if p.ready and not p.deleting and f"{p.namespace}/{p.name}" not in doomed
+    ]
+    return len(ready) >= spare.base
+
+
+def _spares(snapshot: Snapshot, settings: Settings, busy: frozenset[WorkloadKey]) -> list[Action]:
+    """Keep a Deployment's `spare-replicas` (its placement policy) on top of its owner's count,
+    so that an eviction takes a spare instead of a needed replica (SpotHedge's N + k; the webhook
+    spreads them like the others). Our record keeps the owner's count: a new count from the owner
+    is a new base; a count set back to exactly the base twice is an owner that resets replicas
+    (KServe, an operator), which we stop fighting and report. Not while a surge or a return is
+    on it (they own the count for a while), nor with an HPA (it owns the count: its bounds would
+    have to move for as long as the spares are wanted)."""
+    actions: list[Action] = []
+    scaled = {(s.namespace, s.target) for s in snapshot.scalers.values()}
+    for key, workload in sorted(snapshot.workloads.items()):
+        record = workload.spare
+        policy = in_force(workload.annotations).policy
+        wanted = policy.spare if policy is not None and managed(workload, settings) else 0
+        if record is None and wanted == 0:
+            continue
+        if (
+            workload.kind != "Deployment"
+            or key in busy
+            or workload.surge is not None
+            or names.RETURN_ANNOTATION in workload.annotations
+            or (workload.namespace, ("Deployment", workload.name)) in scaled
+        ):
+            continue
+        basis = WorkloadBasis.of(workload)
+        replicas = workload.replicas
+        if record is None:
+            fresh = Spare(base=replicas, added=wanted)
+            actions.append(SetSpare(key, replicas + wanted, fresh, basis=basis))
+            continue
+        if record.gave_up:
+            if wanted == 0:
+                actions.append(SetSpare(key, None, None, basis=basis))
+            continue
+        if replicas == record.base + record.added:
+            if wanted != record.added:
+                kept = Spare(record.base, wanted, record.reverted) if wanted else None
+                actions.append(SetSpare(key, record.base + wanted, kept, basis=basis))
+        elif replicas == record.base and record.added > 0:
+            reverted = record.reverted + 1
+            if reverted >= 2:
+                given_up = Spare(record.base, 0, reverted, gave_up=True)
+                actions.append(
+                    SetSpare(key, None, given_up, basis=basis, reason=Reason.SPARE_NOT_HELD)
+                )
+            else:
+                again = Spare(record.base, wanted, reverted)
+                actions.append(SetSpare(key, record.base + wanted, again, basis=basis))
+        else:  # the owner chose a new count: that is the base now
+            rebased = Spare(replicas, wanted, record.reverted) if wanted else None
+            actions.append(
+                SetSpare(key, replicas + wanted if wanted else None, rebased, basis=basis)
+            )
+    return actions
 
 
 def _policies(snapshot: Snapshot) -> list[Action]:

@@ -44,7 +44,7 @@ from datetime import datetime, timedelta
 
 from rebalancer.azure.risk_data import BUCKET_RATES, EvictionRates, PlacementScores, parse_bucket
 from rebalancer.controller.cost import region_of
-from rebalancer.controller.history import RETENTION, WINDOWS, History
+from rebalancer.controller.history import RETENTION, WINDOWS, Entry, History
 from rebalancer.controller.model import NodeInfo
 
 GroupKey = tuple[str, str, str]  # (pool, zone, sku) as the Nodes' labels spell them
@@ -307,7 +307,10 @@ def _history(
         0.5 ** ((now - e.first_seen).total_seconds() / 3600.0 / half_life_hours) for e in preempts
     )
     watched = min(max(0.0, (now - history.since).total_seconds()), RETENTION.total_seconds())
-    nodes = max(nodes_now, len({e.node for e in preempts}))
+    # The group's size: its nodes now, or the most it lost within one hour if more (a wave shows
+    # the size it had). Not every node it ever lost: a pool that loses its one node every hour
+    # would count as 24 nodes watched all day, and the more it churned the safer it would look.
+    nodes = max(nodes_now, _most_lost_within(preempts, timedelta(hours=1)))
     exposure = nodes * tau * (1.0 - math.exp(-(watched / 3600.0) / tau))
     windows = ", ".join(
         f"{sum(1 for e in preempts if now - e.first_seen <= span)} in {name}"
@@ -324,6 +327,16 @@ def _history(
     )
     # No age: the record is read live from the cluster; its span is in the detail.
     return decayed, exposure, Reason(HISTORY, detail, used=exposure > 0)
+
+
+def _most_lost_within(preempts: list[Entry], span: timedelta) -> int:
+    """The most distinct nodes Preempted within any `span`."""
+    ordered = sorted(preempts, key=lambda e: e.first_seen)
+    most = 0
+    for index, first in enumerate(ordered):
+        within = {e.node for e in ordered[index:] if e.first_seen - first.first_seen <= span}
+        most = max(most, len(within))
+    return most
 
 
 def _age(seconds: float | None) -> str:

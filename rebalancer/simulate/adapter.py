@@ -81,6 +81,8 @@ from rebalancer.names import (
     PLACED_WHY,
     RETURN_ANNOTATION,
     RETURN_BACKOFF_ANNOTATION,
+    SPARE_RECORD,
+    SPARE_REPLICAS,
     SPREAD,
     SURGE_ANNOTATION,
 )
@@ -161,6 +163,7 @@ def placement_annotations(scenario: Scenario) -> dict[str, str]:
     checked by the controller's own schema."""
     annotations = {
         MIN_ON_DEMAND: str(scenario.min_on_demand),
+        SPARE_REPLICAS: str(scenario.spare_replicas),
         MAX_RISK: scenario.max_risk,
         SPREAD: scenario.spread,
         FAILOVER_TO: scenario.failover_to,
@@ -457,8 +460,14 @@ def _patch_deployment(world: World, action: WorkloadAction) -> bool:
         deployment.replicas,
         deployment.annotations.get(SURGE_ANNOTATION),
         deployment.annotations.get(RETURN_ANNOTATION),
+        deployment.annotations.get(SPARE_RECORD),
     )
-    planned = (action.basis.replicas, action.basis.surge, action.basis.return_record)
+    planned = (
+        action.basis.replicas,
+        action.basis.surge,
+        action.basis.return_record,
+        action.basis.spare,
+    )
     if now != planned:
         return False
     patch = action.patch()

@@ -104,6 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         words = "|".join(CHOICES[name.replace("-", "_")])
         parser.add_argument(f"--{name}", metavar=words, help=f"{policy}{name} (default {default})")
     parser.add_argument("--min-on-demand", type=int, help=f"{policy}min-on-demand (default 0)")
+    parser.add_argument("--spare-replicas", type=int, help=f"{policy}spare-replicas (default 0)")
     parser.add_argument("--seed", type=int)
     controller = [
         f"{name}-seconds"

@@ -253,7 +253,7 @@ def build(
     spare = scenario.hedge_spare if policy == "spothedge" else 0
     on_spot = needed + spare
     if policy == "eviction-aware":
-        on_spot = max(0, needed - scenario.min_on_demand)
+        on_spot = max(0, needed + scenario.spare_replicas - scenario.min_on_demand)
     home = math.ceil(on_spot / len(traces) / replicas_per_node)
     # Spot pools kept at a minimum size: what a return to spot (and a move) needs, room on a
     # Ready spot node.

@@ -107,8 +107,8 @@ def describe(
     if "eviction-aware" in policies:
         text += (
             f" eviction-aware: max-risk {scenario.max_risk}, min-on-demand "
-            f"{scenario.min_on_demand}, spread {scenario.spread}, failover-to "
-            f"{scenario.failover_to}."
+            f"{scenario.min_on_demand}, spare-replicas {scenario.spare_replicas}, spread "
+            f"{scenario.spread}, failover-to {scenario.failover_to}."
         )
     return text
 

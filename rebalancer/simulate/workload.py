@@ -126,6 +126,7 @@ class Scenario:
     # eviction-aware: the workload's placement policy (spot-rebalancer.io/... annotations).
     max_risk: str = "low"
     min_on_demand: int = 0
+    spare_replicas: int = 0
     spread: str = "zone"
     failover_to: str = "on-demand"
     seed: int = 1
@@ -165,6 +166,7 @@ _INTS = {
     "gpus_per_node",
     "hedge_spare",
     "min_on_demand",
+    "spare_replicas",
     "seed",
 }
 _CONTROLLER = {

@@ -420,3 +420,23 @@ def test_explain_names_every_input_with_its_value_and_age() -> None:
     assert "history: Preempts 1 in 1h, 1 in 6h, 1 in 24h, last 30m ago" in text
     assert "(2 nodes, record 3.0h old)" in text
     assert "prior" not in risk.sources
+
+
+def test_a_pool_that_keeps_losing_its_one_node_is_high_risk_not_a_big_safe_pool() -> None:
+    """One node, Preempted every 90 minutes for a day (16 VMs in all, never two at once): the
+    group had one node, not 16 watched all day; the more it churns, the riskier it reads."""
+    losses = [preempt(0.5 + 1.5 * k, f"vm{k}") for k in range(16)]
+    risks = assess(nodes=[node("vm16")], history=history(*losses), now=NOW, settings=SETTINGS)
+    risk = risks[("spota", "eastus-1", A100)]
+    decayed = sum(0.5 ** ((0.5 + 1.5 * k) / 6) for k in range(16))
+    exposure = 1 * TAU * (1 - math.exp(-24 / TAU))
+    assert risk.rate_per_hour == pytest.approx((24 * 0.05 + decayed) / (24 + exposure))
+    assert risk.level == HIGH
+    # A wave shows the size the group had: 16 nodes lost within the hour, none left.
+    wave = [preempt(2.0 + k / 60, f"w{k}") for k in range(16)]
+    waved = assess(nodes=[], history=history(*wave), now=NOW, settings=SETTINGS)
+    after = waved[("spota", "eastus-1", A100)]
+    wave_decayed = sum(0.5 ** ((2.0 + k / 60) / 6) for k in range(16))
+    assert after.rate_per_hour == pytest.approx(
+        (24 * 0.05 + wave_decayed) / (24 + 16 * TAU * (1 - math.exp(-24 / TAU)))
+    )
