@@ -19,7 +19,7 @@ no write leaves a replica that may no longer hold the Lease.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -37,6 +37,7 @@ from rebalancer.controller.actions import (
     RecordHistory,
     Release,
     ReportBlocked,
+    ScaleUp,
     SetDeletionCost,
     WorkloadAction,
 )
@@ -161,7 +162,7 @@ class Executor:
         if fresh is None:
             raise Rejected(Rejection.GONE)
         info = WorkloadInfo.from_json(kind, fresh)
-        if not action.basis.matches(info):
+        if not action.basis.matches(info) and not _reached(action, info):
             raise Rejected(Rejection.STALE, "replicas or our records changed since the plan")
         patch = action.patch()
         patch["metadata"]["resourceVersion"] = info.resource_version
@@ -223,3 +224,11 @@ class DryRunExecutor:
     async def apply(self, action: Action) -> Outcome:
         del action
         return Outcome(Result.DRY_RUN)
+
+
+def _reached(action: WorkloadAction, fresh: WorkloadInfo) -> bool:
+    """A surge whose count is already there and nothing else moved: an HPA whose minReplicas
+    we raised (the step before the surge) scaled to it first. Our record is still to write."""
+    if not isinstance(action, ScaleUp) or fresh.replicas != action.replicas:
+        return False
+    return action.basis.matches(replace(fresh, replicas=action.basis.replicas))

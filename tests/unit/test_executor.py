@@ -141,6 +141,27 @@ async def test_a_surge_planned_from_a_stale_cache_is_never_applied_twice() -> No
     assert outcome.rejection is Rejection.STALE and writer.writes == []
 
 
+async def test_a_surge_whose_count_an_hpa_reached_first_still_writes_its_record() -> None:
+    """The HPA's minReplicas was raised in the step before the surge and the HPA scaled to it
+    before the surge's write: the count is the surge's, nothing else moved, so the record is
+    written (without it the next pass would surge again on top)."""
+    writer = FakeWriter(replicas=4, surge=None)
+    run, _ = executor(writer)
+    surge = ScaleUp(
+        KEY, replicas=4, record=SURGE, added=1, basis=WorkloadBasis.of(workload(3, None))
+    )
+    assert (await run.apply(surge)).result is Result.APPLIED
+    ((_, patch),) = writer.writes
+    assert patch["spec"] == {"replicas": 4}
+    assert json.loads(patch["metadata"]["annotations"][SURGE_ANNOTATION]) == json.loads(
+        SURGE.to_json()
+    )
+    # Reached another count (the HPA went further): stale as ever.
+    other = FakeWriter(replicas=5, surge=None)
+    run, _ = executor(other)
+    assert (await run.apply(surge)).rejection is Rejection.STALE
+
+
 async def test_a_deleted_and_recreated_workload_is_not_the_one_planned_for() -> None:
     writer = FakeWriter()
     run, _ = executor(writer)
