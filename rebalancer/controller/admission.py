@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from rebalancer import names
+from rebalancer.controller.actions import Action, ScaleUp
 from rebalancer.controller.model import WorkloadInfo, gpus_of
 from rebalancer.controller.placement import Decision, Group, Where, affinity_patch, choose
 from rebalancer.controller.placement import spot_groups as groups_of
@@ -40,11 +41,29 @@ class Admitted:
 
 @dataclass(frozen=True)
 class View:
-    """What placement reads: one pass's snapshot and risks, and the declared pools."""
+    """What placement reads: one pass's snapshot and risks, the declared pools, and the
+    workloads that pass surges."""
 
     snapshot: Snapshot
     risks: Mapping[GroupKey, Risk]
     declared: Mapping[str, Pool] = field(default_factory=dict)
+    # The pass's surges: the ReplicaSet creates their replacements within milliseconds of the
+    # write, before the next pass shows the surge record, so the snapshot alone would place
+    # them as ordinary new pods (spread on spot) instead of where `failover-to` sends them.
+    surging: frozenset[WorkloadKey] = frozenset()
+
+    @classmethod
+    def of_pass(
+        cls,
+        snapshot: Snapshot,
+        actions: Iterable[Action],
+        *,
+        risks: Mapping[GroupKey, Risk],
+        declared: Mapping[str, Pool],
+    ) -> View:
+        """The view of a pass that decided `actions`."""
+        surging = frozenset(a.workload for a in actions if isinstance(a, ScaleUp))
+        return cls(snapshot, risks, declared, surging)
 
     @cached_property
     def pools(self) -> dict[str, Pool]:
@@ -166,7 +185,7 @@ def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review
         fits=fits,
         groups=view.groups,
         where=view.where(workload.key, admitted),
-        failing_over=surge is not None and not surge.completed,
+        failing_over=(surge is not None and not surge.completed) or workload.key in view.surging,
         evicting=view.evicting,
     )
     if decision is None:

@@ -386,7 +386,12 @@ class Controller:
             self.metrics.reconcile_errors.labels("plan").inc()
             self.log.exception("planning failed")
             return
-        self.view = View(state, self.recorder.risks, self.planner_settings.declared_pools)
+        self.view = View.of_pass(
+            state,
+            decided.actions,
+            risks=self.recorder.risks,
+            declared=self.planner_settings.declared_pools,
+        )
         try:
             self.recorder.observe(state, decided, elapsed)
         except Exception:  # measuring must never stop acting

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rebalancer import names
-from rebalancer.controller.actions import RecordPolicy
+from rebalancer.controller.actions import RecordPolicy, ScaleUp
 from rebalancer.controller.admission import Admitted, View, review
 from rebalancer.controller.placement import Decision, Group, Where, affinity_patch, choose
 from rebalancer.controller.planner import Settings, plan
@@ -323,6 +323,33 @@ def test_everything_else_is_allowed_unchanged(
 
 def test_no_view_yet_allows_unchanged() -> None:
     assert review(request(), None, []).outcome == "not_ready"
+
+
+def test_a_replacement_created_by_this_pass_s_surge_goes_on_demand() -> None:
+    """The ReplicaSet creates a surge's replacements within milliseconds of the write, before
+    the next pass shows the surge record: the view of the pass that surged says so itself
+    (seen on the emulator: both replacements of a wave were spread on spot)."""
+    state = snapshot(
+        [
+            node_json("spot-0", pool="spota", zone="eastus-1", notice_seconds=30),
+            node_json("spot-1", pool="spota", zone="eastus-2"),
+            node_json("od-0", pool="ondemand", spot=False),
+        ],
+        [pod("infer-1", "spot-0")],
+        [deployment(replicas=1, annotations={names.SPREAD: "zone"})],
+    )
+    decided = plan(state, Settings())
+    assert [a.workload for a in decided.actions if isinstance(a, ScaleUp)] == [
+        ("Deployment", "ml", "infer")
+    ]
+    risks = assess(nodes=state.nodes.values(), history=WATCHED, now=NOW, settings=RiskSettings())
+    view = View.of_pass(state, decided.actions, risks=risks, declared={})
+    result = review(request(), view, [])
+    assert result.decision is not None and result.decision.pool == "ondemand", result.decision
+    assert "replacement for a replica under notice" in result.decision.reason
+    # Without the pass's surge, the same snapshot spreads it on spot (eastus-1 is under notice).
+    before = review(request(), View(state, risks), [])
+    assert before.decision is not None and before.decision.placed == "spota/eastus-2"
 
 
 # ---- the policy in force, recorded by the planner -----------------------------------------------
