@@ -1,0 +1,663 @@
+"""Placement by policy against today's reactive behaviour, on the emulator with real processes:
+three spot A100 pools in three zones whose capacity follows real spot traces (issue 14).
+
+    python -m bench.bench_placement                      # four runs at once, about 16 minutes
+    python -m bench.bench_placement --variants reactive,spread --ticks 12   # a short look
+
+One invocation runs the same emulated AKS cluster several times at once, in this process, each
+with its own `rebalancer controller` and one `rebalancer agent` per spot node as real processes
+(as `tests/e2e/rig.py` runs them):
+
+- pools `gpuspot1`, `gpuspot2`, `gpuspot3`, one zone each (eastus-1, -2, -3), `--nodes` A100
+  nodes each (1 GPU per node), not autoscaled: the trace alone takes and gives back their VMs;
+  an on-demand A100 pool autoscaled from 0 (60 s to provision), declared to the controller with
+  REBALANCER_POOLS; the spot VMs take 60 s to provision too;
+- Deployment inference/llm of `--replicas` replicas, each loading its model for 90 s, with a
+  PDB maxUnavailable 1; 30 s Preempt notices; AKS node auto-drain on, as in AKS;
+- each spot pool replays one trace of `--traces` (by default the three zones of
+  availability/16-node/aws-08-27-2023: us-east-2b, us-west-2a and us-west-2c, in that order)
+  from tick `--start` for `--ticks` ticks, with the 300 s between ticks compressed to `--gap`
+  seconds. The default window (ticks 71-106, three hours of August 2023) has shallow dips and a
+  three-tick outage in us-east-2b and one wave that empties both us-west-2 zones in the same
+  tick: a correlated wave. Which of our VMs a drop takes is the simulator's own model
+  (`rebalancer.simulate.trace.slot_timeline`, seeded with `--seed`): a trace of 16 instances is
+  16 slots, our nodes hold some, a drop from 16 to 10 takes each with probability 6/16, a wave
+  to 0 takes them all; a pool below `--nodes` gets a VM back as soon as a slot is free again.
+  Every run gets exactly the same slot history, at the same moments (one clock for all).
+
+The runs (`--variants`, comma-separated):
+
+- `reactive`: today's controller, no policy and no webhook: the scheduler and the workload's
+  preferSpot decide where replicas go; a replica under notice is replaced by a surge wherever
+  the scheduler puts it (free spot nodes first);
+- `spread`: the webhook on and `spot-rebalancer.io/spread: zone` (other keys at their defaults:
+  max-risk high, min-on-demand 0, failover-to on-demand);
+- `spread-spot`: the same with `failover-to: spot` (replacements go to the least used spot zone
+  that is not under notice, on-demand only when none is left);
+- `cautious`: `spread: zone`, `max-risk: medium`, `min-on-demand: 1` (one replica always on
+  on-demand, and no replica placed in a spot zone the risk model calls high).
+
+All start alike: the replicas are created once the processes run (and the webhook has its
+certificate), while each spot pool has one node, so every run starts with one replica per zone
+(what kube-scheduler's default zone spreading would do; the emulator's scheduler spreads per
+node only, see below), except `cautious`, whose webhook puts one on on-demand. Then the pools
+are filled to `--nodes` and the trace starts.
+
+Measured over the window, for each run, with the simulator's own measuring code
+(`rebalancer.simulate.engine.Result` over `Sample`s taken every 0.1 s, as
+`tests/e2e/test_simulate_faithful.py` does): availability (the fraction of time with all
+replicas Ready), the lowest Ready count, the deficit in replica-seconds, cost (every GPU VM
+billed at the bundled prices from its request until it is gone: idle spot nodes too, the same
+in every run), the share of Ready replica-time served from on-demand; and how many of our
+Preempts hit a replica.
+
+Time: notices, model loads, provisioning and shutdowns are real; the trace is compressed by
+300 / `--gap` (15 by default), and so are the timers that count in the trace's time: the
+controller's cool-down and return quiet time (600 s each by default) and the autoscaler's
+scale-down delay (600 s). The risk model is not compressed: it starts from its prior (0.05
+evictions per node-hour: medium) and learns from the Preempts it sees, each a full eviction in
+its history; a short run gives it few, so `max-risk` may never refuse a zone (the printout says
+whether it did).
+
+Not like a real cluster: the emulator's scheduler spreads a workload's replicas over nodes, not
+zones (kube-scheduler's default PodTopologySpread also scores zones), so `reactive`
+replacements and returns go to the first free spot nodes by name outside a cooled-down zone;
+one process on a shared machine, so every step is a little late (about a second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rebalancer import names
+from rebalancer.azure.prices import BUNDLED
+from rebalancer.simulate.engine import Result
+from rebalancer.simulate.files import load_traces
+from rebalancer.simulate.trace import SlotEvent, Trace, slot_timeline
+from rebalancer.simulate.workload import parse_distribution
+from rebalancer.simulate.world import Counters, Sample
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
+from tests.e2e.rig import Rig, ready, running
+from tests.helpers import free_port
+
+DEFAULT_TRACES = (
+    Path(__file__).resolve().parents[2]
+    / "shared/data/spot-traces/availability/16-node/aws-08-27-2023"
+)
+SPOT_POOLS = ("gpuspot1", "gpuspot2", "gpuspot3")  # zones 1, 2 and 3
+ON_DEMAND_POOL = "gpuondemand"
+VM_SIZE = "Standard_NC24ads_A100_v4"
+REGION = "eastus"
+NAMESPACE, WORKLOAD = "inference", "llm"
+GPU_TOLERATIONS = ["kubernetes.azure.com/scalesetpriority=spot:NoSchedule", "sku=gpu:NoSchedule"]
+
+LOAD_SECONDS = 90.0
+NOTICE_SECONDS = 30.0
+PROVISION_SECONDS = 60.0  # on-demand and spot GPU nodes alike
+SHUTDOWN_SECONDS = 5.0
+GRACE_SECONDS = 30
+TRACE_TIMERS_SECONDS = 600.0  # cool-down, return quiet time, autoscaler scale-down: compressed
+SAMPLE_SECONDS = 0.1
+# The chart's webhook objectSelector: only pods with this label reach the webhook.
+PLACEMENT_LABEL = f"{names.PREFIX}/placement"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    annotations: dict[str, str]  # the placement policy on the Deployment; none: no webhook
+
+    @property
+    def webhook(self) -> bool:
+        return bool(self.annotations)
+
+    @property
+    def label(self) -> str:
+        if not self.annotations:
+            return "no policy, no webhook"
+        return ", ".join(
+            f"{key.removeprefix(names.PREFIX + '/')}: {value}"
+            for key, value in self.annotations.items()
+        )
+
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("reactive", {}),
+        Variant("spread", {names.SPREAD: "zone"}),
+        Variant("spread-spot", {names.SPREAD: "zone", names.FAILOVER_TO: "spot"}),
+        Variant(
+            "cautious",
+            {names.SPREAD: "zone", names.MAX_RISK: "medium", names.MIN_ON_DEMAND: "1"},
+        ),
+    )
+}
+
+
+def cluster_data(replicas: int) -> dict[str, Any]:
+    """One spot node per zone to start with (the trace's driver adds the others); the
+    Deployment at 0 replicas until the processes run."""
+    spot = [
+        {"name": pool, "priority": "spot", "vmSize": VM_SIZE, "zones": [str(zone)],
+         "cpu": 24, "memory": "220Gi", "gpus": 1, "count": 1,
+         "provisioningSeconds": PROVISION_SECONDS}
+        for zone, pool in enumerate(SPOT_POOLS, start=1)
+    ]  # fmt: skip
+    return {
+        "name": "bench-placement",
+        "cluster": {"name": "bench-placement", "region": REGION},
+        "settings": {
+            "nodeDeleteDelaySeconds": 5,
+            "nodeAutoDrain": True,
+            "nodeProblemDetectorSeconds": 1,  # new spot nodes report before their agent runs
+            "shutdownSeconds": SHUTDOWN_SECONDS,
+        },
+        "pools": [
+            {"name": "system", "priority": "regular", "mode": "system", "vmSize": "Standard_D4s_v5",
+             "zones": ["1"], "cpu": 4, "memory": "16Gi", "gpus": 0, "count": 1},
+            *spot,
+            {"name": ON_DEMAND_POOL, "priority": "regular", "vmSize": VM_SIZE,
+             "zones": ["1", "2", "3"], "cpu": 24, "memory": "220Gi", "gpus": 1, "count": 0,
+             "minCount": 0, "maxCount": 2 * replicas, "provisioningSeconds": PROVISION_SECONDS},
+        ],
+        "workloads": [
+            {"name": WORKLOAD, "namespace": NAMESPACE, "replicas": 0,
+             "labels": {"app": WORKLOAD, PLACEMENT_LABEL: "enabled"},
+             "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": 1},
+             "tolerations": GPU_TOLERATIONS, "preferSpot": 100,
+             "startupSeconds": LOAD_SECONDS, "shutdownSeconds": SHUTDOWN_SECONDS,
+             "terminationGracePeriodSeconds": GRACE_SECONDS, "pdb": {"maxUnavailable": 1}},
+        ],
+    }  # fmt: skip
+
+
+# The on-demand pool is at 0 nodes until it is needed: declared, as the README asks.
+DECLARED_ON_DEMAND_POOL = {
+    "name": ON_DEMAND_POOL,
+    "spot": False,
+    "gpus": 1,
+    "labels": {names.AKS_AGENTPOOL_LABEL: ON_DEMAND_POOL},
+    "taints": ["sku=gpu:NoSchedule"],
+}
+
+
+def gpu_price(pool_name: str, cluster: ClusterEmulator) -> float:
+    pool = cluster.cloud.pools[pool_name]
+    price = BUNDLED.price(pool.vm_size, cluster.cloud.cluster.region, spot=pool.is_spot)
+    assert price is not None, (pool.vm_size, cluster.cloud.cluster.region)
+    return price
+
+
+@dataclass
+class Run:
+    """One emulated cluster, its processes, its copy of the slot history and its samples."""
+
+    variant: Variant
+    rig: Rig
+    nodes_per_pool: int
+    alive: dict[str, set[int]] = field(default_factory=dict)  # pool -> alive slots
+    occupied: dict[str, dict[int, str]] = field(default_factory=dict)  # pool -> slot -> node
+    doomed: set[str] = field(default_factory=set)  # nodes with a Preempt
+    preempts: Counter[str] = field(default_factory=Counter)  # pool -> Preempts of our nodes
+    replicas_hit: int = 0  # replicas on a node when its Preempt came
+    samples: list[Sample] = field(default_factory=list)
+    ready_seconds: float = 0.0  # Ready replica-seconds
+    on_demand_ready_seconds: float = 0.0  # of them on on-demand nodes
+    spot_cost: float = 0.0  # USD, the Result's cost split by capacity
+    on_demand_cost: float = 0.0
+    last_on_demand: int = 0
+    last_rates: tuple[float, float] = (0.0, 0.0)
+    log: list[str] = field(default_factory=list)  # capacity events and placement changes
+    last_state: str = ""
+    webhook_port: int = 0
+
+    @property
+    def cluster(self) -> ClusterEmulator:
+        return self.rig.cluster
+
+    # ---- capacity ----------------------------------------------------------------------------
+
+    def start_slots(self, timelines: dict[str, Any]) -> None:
+        """Each pool's first node takes the lowest alive slot, as the simulator's nodes do."""
+        for pool in SPOT_POOLS:
+            self.alive[pool] = set(timelines[pool].initially_alive)
+            self.occupied[pool] = {}
+            for node in self.rig.pool_nodes(pool):
+                free = self.alive[pool] - set(self.occupied[pool])
+                if free:
+                    self.occupied[pool][min(free)] = node
+
+    def apply(self, pool: str, event: SlotEvent, at: float) -> None:
+        if event.alive:
+            self.alive[pool].add(event.slot)
+            return
+        self.alive[pool].discard(event.slot)
+        node = self.occupied[pool].get(event.slot)
+        if node is None or node in self.doomed:
+            return
+        vm = self.cluster.cloud.vms.get(node)
+        if vm is None:
+            return
+        if vm.state == "provisioning":  # Azure no longer has room for the request
+            self.cluster.cloud.take_away(node)
+            self.log.append(f"{at:7.1f}s {pool}: request for {node} refused (slot lost)")
+            return
+        on_node = [p for p in self.rig.pods(NAMESPACE) if p["spec"].get("nodeName") == node]
+        self.cluster.preempt(node, notice_seconds=event.notice_seconds)
+        self.doomed.add(node)
+        self.preempts[pool] += 1
+        self.replicas_hit += len(on_node)
+        self.log.append(
+            f"{at:7.1f}s {pool}: Preempt {node} ({event.notice_seconds:g} s notice), "
+            f"{len(on_node)} replica(s) on it"
+        )
+
+    def maintain(self, *, at: float, boot_now: bool = False) -> None:
+        """Free the slots of VMs that are gone; give a pool below its size a VM on a free
+        alive slot; an agent on every spot node, none on nodes that are gone."""
+        cloud = self.cluster.cloud
+        for pool in SPOT_POOLS:
+            occupied = self.occupied[pool]
+            for slot, node in list(occupied.items()):
+                vm = cloud.vms.get(node)
+                if vm is None or vm.state not in ("provisioning", "running"):
+                    del occupied[slot]
+                    self.doomed.discard(node)
+            serving = [n for n in occupied.values() if n not in self.doomed]
+            free = sorted(self.alive[pool] - set(occupied))
+            for slot in free[: max(0, self.nodes_per_pool - len(serving))]:
+                vm = cloud.create_vm(pool, delay_seconds=0 if boot_now else PROVISION_SECONDS)
+                occupied[slot] = vm.node_name
+                self.log.append(f"{at:7.1f}s {pool}: new VM {vm.node_name} (slot {slot})")
+        live = {node for pool in SPOT_POOLS for node in self.rig.pool_nodes(pool)}
+        for node in sorted(live):
+            if f"agent-{node}" not in self.rig.processes:
+                self.rig.start_agent(node)
+        for name in [n for n in self.rig.processes if n.startswith("agent-")]:
+            if name.removeprefix("agent-") not in live:
+                self.rig.stop(name)
+
+    # ---- measuring ---------------------------------------------------------------------------
+
+    def placement(self) -> tuple[int, int, str]:
+        """Ready replicas, of them on on-demand, and where the replicas are (* not Ready)."""
+        where: Counter[str] = Counter()
+        ready_count = on_demand = 0
+        for pod in self.rig.pods(NAMESPACE):
+            node = pod["spec"].get("nodeName")
+            pool = self.rig.pool_of(node) if node else ""
+            if pool in SPOT_POOLS:
+                key = f"z{SPOT_POOLS.index(pool) + 1}"
+            else:
+                key = "od" if pool else "pending"
+            is_ready = ready(pod)
+            where[key + ("" if is_ready else "*")] += 1
+            ready_count += is_ready
+            on_demand += is_ready and pool == ON_DEMAND_POOL
+        return ready_count, on_demand, " ".join(f"{k}:{n}" for k, n in sorted(where.items()))
+
+    def billed_rates(self) -> tuple[float, float]:
+        """USD per hour of the GPU VMs Azure bills now (from the request until gone): spot,
+        on-demand."""
+        spot = on_demand = 0.0
+        for vm in self.cluster.cloud.vms.values():
+            if vm.state in ("provisioning", "running") and vm.pool.gpus:
+                price = gpu_price(vm.pool.name, self.cluster)
+                if vm.pool.is_spot:
+                    spot += price
+                else:
+                    on_demand += price
+        return spot, on_demand
+
+    def sample(self, at: float) -> None:
+        cloud = self.cluster.cloud
+        ready_count, on_demand, where = self.placement()
+        spot_rate, on_demand_rate = self.billed_rates()
+        if self.samples:  # the interval since the last sample, at the last sample's values
+            last, elapsed = self.samples[-1], at - self.samples[-1].at
+            self.ready_seconds += last.ready * elapsed
+            self.on_demand_ready_seconds += self.last_on_demand * elapsed
+            self.spot_cost += self.last_rates[0] * elapsed / 3600
+            self.on_demand_cost += self.last_rates[1] * elapsed / 3600
+        self.last_on_demand, self.last_rates = on_demand, (spot_rate, on_demand_rate)
+        sample = Sample(
+            at=at,
+            ready=ready_count,
+            cost_rate=spot_rate + on_demand_rate,
+            on_demand_nodes=len(cloud.pool_vms(ON_DEMAND_POOL)),
+            spot_nodes=sum(len(cloud.pool_vms(pool)) for pool in SPOT_POOLS),
+        )
+        self.samples.append(sample)
+        state = f"Ready {ready_count}  [{where}]  on-demand nodes {sample.on_demand_nodes}"
+        if state != self.last_state:
+            self.log.append(f"{at:7.1f}s {state}")
+            self.last_state = state
+
+    def result(self, horizon: float, replicas: int) -> Result:
+        on_demand_price = gpu_price(ON_DEMAND_POOL, self.cluster)
+        return Result(
+            policy=self.variant.name,
+            label="emulator",
+            horizon=horizon,
+            needed=replicas,
+            samples=tuple(self.samples),
+            counters=Counters(),
+            all_on_demand_cost=replicas * on_demand_price * horizon / 3600.0,
+            wall_seconds=horizon,
+        )
+
+
+def window(trace: Trace, *, start: int, ticks: int, gap: float) -> Trace:
+    data = trace.data[start : start + ticks]
+    if len(data) < ticks:
+        raise SystemExit(f"{trace.source}: only {len(trace.data)} ticks, window ends past it")
+    return Trace(trace.name, trace.source, gap, data)
+
+
+def controller_env(variant: Variant, *, compressed_timer: float, port: int) -> dict[str, str]:
+    env = {
+        "REBALANCER_POOLS": json.dumps([DECLARED_ON_DEMAND_POOL]),
+        "REBALANCER_COOLDOWN_SECONDS": str(compressed_timer),
+        "REBALANCER_RETURN_QUIET_SECONDS": str(compressed_timer),
+    }
+    if variant.webhook:
+        env |= {"REBALANCER_WEBHOOK_ENABLED": "true", "REBALANCER_WEBHOOK_PORT": str(port)}
+    return env
+
+
+async def start_run(
+    stack: contextlib.AsyncExitStack,
+    variant: Variant,
+    *,
+    workdir: Path,
+    replicas: int,
+    nodes_per_pool: int,
+    compressed_timer: float,
+) -> Run:
+    def prepare(cluster: ClusterEmulator) -> None:
+        cluster.autoscaler.scale_down_unneeded_seconds = compressed_timer
+
+    path = workdir / variant.name  # made by main
+    rig = await stack.enter_async_context(running(path, cluster_data(replicas), prepare=prepare))
+    run = Run(variant=variant, rig=rig, nodes_per_pool=nodes_per_pool)
+    if variant.webhook:
+        deployment = copy.deepcopy(rig.deployment(WORKLOAD, NAMESPACE))
+        deployment["metadata"].setdefault("annotations", {}).update(variant.annotations)
+        rig.cluster.store.update(R.DEPLOYMENTS, deployment)
+        run.webhook_port = free_port()
+        rig.register_webhook(run.webhook_port)
+    for pool in SPOT_POOLS:
+        rig.start_agents(pool)
+    rig.start_controller(
+        **controller_env(variant, compressed_timer=compressed_timer, port=run.webhook_port)
+    )
+    return run
+
+
+async def warm_up(run: Run, replicas: int) -> None:
+    """The controller synced (and its CA in the webhook's configuration), then the replicas
+    created and Ready."""
+    rig = run.rig
+    await rig.wait_for_metric("controller-0", "rebalancer_controller_cache_synced", 1, timeout=60)
+    if run.variant.webhook:
+
+        def ca_bundle() -> bool:
+            configuration = rig.cluster.store.get(R.MUTATING_WEBHOOKS, "", "spot-rebalancer")
+            client = (configuration or {}).get("webhooks", [{}])[0].get("clientConfig", {})
+            return bool(client.get("caBundle"))
+
+        await rig.wait_for(ca_bundle, timeout=60, what="the controller's CA in the webhook")
+        deadline = time.monotonic() + 30
+        while True:  # it listens a moment after putting its CA in; before, pods go unplaced
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", run.webhook_port)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{run.variant.name}: the webhook never listened") from None
+                await asyncio.sleep(0.1)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            break
+        await rig.more_passes("controller-0", 2)  # it answers not_ready before its first pass
+    rig.cluster.scale(WORKLOAD, replicas)
+    await rig.wait_for(
+        lambda: rig.ready_count(NAMESPACE, WORKLOAD) >= replicas,
+        timeout=LOAD_SECONDS + PROVISION_SECONDS + 120,
+        what=f"{replicas} Ready replicas ({run.variant.name})",
+    )
+
+
+def check_processes(runs: list[Run]) -> None:
+    for run in runs:
+        for name, process in run.rig.processes.items():
+            if process.poll() is not None:
+                raise SystemExit(
+                    f"{run.variant.name}: {name} exited ({process.returncode}); "
+                    f"see {run.rig.workdir}/{name}.log"
+                )
+
+
+async def final_metrics(run: Run) -> dict[str, str]:
+    """What the controller says it did: surges, returns, moves, placements, risk levels."""
+    text = await run.rig.metrics("controller-0")
+    totals: Counter[str] = Counter()
+    levels: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        sample, value = line.rsplit(" ", 1)
+        if sample.startswith('rebalancer_controller_failovers_total{stage="started"'):
+            totals["surges"] += int(float(value))
+        elif sample.startswith("rebalancer_controller_returns_total"):
+            if 'outcome="started"' in sample:
+                totals["returns started"] += int(float(value))
+            elif 'outcome="ReturnedToSpot"' in sample:
+                totals["returned"] += int(float(value))
+        elif sample.startswith("rebalancer_controller_risk_moves_total"):
+            if 'outcome="started"' in sample:
+                totals["moves started"] += int(float(value))
+            elif 'outcome="MovedOffRisk"' in sample:
+                totals["moved"] += int(float(value))
+        elif sample.startswith("rebalancer_placements_total"):
+            capacity = sample.split('capacity="', 1)[1].split('"', 1)[0]
+            totals[f"placed {capacity}"] += int(float(value))
+        elif sample.startswith("rebalancer_pool_eviction_risk_level{"):
+            pool = sample.split('pool="', 1)[1].split('"', 1)[0]
+            levels[pool] = ("low", "medium", "high")[int(float(value))]
+    out = {key: str(value) for key, value in totals.items()}
+    out["risk at the end"] = " ".join(
+        f"z{SPOT_POOLS.index(p) + 1}:{levels[p]}" for p in SPOT_POOLS if p in levels
+    )
+    return out
+
+
+def table(rows: list[tuple[str, list[str]]], headers: list[str]) -> str:
+    width = max(len(label) for label, _ in rows) + 2
+    columns = [max(len(h), *(len(r[1][i]) for r in rows)) + 2 for i, h in enumerate(headers)]
+    lines = [" " * width + "".join(h.rjust(c) for h, c in zip(headers, columns, strict=True))]
+    for label, values in rows:
+        lines.append(
+            label.ljust(width) + "".join(v.rjust(c) for v, c in zip(values, columns, strict=True))
+        )
+    return "\n".join(lines)
+
+
+async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, list[str]]:
+    """Run, print the figures; the runs' timelines (capacity events, placement changes)."""
+    variants = [VARIANTS[name] for name in args.variants.split(",")]
+    traces = load_traces([Path(args.traces)])[: len(SPOT_POOLS)]
+    if len(traces) < len(SPOT_POOLS):
+        raise SystemExit(f"{args.traces}: {len(SPOT_POOLS)} traces needed, found {len(traces)}")
+    real_gap = traces[0].gap_seconds
+    compression = real_gap / args.gap
+    windows = {
+        pool: window(t, start=args.start, ticks=args.ticks, gap=args.gap)
+        for pool, t in zip(SPOT_POOLS, traces, strict=True)
+    }
+    horizon = args.ticks * args.gap
+    notice = parse_distribution(str(NOTICE_SECONDS), what="notice")
+    timelines = {
+        pool: slot_timeline(w, seed=args.seed, notice=notice, until=horizon)
+        for pool, w in windows.items()
+    }
+    events = sorted(
+        ((e.at, pool, e) for pool, tl in timelines.items() for e in tl.events),
+        key=lambda item: (item[0], item[1], item[2].slot),
+    )
+    compressed_timer = TRACE_TIMERS_SECONDS / compression
+    print(
+        f"{len(variants)} runs at once: {args.replicas} replicas of {VM_SIZE} "
+        f"({LOAD_SECONDS:g} s model load, {NOTICE_SECONDS:g} s notices), spot pools of "
+        f"{args.nodes} nodes in zones 1-3, on-demand autoscaled from 0 "
+        f"({PROVISION_SECONDS:g} s to provision)"
+    )
+    for pool, w in windows.items():
+        drops = sum(1 for a, b in zip(w.data, w.data[1:], strict=False) if b < a)
+        print(
+            f"  {pool}: {Path(w.source).stem}, ticks {args.start}-{args.start + args.ticks - 1} "
+            f"({drops} drops) every {args.gap:g} s instead of {real_gap:g} s: "
+            + "".join(f"{min(v, 35):x}" if v < 16 else "f" for v in w.data)
+        )
+    print(
+        f"  trace compressed {compression:g}x: {horizon:g} s of wall time for "
+        f"{horizon * compression / 3600:g} h of the trace; cool-down, return quiet time and "
+        f"scale-down delay {compressed_timer:g} s; logs in {workdir}"
+    )
+    started_at = time.monotonic()
+    async with contextlib.AsyncExitStack() as stack:
+        runs = [
+            await start_run(
+                stack,
+                v,
+                workdir=workdir,
+                replicas=args.replicas,
+                nodes_per_pool=args.nodes,
+                compressed_timer=compressed_timer,
+            )
+            for v in variants
+        ]
+        await asyncio.gather(*(warm_up(run, args.replicas) for run in runs))
+        for run in runs:
+            run.start_slots(timelines)
+            run.maintain(at=0.0, boot_now=True)
+            run.sample(0.0)
+        print(f"  warmed up in {time.monotonic() - started_at:.0f} s; the trace starts")
+        origin = time.monotonic()
+        pending = list(events)
+        while (elapsed := time.monotonic() - origin) < horizon:
+            while pending and pending[0][0] <= elapsed:
+                at, pool, event = pending.pop(0)
+                for run in runs:
+                    run.apply(pool, event, at)
+            for run in runs:
+                run.maintain(at=elapsed)
+                run.sample(elapsed)
+            check_processes(runs)
+            await asyncio.sleep(SAMPLE_SECONDS)  # the sampling period, not a synchronisation
+        for run in runs:
+            run.sample(horizon)
+        metrics = [await final_metrics(run) for run in runs]
+        admissions = [run.cluster.admission.outcomes() for run in runs]
+    wall = time.monotonic() - started_at
+
+    results = [run.result(horizon, args.replicas) for run in runs]
+    headers = [run.variant.name for run in runs]
+    rows: list[tuple[str, list[str]]] = []
+
+    def row(label: str, values: list[str]) -> None:
+        rows.append((label, values))
+
+    row("availability (all replicas Ready)", [f"{r.availability:.1%}" for r in results])
+    row("lowest Ready", [f"{min(s.ready for s in r.samples)} of {r.needed}" for r in results])
+    row(
+        "outages (count, longest s)",
+        [f"{len(r.outages)}, {max(r.outages, default=0):.0f}" for r in results],
+    )
+    row("deficit, replica-seconds", [f"{r.deficit_replica_hours * 3600:.0f}" for r in results])
+    row("Preempts of our nodes", [str(sum(run.preempts.values())) for run in runs])
+    row("  replicas on them", [str(run.replicas_hit) for run in runs])
+    row("cost, USD (GPU VMs billed)", [f"{r.cost:.3f}" for r in results])
+    row("  spot / on-demand", [f"{run.spot_cost:.3f} / {run.on_demand_cost:.3f}" for run in runs])
+    row("  of all replicas on on-demand", [f"{r.cost / r.all_on_demand_cost:.0%}" for r in results])
+    row(
+        "Ready replica-time on on-demand",
+        [f"{run.on_demand_ready_seconds / max(run.ready_seconds, 1e-9):.0%}" for run in runs],
+    )
+    for key in ("surges", "returns started", "returned", "moves started", "moved"):
+        row(f"controller: {key}", [m.get(key, "0") for m in metrics])
+    row(
+        "webhook: placed spot / on-demand",
+        [
+            f"{m.get('placed spot', '0')} / {m.get('placed on_demand', '0')}"
+            if run.variant.webhook
+            else "-"
+            for m, run in zip(metrics, runs, strict=True)
+        ],
+    )
+    row(
+        "webhook calls failed open",
+        [
+            str(a.get("failed-open", 0)) if run.variant.webhook else "-"
+            for a, run in zip(admissions, runs, strict=True)
+        ],
+    )
+    row("risk levels at the end", [m.get("risk at the end", "") for m in metrics])
+    print()
+    print(table(rows, headers))
+    print()
+    for run in runs:
+        print(f"  {run.variant.name}: {run.variant.label}")
+    per_pool = {tuple(sorted(run.preempts.items())) for run in runs}
+    if len(per_pool) > 1:
+        print("  note: the runs' Preempts per pool differ (a VM still provisioning when its slot")
+        print(
+            "  was lost is refused instead): "
+            + "; ".join(f"{run.variant.name} {dict(run.preempts)}" for run in runs)
+        )
+    print(
+        f"  window {horizon:g} s, {args.ticks} ticks of {args.gap:g} s; seed {args.seed}; "
+        f"wall time {wall:.0f} s; timelines: {workdir}/<run>.timeline.txt"
+    )
+    return {run.variant.name: run.log for run in runs}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated runs")
+    parser.add_argument("--traces", default=str(DEFAULT_TRACES), help="folder of 3 traces")
+    parser.add_argument("--start", type=int, default=71, help="first tick of the window")
+    parser.add_argument("--ticks", type=int, default=36, help="ticks in the window")
+    parser.add_argument("--gap", type=float, default=20.0, help="wall seconds per trace tick")
+    parser.add_argument("--nodes", type=int, default=2, help="nodes per spot pool")
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0, help="which slots a drop takes")
+    parser.add_argument("--workdir", default=None, help="logs and timelines (default: a temp dir)")
+    args = parser.parse_args()
+    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-placement-"))
+    for name in args.variants.split(","):
+        (workdir / name).mkdir(parents=True, exist_ok=True)
+    timelines = asyncio.run(bench(args, workdir))
+    for name, lines in timelines.items():
+        (workdir / f"{name}.timeline.txt").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
