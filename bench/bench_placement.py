@@ -1,12 +1,12 @@
 """Placement by policy against today's reactive behaviour, on the emulator with real processes:
 three spot A100 pools in three zones whose capacity follows real spot traces (issue 14).
 
-    python -m bench.bench_placement                      # four runs at once, about 16 minutes
-    python -m bench.bench_placement --variants reactive,spread --ticks 12   # a short look
+    python -m bench.bench_placement            # 2 windows x 4 variants at once, about 16 minutes
+    python -m bench.bench_placement --variants reactive,spread --start 2480 --ticks 12
 
-One invocation runs the same emulated AKS cluster several times at once, in this process, each
-with its own `rebalancer controller` and one `rebalancer agent` per spot node as real processes
-(as `tests/e2e/rig.py` runs them):
+One invocation runs the same emulated AKS cluster several times at once, in this process (one
+per trace window and variant), each with its own `rebalancer controller` and one
+`rebalancer agent` per spot node as real processes (as `tests/e2e/rig.py` runs them):
 
 - pools `gpuspot1`, `gpuspot2`, `gpuspot3`, one zone each (eastus-1, -2, -3), `--nodes` A100
   nodes each (1 GPU per node), not autoscaled: the trace alone takes and gives back their VMs;
@@ -17,13 +17,16 @@ with its own `rebalancer controller` and one `rebalancer agent` per spot node as
 - each spot pool replays one trace of `--traces` (by default the three zones of
   availability/16-node/aws-08-27-2023: us-east-2b, us-west-2a and us-west-2c, in that order)
   from tick `--start` for `--ticks` ticks, with the 300 s between ticks compressed to `--gap`
-  seconds. The default window (ticks 71-106, three hours of August 2023) has shallow dips and a
-  three-tick outage in us-east-2b and one wave that empties both us-west-2 zones in the same
-  tick: a correlated wave. Which of our VMs a drop takes is the simulator's own model
+  seconds. The default windows, three hours each:
+  - ticks 71-106: shallow dips in us-east-2b, then one wave that empties both us-west-2 zones
+    in the same tick (a correlated wave) and, two ticks later, us-east-2b for three ticks;
+  - ticks 2480-2515: us-east-2b (at 12 of 16 at the start) emptied five times, us-west-2a once
+    near the end, us-west-2c never: waves in one zone at a time.
+  Which of our VMs a drop takes is the simulator's own model
   (`rebalancer.simulate.trace.slot_timeline`, seeded with `--seed`): a trace of 16 instances is
   16 slots, our nodes hold some, a drop from 16 to 10 takes each with probability 6/16, a wave
   to 0 takes them all; a pool below `--nodes` gets a VM back as soon as a slot is free again.
-  Every run gets exactly the same slot history, at the same moments (one clock for all).
+  Every run of a window gets exactly the same slot history, at the same moments (one clock).
 
 The runs (`--variants`, comma-separated):
 
@@ -55,9 +58,10 @@ Time: notices, model loads, provisioning and shutdowns are real; the trace is co
 300 / `--gap` (15 by default), and so are the timers that count in the trace's time: the
 controller's cool-down and return quiet time (600 s each by default) and the autoscaler's
 scale-down delay (600 s). The risk model is not compressed: it starts from its prior (0.05
-evictions per node-hour: medium) and learns from the Preempts it sees, each a full eviction in
-its history; a short run gives it few, so `max-risk` may never refuse a zone (the printout says
-whether it did).
+evictions per node-hour, at the edge of low and medium) and learns from the Preempts it sees,
+each a full eviction in its history (half-life 6 h: nothing decays within a run); a few
+Preempts in a zone make it high, so `max-risk` refuses a zone only after it has been hit (the
+printout gives the levels at the end).
 
 Not like a real cluster: the emulator's scheduler spreads a workload's replicas over nodes, not
 zones (kube-scheduler's default PodTopologySpread also scores zones), so `reactive`
@@ -84,7 +88,7 @@ from rebalancer import names
 from rebalancer.azure.prices import BUNDLED
 from rebalancer.simulate.engine import Result
 from rebalancer.simulate.files import load_traces
-from rebalancer.simulate.trace import SlotEvent, Trace, slot_timeline
+from rebalancer.simulate.trace import SlotEvent, SlotTimeline, Trace, slot_timeline
 from rebalancer.simulate.workload import parse_distribution
 from rebalancer.simulate.world import Counters, Sample
 from rebalancer_sim import resources as R
@@ -230,7 +234,7 @@ class Run:
 
     # ---- capacity ----------------------------------------------------------------------------
 
-    def start_slots(self, timelines: dict[str, Any]) -> None:
+    def start_slots(self, timelines: dict[str, SlotTimeline]) -> None:
         """Each pool's first node takes the lowest alive slot, as the simulator's nodes do."""
         for pool in SPOT_POOLS:
             self.alive[pool] = set(timelines[pool].initially_alive)
@@ -390,8 +394,7 @@ async def start_run(
     def prepare(cluster: ClusterEmulator) -> None:
         cluster.autoscaler.scale_down_unneeded_seconds = compressed_timer
 
-    path = workdir / variant.name  # made by main
-    rig = await stack.enter_async_context(running(path, cluster_data(replicas), prepare=prepare))
+    rig = await stack.enter_async_context(running(workdir, cluster_data(replicas), prepare=prepare))
     run = Run(variant=variant, rig=rig, nodes_per_pool=nodes_per_pool)
     if variant.webhook:
         deployment = copy.deepcopy(rig.deployment(WORKLOAD, NAMESPACE))
@@ -451,33 +454,43 @@ def check_processes(runs: list[Run]) -> None:
                 )
 
 
-async def final_metrics(run: Run) -> dict[str, str]:
-    """What the controller says it did: surges, returns, moves, placements, risk levels."""
-    text = await run.rig.metrics("controller-0")
-    totals: Counter[str] = Counter()
-    levels: dict[str, str] = {}
+def metric_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Prometheus text: (name, labels, value) per sample line."""
+    out = []
     for line in text.splitlines():
         if line.startswith("#") or " " not in line:
             continue
         sample, value = line.rsplit(" ", 1)
-        if sample.startswith('rebalancer_controller_failovers_total{stage="started"'):
-            totals["surges"] += int(float(value))
-        elif sample.startswith("rebalancer_controller_returns_total"):
-            if 'outcome="started"' in sample:
-                totals["returns started"] += int(float(value))
-            elif 'outcome="ReturnedToSpot"' in sample:
-                totals["returned"] += int(float(value))
-        elif sample.startswith("rebalancer_controller_risk_moves_total"):
-            if 'outcome="started"' in sample:
-                totals["moves started"] += int(float(value))
-            elif 'outcome="MovedOffRisk"' in sample:
-                totals["moved"] += int(float(value))
-        elif sample.startswith("rebalancer_placements_total"):
-            capacity = sample.split('capacity="', 1)[1].split('"', 1)[0]
-            totals[f"placed {capacity}"] += int(float(value))
-        elif sample.startswith("rebalancer_pool_eviction_risk_level{"):
-            pool = sample.split('pool="', 1)[1].split('"', 1)[0]
-            levels[pool] = ("low", "medium", "high")[int(float(value))]
+        name, _, rest = sample.partition("{")
+        labels = {}
+        for part in rest.rstrip("}").split('",'):
+            key, _, label = part.partition('="')
+            if key:
+                labels[key] = label.rstrip('"')
+        out.append((name, labels, float(value)))
+    return out
+
+
+async def final_metrics(run: Run) -> dict[str, str]:
+    """What the controller says it did: surges, returns, moves, placements, risk levels."""
+    totals: Counter[str] = Counter()
+    levels: dict[str, str] = {}
+    for name, labels, value in metric_samples(await run.rig.metrics("controller-0")):
+        outcome = labels.get("outcome", "")
+        if name == "rebalancer_controller_failovers_total" and labels.get("stage") == "started":
+            totals["surges"] += int(value)
+        elif name == "rebalancer_controller_returns_total" and outcome == "started":
+            totals["returns started"] += int(value)
+        elif name == "rebalancer_controller_returns_total" and outcome == "ReturnedToSpot":
+            totals["returned"] += int(value)
+        elif name == "rebalancer_controller_risk_moves_total" and outcome == "started":
+            totals["moves started"] += int(value)
+        elif name == "rebalancer_controller_risk_moves_total" and outcome == "MovedOffRisk":
+            totals["moved"] += int(value)
+        elif name == "rebalancer_placements_total":
+            totals[f"placed {labels.get('capacity')}"] += int(value)
+        elif name == "rebalancer_pool_eviction_risk_level" and labels.get("pool") in SPOT_POOLS:
+            levels[labels["pool"]] = ("low", "medium", "high")[int(value)]
     out = {key: str(value) for key, value in totals.items()}
     out["risk at the end"] = " ".join(
         f"z{SPOT_POOLS.index(p) + 1}:{levels[p]}" for p in SPOT_POOLS if p in levels
@@ -496,90 +509,54 @@ def table(rows: list[tuple[str, list[str]]], headers: list[str]) -> str:
     return "\n".join(lines)
 
 
-async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, list[str]]:
-    """Run, print the figures; the runs' timelines (capacity events, placement changes)."""
-    variants = [VARIANTS[name] for name in args.variants.split(",")]
-    traces = load_traces([Path(args.traces)])[: len(SPOT_POOLS)]
-    if len(traces) < len(SPOT_POOLS):
-        raise SystemExit(f"{args.traces}: {len(SPOT_POOLS)} traces needed, found {len(traces)}")
-    real_gap = traces[0].gap_seconds
-    compression = real_gap / args.gap
-    windows = {
-        pool: window(t, start=args.start, ticks=args.ticks, gap=args.gap)
-        for pool, t in zip(SPOT_POOLS, traces, strict=True)
-    }
-    horizon = args.ticks * args.gap
-    notice = parse_distribution(str(NOTICE_SECONDS), what="notice")
-    timelines = {
-        pool: slot_timeline(w, seed=args.seed, notice=notice, until=horizon)
-        for pool, w in windows.items()
-    }
-    events = sorted(
-        ((e.at, pool, e) for pool, tl in timelines.items() for e in tl.events),
-        key=lambda item: (item[0], item[1], item[2].slot),
-    )
-    compressed_timer = TRACE_TIMERS_SECONDS / compression
-    print(
-        f"{len(variants)} runs at once: {args.replicas} replicas of {VM_SIZE} "
-        f"({LOAD_SECONDS:g} s model load, {NOTICE_SECONDS:g} s notices), spot pools of "
-        f"{args.nodes} nodes in zones 1-3, on-demand autoscaled from 0 "
-        f"({PROVISION_SECONDS:g} s to provision)"
-    )
-    for pool, w in windows.items():
-        drops = sum(1 for a, b in zip(w.data, w.data[1:], strict=False) if b < a)
-        print(
-            f"  {pool}: {Path(w.source).stem}, ticks {args.start}-{args.start + args.ticks - 1} "
-            f"({drops} drops) every {args.gap:g} s instead of {real_gap:g} s: "
-            + "".join(f"{min(v, 35):x}" if v < 16 else "f" for v in w.data)
-        )
-    print(
-        f"  trace compressed {compression:g}x: {horizon:g} s of wall time for "
-        f"{horizon * compression / 3600:g} h of the trace; cool-down, return quiet time and "
-        f"scale-down delay {compressed_timer:g} s; logs in {workdir}"
-    )
-    started_at = time.monotonic()
-    async with contextlib.AsyncExitStack() as stack:
-        runs = [
-            await start_run(
-                stack,
-                v,
-                workdir=workdir,
-                replicas=args.replicas,
-                nodes_per_pool=args.nodes,
-                compressed_timer=compressed_timer,
-            )
-            for v in variants
-        ]
-        await asyncio.gather(*(warm_up(run, args.replicas) for run in runs))
-        for run in runs:
-            run.start_slots(timelines)
-            run.maintain(at=0.0, boot_now=True)
-            run.sample(0.0)
-        print(f"  warmed up in {time.monotonic() - started_at:.0f} s; the trace starts")
-        origin = time.monotonic()
-        pending = list(events)
-        while (elapsed := time.monotonic() - origin) < horizon:
-            while pending and pending[0][0] <= elapsed:
-                at, pool, event = pending.pop(0)
-                for run in runs:
-                    run.apply(pool, event, at)
-            for run in runs:
-                run.maintain(at=elapsed)
-                run.sample(elapsed)
-            check_processes(runs)
-            await asyncio.sleep(SAMPLE_SECONDS)  # the sampling period, not a synchronisation
-        for run in runs:
-            run.sample(horizon)
-        metrics = [await final_metrics(run) for run in runs]
-        admissions = [run.cluster.admission.outcomes() for run in runs]
-    wall = time.monotonic() - started_at
+@dataclass(frozen=True)
+class Window:
+    """One stretch of the three traces, compressed, and the slot history it makes."""
 
-    results = [run.result(horizon, args.replicas) for run in runs]
-    headers = [run.variant.name for run in runs]
+    start: int
+    traces: dict[str, Trace]  # spot pool -> its trace's window
+    timelines: dict[str, SlotTimeline]
+    events: tuple[tuple[float, str, SlotEvent], ...]  # (at, pool, event), in time order
+
+    @classmethod
+    def of(cls, traces: list[Trace], *, start: int, ticks: int, gap: float, seed: int) -> Window:
+        windows = {
+            pool: window(t, start=start, ticks=ticks, gap=gap)
+            for pool, t in zip(SPOT_POOLS, traces, strict=True)
+        }
+        notice = parse_distribution(str(NOTICE_SECONDS), what="notice")
+        timelines = {
+            pool: slot_timeline(w, seed=seed, notice=notice, until=ticks * gap)
+            for pool, w in windows.items()
+        }
+        events = sorted(
+            ((e.at, pool, e) for pool, tl in timelines.items() for e in tl.events),
+            key=lambda item: (item[0], item[1], item[2].slot),
+        )
+        return cls(start, windows, timelines, tuple(events))
+
+    def describe(self, real_gap: float) -> list[str]:
+        lines = []
+        for pool, w in self.traces.items():
+            drops = sum(1 for a, b in zip(w.data, w.data[1:], strict=False) if b < a)
+            lines.append(
+                f"  {pool}: {Path(w.source).stem} ticks {self.start}-{self.start + len(w.data) - 1}"
+                f" ({drops} drops), instances per tick (f: 15 or 16): "
+                + "".join(f"{min(v, 15):x}" for v in w.data)
+            )
+        return lines
+
+
+def report(runs: list[Run], metrics: list[dict[str, str]], *, horizon: float, replicas: int) -> str:
+    """The side-by-side table of one window's runs."""
+    results = [run.result(horizon, replicas) for run in runs]
     rows: list[tuple[str, list[str]]] = []
 
     def row(label: str, values: list[str]) -> None:
         rows.append((label, values))
+
+    def webhook_only(values: list[str]) -> list[str]:
+        return [v if run.variant.webhook else "-" for v, run in zip(values, runs, strict=True)]
 
     row("availability (all replicas Ready)", [f"{r.availability:.1%}" for r in results])
     row("lowest Ready", [f"{min(s.ready for s in r.samples)} of {r.needed}" for r in results])
@@ -601,46 +578,116 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, list[str]]
         row(f"controller: {key}", [m.get(key, "0") for m in metrics])
     row(
         "webhook: placed spot / on-demand",
-        [
-            f"{m.get('placed spot', '0')} / {m.get('placed on_demand', '0')}"
-            if run.variant.webhook
-            else "-"
-            for m, run in zip(metrics, runs, strict=True)
-        ],
+        webhook_only(
+            [f"{m.get('placed spot', '0')} / {m.get('placed on_demand', '0')}" for m in metrics]
+        ),
     )
     row(
         "webhook calls failed open",
-        [
-            str(a.get("failed-open", 0)) if run.variant.webhook else "-"
-            for a, run in zip(admissions, runs, strict=True)
-        ],
+        webhook_only([str(run.cluster.admission.outcomes().get("failed-open", 0)) for run in runs]),
     )
     row("risk levels at the end", [m.get("risk at the end", "") for m in metrics])
-    print()
-    print(table(rows, headers))
-    print()
-    for run in runs:
-        print(f"  {run.variant.name}: {run.variant.label}")
-    per_pool = {tuple(sorted(run.preempts.items())) for run in runs}
-    if len(per_pool) > 1:
-        print("  note: the runs' Preempts per pool differ (a VM still provisioning when its slot")
-        print(
-            "  was lost is refused instead): "
+    lines = ["", table(rows, [run.variant.name for run in runs])]
+    if len({tuple(sorted(run.preempts.items())) for run in runs}) > 1:
+        lines.append(
+            "  note: the runs' Preempts per pool differ (a VM still provisioning when its slot "
+            "was lost is refused instead): "
             + "; ".join(f"{run.variant.name} {dict(run.preempts)}" for run in runs)
         )
+    return "\n".join(lines)
+
+
+async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, list[str]]:
+    """Run, print the figures; the runs' timelines (capacity events, placement changes)."""
+    variants = [VARIANTS[name] for name in args.variants.split(",")]
+    traces = load_traces([Path(args.traces)])[: len(SPOT_POOLS)]
+    if len(traces) < len(SPOT_POOLS):
+        raise SystemExit(f"{args.traces}: {len(SPOT_POOLS)} traces needed, found {len(traces)}")
+    real_gap = traces[0].gap_seconds
+    compression = real_gap / args.gap
+    horizon = args.ticks * args.gap
+    windows = [
+        Window.of(traces, start=start, ticks=args.ticks, gap=args.gap, seed=args.seed)
+        for start in args.starts
+    ]
+    compressed_timer = TRACE_TIMERS_SECONDS / compression
     print(
-        f"  window {horizon:g} s, {args.ticks} ticks of {args.gap:g} s; seed {args.seed}; "
-        f"wall time {wall:.0f} s; timelines: {workdir}/<run>.timeline.txt"
+        f"{len(windows) * len(variants)} runs at once: {len(windows)} trace window(s) x "
+        f"{len(variants)} variants; {args.replicas} replicas of {VM_SIZE} "
+        f"({LOAD_SECONDS:g} s model load, {NOTICE_SECONDS:g} s notices), spot pools of "
+        f"{args.nodes} nodes in zones 1-3 (gpuspot1-3), on-demand autoscaled from 0 "
+        f"({PROVISION_SECONDS:g} s to provision, spot VMs too)"
     )
-    return {run.variant.name: run.log for run in runs}
+    print(
+        f"  traces {args.traces}, {args.ticks} ticks each, one every {args.gap:g} s instead of "
+        f"{real_gap:g} s (compressed {compression:g}x: {horizon:g} s of wall time for "
+        f"{horizon * compression / 3600:g} h of the trace); cool-down, return quiet time and "
+        f"scale-down delay {compressed_timer:g} s; seed {args.seed}; logs in {workdir}"
+    )
+    started_at = time.monotonic()
+    async with contextlib.AsyncExitStack() as stack:
+        runs = {
+            (w.start, v.name): await start_run(
+                stack,
+                v,
+                workdir=workdir / f"{w.start}-{v.name}",
+                replicas=args.replicas,
+                nodes_per_pool=args.nodes,
+                compressed_timer=compressed_timer,
+            )
+            for w in windows
+            for v in variants
+        }
+        await asyncio.gather(*(warm_up(run, args.replicas) for run in runs.values()))
+        for (start, _), run in runs.items():
+            run.start_slots(next(w for w in windows if w.start == start).timelines)
+            run.maintain(at=0.0, boot_now=True)
+            run.sample(0.0)
+        print(f"  warmed up in {time.monotonic() - started_at:.0f} s; the traces start")
+        origin = time.monotonic()
+        pending = {w.start: list(w.events) for w in windows}
+        while (elapsed := time.monotonic() - origin) < horizon:
+            for start, events in pending.items():
+                while events and events[0][0] <= elapsed:
+                    at, pool, event = events.pop(0)
+                    for variant in variants:
+                        runs[(start, variant.name)].apply(pool, event, at)
+            for run in runs.values():
+                run.maintain(at=elapsed)
+                run.sample(elapsed)
+            check_processes(list(runs.values()))
+            await asyncio.sleep(SAMPLE_SECONDS)  # the sampling period, not a synchronisation
+        for run in runs.values():
+            run.sample(horizon)
+        metrics = {key: await final_metrics(run) for key, run in runs.items()}
+    wall = time.monotonic() - started_at
+    for w in windows:
+        print(f"\nwindow from tick {w.start}:")
+        print("\n".join(w.describe(real_gap)))
+        keys = [(w.start, v.name) for v in variants]
+        print(
+            report(
+                [runs[k] for k in keys],
+                [metrics[k] for k in keys],
+                horizon=horizon,
+                replicas=args.replicas,
+            )
+        )
+    print()
+    for v in variants:
+        print(f"  {v.name}: {v.label}")
+    print(f"  wall time {wall:.0f} s; timelines: {workdir}/<window>-<run>.timeline.txt")
+    return {f"{start}-{name}": run.log for (start, name), run in runs.items()}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated runs")
     parser.add_argument("--traces", default=str(DEFAULT_TRACES), help="folder of 3 traces")
-    parser.add_argument("--start", type=int, default=71, help="first tick of the window")
-    parser.add_argument("--ticks", type=int, default=36, help="ticks in the window")
+    parser.add_argument(
+        "--start", default="71,2480", help="first tick of each window, comma-separated"
+    )
+    parser.add_argument("--ticks", type=int, default=36, help="ticks in a window")
     parser.add_argument("--gap", type=float, default=20.0, help="wall seconds per trace tick")
     parser.add_argument("--nodes", type=int, default=2, help="nodes per spot pool")
     parser.add_argument("--replicas", type=int, default=3)
@@ -650,9 +697,11 @@ def main() -> int:
     unknown = set(args.variants.split(",")) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+    args.starts = [int(start) for start in args.start.split(",")]
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-placement-"))
-    for name in args.variants.split(","):
-        (workdir / name).mkdir(parents=True, exist_ok=True)
+    for start in args.starts:
+        for name in args.variants.split(","):
+            (workdir / f"{start}-{name}").mkdir(parents=True, exist_ok=True)
     timelines = asyncio.run(bench(args, workdir))
     for name, lines in timelines.items():
         (workdir / f"{name}.timeline.txt").write_text("\n".join(lines) + "\n")
