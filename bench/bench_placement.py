@@ -227,6 +227,7 @@ class Run:
     log: list[str] = field(default_factory=list)  # capacity events and placement changes
     last_state: str = ""
     webhook_port: int = 0
+    agent_restarts: int = 0
 
     @property
     def cluster(self) -> ClusterEmulator:
@@ -287,12 +288,27 @@ class Run:
                 occupied[slot] = vm.node_name
                 self.log.append(f"{at:7.1f}s {pool}: new VM {vm.node_name} (slot {slot})")
         live = {node for pool in SPOT_POOLS for node in self.rig.pool_nodes(pool)}
-        for node in sorted(live):
-            if f"agent-{node}" not in self.rig.processes:
-                self.rig.start_agent(node)
         for name in [n for n in self.rig.processes if n.startswith("agent-")]:
             if name.removeprefix("agent-") not in live:
                 self.rig.stop(name)
+            elif self.rig.processes[name].poll() is not None:  # as the DaemonSet would
+                del self.rig.processes[name]
+                self.agent_restarts += 1
+                self.log.append(f"{at:7.1f}s {name} exited; restarted")
+        for node in sorted(live):
+            if f"agent-{node}" not in self.rig.processes:
+                self.start_agent(node)
+
+    def start_agent(self, node: str) -> None:
+        """`rebalancer agent` for the node; its HTTP port chosen by the system (port 0): dozens
+        of processes start here, and a free port picked in advance can be taken meanwhile."""
+        self.rig.spawn(
+            f"agent-{node}",
+            ["agent"],
+            NODE_NAME=node,
+            REBALANCER_IMDS_URL=self.rig.imds_url_for(node),
+            REBALANCER_HTTP_PORT="0",
+        )
 
     # ---- measuring ---------------------------------------------------------------------------
 
@@ -403,7 +419,8 @@ async def start_run(
         run.webhook_port = free_port()
         rig.register_webhook(run.webhook_port)
     for pool in SPOT_POOLS:
-        rig.start_agents(pool)
+        for node in rig.pool_nodes(pool):
+            run.start_agent(node)
     rig.start_controller(
         **controller_env(variant, compressed_timer=compressed_timer, port=run.webhook_port)
     )
@@ -445,9 +462,10 @@ async def warm_up(run: Run, replicas: int) -> None:
 
 
 def check_processes(runs: list[Run]) -> None:
+    """A controller that exits ends the benchmark (agents are restarted by `maintain`)."""
     for run in runs:
         for name, process in run.rig.processes.items():
-            if process.poll() is not None:
+            if not name.startswith("agent-") and process.poll() is not None:
                 raise SystemExit(
                     f"{run.variant.name}: {name} exited ({process.returncode}); "
                     f"see {run.rig.workdir}/{name}.log"
@@ -594,6 +612,9 @@ def report(runs: list[Run], metrics: list[dict[str, str]], *, horizon: float, re
             "was lost is refused instead): "
             + "; ".join(f"{run.variant.name} {dict(run.preempts)}" for run in runs)
         )
+    restarts = {run.variant.name: run.agent_restarts for run in runs if run.agent_restarts}
+    if restarts:
+        lines.append(f"  note: agents that exited and were restarted: {restarts}")
     return "\n".join(lines)
 
 
