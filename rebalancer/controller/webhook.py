@@ -89,6 +89,12 @@ class PlacementWebhook:
                 zone=decision.zone,
                 why=decision.reason,
             )
+        elif result.outcome == "no_fit" and workload is not None:
+            self._log.warning(  # type: ignore[attr-defined]
+                "placement policy cannot be met: no pool it allows fits the pod; "
+                "pod allowed unchanged",
+                workload="/".join(workload.key),
+            )
         return result.response
 
 
