@@ -355,7 +355,7 @@ async def _demo(notice_seconds: float) -> int:
         bought = alone_d.replica_seconds - ours_d.replica_seconds
         print(
             f"  What spot-rebalancer bought here: {bought:.1f} replica-seconds. What no one can"
-            " buy: the unavoidable\n  (eviction-aware placement, a later issue, is for that)."
+            " buy: the unavoidable\n  (placement before the notice is for that: docs/placement.md)."
         )
         print(f"  Replicas now run on: {placement}.")
         print(f"  Logs of the agents and the controller: {workdir}")
