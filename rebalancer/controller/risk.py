@@ -38,6 +38,7 @@ last good data through failures, and this is where "last good" stops being good 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -330,12 +331,19 @@ def _history(
 
 
 def _most_lost_within(preempts: list[Entry], span: timedelta) -> int:
-    """The most distinct nodes Preempted within any `span`."""
+    """The most distinct nodes Preempted within any `span` (a sliding window: the history may
+    hold 2000 entries, assessed every few seconds)."""
     ordered = sorted(preempts, key=lambda e: e.first_seen)
-    most = 0
-    for index, first in enumerate(ordered):
-        within = {e.node for e in ordered[index:] if e.first_seen - first.first_seen <= span}
-        most = max(most, len(within))
+    in_window: Counter[str] = Counter()
+    most, start = 0, 0
+    for entry in ordered:
+        in_window[entry.node] += 1
+        while entry.first_seen - ordered[start].first_seen > span:
+            in_window[ordered[start].node] -= 1
+            if not in_window[ordered[start].node]:
+                del in_window[ordered[start].node]
+            start += 1
+        most = max(most, len(in_window))
     return most
 
 
