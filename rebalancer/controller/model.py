@@ -232,8 +232,13 @@ class ScalerInfo:
     target: tuple[str, str]  # (kind, name) of what it scales
     min_replicas: int
     max_replicas: int
-    original: str | None  # "min,max" before our raise
+    original: str | None  # our annotation as it is on the HPA (sealed): the basis of a write
     resource_version: str = ""
+    uid: str = ""
+    # The "min,max" before our raise, once its seal is checked (seal.py); None: none, or one that
+    # is not ours (`refused` says why), which is never put back.
+    saved: str | None = None
+    refused: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -252,6 +257,9 @@ class ScalerInfo:
             max_replicas=int(spec.get("maxReplicas") or 1),
             original=(meta.get("annotations") or {}).get(HPA_ORIGINAL_ANNOTATION),
             resource_version=str(meta.get("resourceVersion", "")),
+            uid=str(meta.get("uid", "")),
+            # Unchecked until the seal is (the controller's snapshot); simulations trust it.
+            saved=(meta.get("annotations") or {}).get(HPA_ORIGINAL_ANNOTATION),
         )
 
 

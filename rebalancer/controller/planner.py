@@ -778,7 +778,7 @@ def _bound_one(scaler: ScalerInfo, wanted: int | None) -> list[Action]:
     basis = (scaler.min_replicas, scaler.max_replicas, scaler.original)
     if wanted is not None:
         if scaler.min_replicas < wanted or scaler.max_replicas < wanted:
-            original = scaler.original or f"{scaler.min_replicas},{scaler.max_replicas}"
+            original = scaler.saved or f"{scaler.min_replicas},{scaler.max_replicas}"
             low, high = max(scaler.min_replicas, wanted), max(scaler.max_replicas, wanted)
             return [Bound(scaler.namespace, scaler.name, low, high, original, basis)]
         return []
@@ -789,9 +789,9 @@ def _bound_one(scaler: ScalerInfo, wanted: int | None) -> list[Action]:
 
 def _original_bounds(scaler: ScalerInfo) -> tuple[int, int]:
     """The bounds we recorded before raising them ("min,max"), read strictly: anyone who may
-    annotate the HPA could write "100000,100000" there. Unreadable: today's bounds stay (only
-    the record goes)."""
-    low, _, high = scaler.original.partition(",") if scaler.original else ("", "", "")
+    annotate the HPA could write "100000,100000" there. Unreadable or not ours (its seal, seal.py):
+    today's bounds stay, only the record goes."""
+    low, _, high = scaler.saved.partition(",") if scaler.saved else ("", "", "")
     try:
         bounds = (
             whole_number(low, low=1, high=MAX_RECORD_REPLICAS),

@@ -65,6 +65,8 @@ class Policy:
             data = json.loads(text)
         except ValueError:
             raise ValueError("not JSON") from None
+        if isinstance(data, dict):
+            data.pop("seal", None)  # checked where the snapshot is built (seal.py)
         if not isinstance(data, dict) or set(data) != set(cls.__dataclass_fields__):
             raise ValueError("not a policy record")
         pools = data["pools"]

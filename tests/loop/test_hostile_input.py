@@ -73,7 +73,7 @@ async def test_a_hostile_record_on_the_workload_being_drained_still_drains_the_n
     evicted = [w.name for w in api.written("POST", "pods/eviction")]
     assert evicted == ["llm-a"]
     warnings = [w.body["reason"] for w in api.written("POST", "events")]
-    assert "SpotRebalancerFailoverBlocked" in warnings
+    assert "SpotRebalancerInputRefused" in warnings  # its record is not ours: left alone
 
 
 async def test_a_deep_annotation_on_one_node_blinds_the_controller_to_nothing_else() -> None:
@@ -172,3 +172,50 @@ async def test_one_tenants_malformed_value_never_stops_a_drain_elsewhere(
     }
     refusal = {"SpotRebalancerPolicyRefused", "SpotRebalancerInputRefused"}
     assert any(warnings.get(reason) == "chat" for reason in refusal), warnings
+
+
+# ---- records cannot be forged into commands (issue 18, failure 8) ----------------------------
+
+
+def forged(field: str, record: dict[str, Any]) -> Any:
+    def write(obj: dict[str, Any]) -> None:
+        obj["metadata"]["annotations"][field] = json.dumps(record)
+
+    return write
+
+
+@pytest.mark.parametrize(
+    ("field", "record"),
+    [
+        (names.SURGE_ANNOTATION,
+         {"baseReplicas": 0, "added": 1, "eventIds": [EVENT], "doomedPods": ["ml/llm-a"],
+          "deadline": None, "completed": False, "reverted": False}),
+        (names.SURGE_ANNOTATION,
+         {"baseReplicas": 2, "added": 1, "eventIds": [EVENT], "doomedPods": ["ml/llm-a"],
+          "deadline": None, "completed": False, "reverted": False}),
+        (names.RETURN_ANNOTATION,
+         {"baseReplicas": 2, "retire": "ml/llm-c", "pool": "gpuspot",
+          "startedAt": "2026-11-30T12:00:00Z", "knownPods": ["llm-a", "llm-b", "llm-c"],
+          "completed": False, "gaveUp": False}),
+    ],
+    ids=["surge-to-zero", "surge-to-two", "return-to-two"],
+)  # fmt: skip
+async def test_a_well_formed_forged_record_is_reported_and_never_obeyed(
+    field: str, record: dict[str, Any]
+) -> None:
+    api = cluster()
+    api.edit("deployments", "ml", "llm", forged(field, record))
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        await until(
+            lambda: any(
+                w.body["reason"] == "SpotRebalancerInputRefused"
+                for w in api.written("POST", "events")
+            ),
+            within=10,
+            what="a Warning Event on the workload",
+        )
+        await asyncio.sleep(10)  # ten passes more
+    assert replicas(api) == 3
+    assert api.written("PATCH", "deployments") == []
+    assert api.written("DELETE", "pods") == []
