@@ -158,6 +158,7 @@ class _Fallback:
     # baseline spreads over zones (the zone with the fewest replicas first), then pools.
     mark_preempted: bool
     preempted: set[str] = field(default_factory=set)
+    counts_first = True  # see World.settle
 
     def _deployment(self, pool: str) -> str:
         return f"{SERVICE}-{pool}"
