@@ -29,7 +29,7 @@ class Result:
     all_on_demand_cost: float  # USD: the needed replicas' nodes on demand for the horizon
     wall_seconds: float
 
-    def _intervals(self) -> list[tuple[float, float, Sample]]:
+    def intervals(self) -> list[tuple[float, float, Sample]]:
         out = []
         for index, sample in enumerate(self.samples):
             end = self.samples[index + 1].at if index + 1 < len(self.samples) else self.horizon
@@ -40,20 +40,18 @@ class Result:
 
     @property
     def availability(self) -> float:
-        full = sum(end - start for start, end, s in self._intervals() if s.ready >= self.needed)
+        full = sum(end - start for start, end, s in self.intervals() if s.ready >= self.needed)
         return full / self.horizon
 
     @property
     def any_ready(self) -> float:
-        some = sum(end - start for start, end, s in self._intervals() if s.ready >= 1)
+        some = sum(end - start for start, end, s in self.intervals() if s.ready >= 1)
         return some / self.horizon
 
     @property
     def deficit_replica_hours(self) -> float:
         return (
-            sum(
-                max(0, self.needed - s.ready) * (end - start) for start, end, s in self._intervals()
-            )
+            sum(max(0, self.needed - s.ready) * (end - start) for start, end, s in self.intervals())
             / 3600.0
         )
 
@@ -62,7 +60,7 @@ class Result:
         """Lengths in seconds of the periods with fewer than the needed Ready replicas."""
         lengths: list[float] = []
         current: float | None = None
-        for start, end, sample in self._intervals():
+        for start, end, sample in self.intervals():
             if sample.ready < self.needed:
                 current = (current or 0.0) + (end - start)
             elif current is not None:
@@ -74,12 +72,12 @@ class Result:
 
     @property
     def cost(self) -> float:
-        return sum(s.cost_rate * (end - start) for start, end, s in self._intervals()) / 3600.0
+        return sum(s.cost_rate * (end - start) for start, end, s in self.intervals()) / 3600.0
 
     def cumulative_cost(self) -> list[tuple[float, float]]:
         total = 0.0
         points = [(0.0, 0.0)]
-        for start, end, sample in self._intervals():
+        for start, end, sample in self.intervals():
             total += sample.cost_rate * (end - start) / 3600.0
             points.append((end, total))
         return points
