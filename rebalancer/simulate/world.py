@@ -420,9 +420,9 @@ class World:
         pool = node.pool
         pool.failed_requests += 1
         scenario = self.scenario
+        doublings = min(pool.failed_requests - 1, 60)  # past the maximum long before
         backoff = min(
-            scenario.max_backoff_seconds,
-            scenario.initial_backoff_seconds * 2 ** (pool.failed_requests - 1),
+            scenario.max_backoff_seconds, scenario.initial_backoff_seconds * 2.0**doublings
         )
         pool.backoff_until = self.now + backoff
         self._push(pool.backoff_until, "backoff_over", pool.name)

@@ -175,3 +175,20 @@ def test_the_oracle_is_computed_not_run() -> None:
     )
     assert result.counters.planner_calls == 0
     assert result.samples[0].at == 0.0
+
+
+def test_a_pool_that_never_has_capacity_backs_off_at_most_the_maximum_forever() -> None:
+    # dynamic-fallback keeps asking a spot pool that has no capacity for its 3 spot replicas:
+    # requests failing after 1 s, back-off 1 s, over the 30-minute warm-up and 10 minutes:
+    # some 3 600 failures in a row, far past the doubling's range. N + k = 3 replicas run on
+    # demand all along.
+    horizon = 600.0
+    result = run_policy(
+        "dynamic-fallback",
+        traces=[trace("a", [0] * 18)],
+        scenario=scenario(maxNodeProvisionSeconds=1, initialBackoffSeconds=1, maxBackoffSeconds=1),
+        prices=PRICES,
+        horizon=horizon,
+    )
+    assert result.availability == 1.0
+    assert result.cost == pytest.approx(3 * horizon * PRICES.on_demand / 3600)
