@@ -9,8 +9,9 @@ minimum count, spot capacity found by asking); `failover` and `eviction-aware` r
 with a minimum of one node in every spot pool (`PRODUCT_KEPT`). Prints Markdown: availability (all Ready, at least
 one), cost as a share of on-demand, and for the product's policies the share of the cost gap
 between the `dynamic-fallback` baseline and the `oracle` it closes ((baseline - policy) /
-(baseline - oracle): 100% = as cheap as the oracle, negative = dearer than the baseline; read it
-beside the availability, which the gap does not weigh).
+(baseline - oracle): 100% = as cheap as the oracle, negative = dearer than the baseline; in
+parentheses when the policy is less available than the baseline, where a saving is not like for
+like).
 
     .venv/bin/python -m bench.simulate_references [SPOT_TRACES_DIR] [SET_SUBSTRING]
 """
@@ -43,7 +44,9 @@ def gap_closed(result: Result, baseline: Result, oracle: Result) -> str:
     gap = baseline.cost - oracle.cost
     if gap <= 0:
         return "n/a"
-    return f"{(baseline.cost - result.cost) / gap * 100:.0f}%"
+    closed = f"{(baseline.cost - result.cost) / gap * 100:.0f}%"
+    # Below the baseline's availability a saving is not like for like: in parentheses.
+    return closed if result.availability >= baseline.availability else f"({closed})"
 
 
 def rows(name: str, results: Sequence[Result], kept: Sequence[Result] = ()) -> list[str]:
@@ -97,7 +100,7 @@ def main() -> None:
             )
             days = results[0].horizon / 86400
             name = (
-                f"{folder.relative_to(root)} {region} ({len(members)} pools, {days:.1f} d, "
+                f"{folder.parent.name} {region} ({len(members)} pools, {days:.1f} d, "
                 f"{home if not joined else 'spot per region'})"
             )
             print("\n".join(rows(name, results, kept)), flush=True)
