@@ -104,7 +104,15 @@ def describe(
         f"load {scenario.load_seconds}s, notices {scenario.notice_seconds}s, on-demand nodes in "
         f"{scenario.on_demand_provision_seconds}s, spot nodes in "
         f"{scenario.spot_provision_seconds}s, "
-        f"seed {scenario.seed}."
+        f"pools at least {scenario.spot_pool_min_nodes} spot / "
+        f"{scenario.on_demand_pool_min_nodes} on-demand nodes, "
+        + (
+            "spot capacity known in advance, "
+            if scenario.spot_capacity_known
+            else f"a spot request without capacity fails after "
+            f"{scenario.max_node_provision_seconds:.0f}s, "
+        )
+        + f"seed {scenario.seed}."
     )
     if "eviction-aware" in policies:
         text += (
@@ -135,7 +143,11 @@ def to_json(
     document: dict[str, Any] = {
         "horizonSeconds": horizon,
         "scenario": settings,
-        "prices": {"onDemand": prices.on_demand, "spot": prices.spot},
+        "prices": {
+            "onDemand": prices.on_demand,
+            "spot": prices.spot,
+            "spotByRegion": dict(prices.spot_by_region),
+        },
         "traces": [
             {
                 "name": t.name,
@@ -143,6 +155,8 @@ def to_json(
                 "gapSeconds": t.gap_seconds,
                 "ticks": len(t.data),
                 "slots": max(t.data),
+                "zone": t.zone,
+                "region": t.region,
             }
             for t in traces
         ],
