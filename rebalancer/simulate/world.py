@@ -8,10 +8,13 @@ Kept deliberately small; what it leaves out is listed in docs/simulate.md. The m
   gives its node a Preempt notice and takes the node at the deadline;
 - on-demand pool: never evicted, at most `on_demand_limit` nodes;
 - cluster autoscaler: a pending pod that fits no node gets a new node in the cheapest pool that
-  fits it and has room (balanced across equal pools), Ready after the pool's provisioning time;
-  like the real one it reads required placement only, never preferred node affinity;
-  keeps each pool at its minimum when capacity allows; removes a node without pods after
-  `scale_down_seconds`; a node is paid from the start of provisioning until it is gone;
+  fits it, is below its maximum and is not backing off (balanced across equal pools), Ready
+  after the pool's provisioning time; it does not know spot capacity before it asks: a request
+  in a spot pool without a free alive slot fails after `max_node_provision_seconds` and the pool
+  backs off (5 minutes doubling up to 30, the autoscaler's defaults); like the real one it reads
+  required placement only, never preferred node affinity; keeps each pool at the minimum count
+  the user gave (default 0); removes a node without pods after `scale_down_seconds`; a node is
+  paid from the start of provisioning until it is gone (a failed request is not);
 - admission: an optional mutating webhook (the controller's placement, through the adapter)
   that rewrites a new pod's node affinity, so a pod may carry its own spec, not its template's;
 - scheduler: taints and tolerations, nodeSelector and required node affinity, free GPUs;
