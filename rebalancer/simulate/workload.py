@@ -275,6 +275,10 @@ def scenario_from(
         raise InputError(f"{source}: replicas must be at least 1")
     if scenario.gpus_per_replica < 1:
         raise InputError(f"{source}: gpusPerReplica must be at least 1 (a GPU workload)")
+    for positive in ("max_node_provision_seconds", "initial_backoff_seconds"):
+        # Both 0: a failed request would be retried and fail again at the same instant, forever.
+        if getattr(scenario, positive) == 0:
+            raise InputError(f"{source}: {camel(positive)} must be above 0")
     if scenario.initial_backoff_seconds > scenario.max_backoff_seconds:
         raise InputError(f"{source}: initialBackoffSeconds is above maxBackoffSeconds")
     if scenario.return_pending_timeout_seconds == 0:

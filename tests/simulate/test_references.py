@@ -192,3 +192,26 @@ def test_a_pool_that_never_has_capacity_backs_off_at_most_the_maximum_forever() 
     )
     assert result.availability == 1.0
     assert result.cost == pytest.approx(3 * horizon * PRICES.on_demand / 3600)
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--price-region", "us-west-2"], "expected TRACE_REGION=REGION"),
+        (["--price-region", "us-west-2=atlantis"], "no Standard_NC24ads_A100_v4 spot price"),
+        (["--initial-backoff-seconds", "0"], "initialBackoffSeconds must be above 0"),
+        (["--max-node-provision-seconds", "0"], "maxNodeProvisionSeconds must be above 0"),
+        (["--initial-backoff-seconds", "600", "--max-backoff-seconds", "300"], "above maxBack"),
+    ],
+)
+def test_bad_cluster_settings_are_refused_in_one_line(
+    write_trace: Callable[..., Path],
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    says: str,
+) -> None:
+    trace_file = write_trace("us-west-2a_v100_1", [1, 1, 1])
+    assert main(["simulate", "--trace", str(trace_file), *flags]) == 2
+    error = capsys.readouterr().err.strip()
+    assert says in error
+    assert "\n" not in error
