@@ -27,7 +27,7 @@ from rebalancer.controller.model import DaemonSetInfo
 from rebalancer.controller.options import planner_settings
 from rebalancer.controller.recorder import tell
 from rebalancer.controller.snapshot import Snapshot
-from rebalancer.kube.client import KubeClient
+from rebalancer.kube.client import Requester
 from rebalancer.kube.errors import KubeError
 from rebalancer.kube.events import EventRecorder
 from rebalancer.metrics import ControllerMetrics
@@ -40,7 +40,7 @@ class Doctor:
     def __init__(
         self,
         *,
-        client: KubeClient,
+        client: Requester,
         settings: ControllerSettings,
         metrics: ControllerMetrics,
         events: EventRecorder | None,

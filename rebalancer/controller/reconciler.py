@@ -52,10 +52,12 @@ from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.webhook import PlacementWebhook, serve
 from rebalancer.controller.webhook_tls import TlsKeeper, load_into, server_context, service_names
 from rebalancer.http import Health
-from rebalancer.kube.client import KubeClient
+from rebalancer.kube.client import Requester
 from rebalancer.kube.events import EventRecorder
+from rebalancer.kube.gate import RequestGate
 from rebalancer.kube.informer import Informer
 from rebalancer.kube.leader import LeaderElector
+from rebalancer.kube.limiter import TokenBucket
 from rebalancer.kube.writes import Writer
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.process import sleep_or_stop
@@ -67,7 +69,7 @@ class Controller:
         self,
         *,
         settings: ControllerSettings,
-        client: KubeClient,
+        client: Requester,
         metrics: ControllerMetrics,
         clock: Clock,
         log: Any,
@@ -76,10 +78,31 @@ class Controller:
         self.settings, self.metrics, self.clock, self.log = settings, metrics, clock, log
         self._wake = asyncio.Event()
         history = HistoryObject(settings.namespace, f"{settings.lease_name}-history")
+        # The Lease's requests go straight to the client; everything else passes the gate: the
+        # request budget, then, for a write, the fence, as it leaves.
+        self.elector = LeaderElector(
+            client,
+            namespace=settings.namespace,
+            name=settings.lease_name,
+            identity=identity,
+            lease_duration=settings.lease_duration_seconds,
+            renew_deadline=settings.renew_deadline_seconds,
+            retry_period=settings.retry_period_seconds,
+            clock=clock,
+            log=log,
+        )
+        self.gate = RequestGate(
+            client,
+            limiter=TokenBucket(
+                settings.client_qps, settings.client_burst, monotonic=clock.monotonic
+            ),
+            fence=self.elector.fence,
+            timeout_seconds=settings.kube_timeout_seconds,
+        )
 
         def informer(path: str, project: Any, name: str, **query: str) -> Informer[Any]:
             return Informer(
-                client, path, project, name=name, query=query, log=log,
+                self.gate, path, project, name=name, query=query, log=log,
                 on_change=self._wake.set, on_skip=self._skipped,
                 watch_timeout_seconds=settings.watch_timeout_seconds,
             )  # fmt: skip
@@ -112,18 +135,7 @@ class Controller:
             self.nodes, self.pods, self.replicasets, self.deployments, self.statefulsets,
             self.history, self.holds, self.scalers,
         ]  # fmt: skip
-        self.elector = LeaderElector(
-            client,
-            namespace=settings.namespace,
-            name=settings.lease_name,
-            identity=identity,
-            lease_duration=settings.lease_duration_seconds,
-            renew_deadline=settings.renew_deadline_seconds,
-            retry_period=settings.retry_period_seconds,
-            clock=clock,
-            log=log,
-        )
-        writer = Writer(client)
+        writer = Writer(self.gate)
         self.events = EventRecorder(writer, fence=self.elector.lease_fresh)
         self.record_key = RecordKey(
             writer, namespace=settings.namespace, secret=f"{settings.lease_name}-records",
@@ -163,7 +175,7 @@ class Controller:
             deadline_margin_seconds=settings.deadline_margin_seconds,
         )  # fmt: skip
         self.doctor = Doctor(
-            client=client, settings=settings, metrics=metrics, clock=clock, log=log,
+            client=self.gate, settings=settings, metrics=metrics, clock=clock, log=log,
             events=None if settings.dry_run else self.events, leading=self.elector.may_write,
             leadership=self.elector.leading,
         )  # fmt: skip
