@@ -101,8 +101,8 @@ async def test_writes_queued_behind_the_budget_are_not_sent_once_the_lease_may_b
     stop.set()
     await campaigning
 
-    renewals = [
-        w.at for w in api.written("PUT", "leases") if w.body["spec"]["holderIdentity"] == "ctl-a"
+    renewals = [  # its acquisition and every renewal that got through
+        w.at for w in api.written(resource="leases") if w.body["spec"]["holderIdentity"] == "ctl-a"
     ]
     renew_deadline = max(renewals) + LEASE["renew_deadline_seconds"]
     late = [(at, method, path) for at, method, path in leader.writes if at > renew_deadline]
