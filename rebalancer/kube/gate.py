@@ -6,9 +6,9 @@ The order is the point: a write may wait long for its token (a drain of many pod
 and whether it may still be sent is decided when it leaves, after that wait
 (`rebalancer.kube.fence`). Reads are not fenced; watches pass straight through.
 
-The Lease's own requests do not come here: like client-go, which gives leader election a
-client of its own, renewals never wait behind the writes they protect, and are never fenced
-by the deadline they extend.
+The Lease's own requests do not come here (kube-controller-manager and kube-scheduler give
+leader election a client of its own for the same reason): renewals never wait behind the writes
+they protect, and are never fenced by the deadline they extend.
 """
 
 from __future__ import annotations
