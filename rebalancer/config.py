@@ -307,7 +307,8 @@ class ControllerSettings(CommonSettings):
         description="Hold every managed Deployment with a replica on spot with a "
         "PodDisruptionBudget of ours at all times, not only from the notice: AKS node "
         "auto-drain can evict before our agent sees the notice. Yields to upgrades and kubectl "
-        "drain; keeps the cluster autoscaler and Karpenter from removing those nodes (README).",
+        "drain; keeps the cluster autoscaler and Karpenter from removing those nodes "
+        "(docs/controller.md).",
     )
     hold_doomed_pods: bool = Field(
         True,

@@ -203,9 +203,18 @@ class ControllerMetrics:
             ["stage", "reason"],
             registry=r,
         )
+        self.failovers_blocked = Counter(
+            "rebalancer_controller_failovers_blocked_total",
+            "Blocked fail-overs by workload (namespace/name) and reason: the count of "
+            'failovers_total{stage="blocked"}, naming the workload for an alert.',
+            ["workload", "reason"],
+            registry=r,
+        )
         self.replacement_ready = Histogram(
             "rebalancer_controller_notice_to_replacement_ready_seconds",
-            "From a workload's surge to its replacements being Ready.",
+            "From a workload's surge to its replacements being Ready, by the pool of the node "
+            "under notice (the first, when a wave surged it from several).",
+            ["pool"],
             buckets=LEAD_TIME_BUCKETS,
             registry=r,
         )

@@ -158,7 +158,7 @@ ACTION_OUTCOMES: Final = (
 
 
 class EventReason(StrEnum):
-    """`reason` of the Kubernetes Events we write (README, "Events")."""
+    """`reason` of the Kubernetes Events we write (docs/events.md)."""
 
     CORDONED = "SpotRebalancerCordoned"
     RESTORED = "SpotRebalancerRestored"

@@ -2,7 +2,7 @@
 
 The executor writes the cluster; these say what was done, on the object it was done to
 (`involvedObject` complete, uid included, so `kubectl describe` shows it). Reasons come from
-`rebalancer.vocabulary.EventReason`; the README lists them.
+`rebalancer.vocabulary.EventReason`; docs/events.md lists them.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ series exist); nothing here feeds a decision.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,6 +35,7 @@ from rebalancer.controller.actions import (
     ScaleBack,
     ScaleUp,
     StartReturn,
+    WorkloadKey,
 )
 from rebalancer.controller.catalogue import (
     KubeEvent,
@@ -47,7 +48,7 @@ from rebalancer.controller.catalogue import (
 )
 from rebalancer.controller.contain import Failure, Where
 from rebalancer.controller.history import WINDOWS
-from rebalancer.controller.model import NodeInfo
+from rebalancer.controller.model import NodeInfo, Surge
 from rebalancer.controller.planner import Plan
 from rebalancer.controller.policy import in_force
 from rebalancer.controller.pools import placement_options
@@ -150,7 +151,9 @@ class Recorder:
         self._clock = clock
         self._log = log
         self._seen: dict[tuple[str, str], Seen] = {}
-        self._surge_started: dict[tuple[str, str, str], float] = {}
+        # When this process saw a workload surge, and the pool of the node under notice.
+        self._surge_started: dict[tuple[str, str, str], tuple[float, str]] = {}
+        self._blocked_workloads: set[tuple[str, str, str]] = set()
         self._logged: set[str] = set()
         self._reported: set[tuple[tuple[str, str, str], str]] = set()
         self._reported_pods: set[tuple[tuple[str, str], str]] = set()
@@ -182,6 +185,7 @@ class Recorder:
 
     def observe(self, snapshot: Snapshot, plan: Plan, elapsed: float) -> None:
         self.metrics.active_notices.set(len(plan.active))
+        self._initialise_workloads(plan.managed)
         for node, why in plan.ignored:
             self.log_once("notice ignored", why, node=node)
         self._notices(snapshot)
@@ -469,6 +473,16 @@ class Recorder:
         )
         for reason in MISSED_REASONS:
             self.metrics.drain_missed_deadline.labels(node.pool, reason)
+        self.metrics.replacement_ready.labels(node.pool)
+
+    def _initialise_workloads(self, managed: Iterable[WorkloadKey]) -> None:
+        """Zero series for a managed workload's blocked fail-overs before the first one."""
+        for key in managed:
+            if key in self._blocked_workloads:
+                continue
+            self._blocked_workloads.add(key)
+            for reason in FAILOVER_REASONS["blocked"]:
+                self.metrics.failovers_blocked.labels(_workload_label(key), str(reason))
 
     # ---- outcomes ----------------------------------------------------------------------------
 
@@ -513,8 +527,18 @@ class Recorder:
         self._log.warning(
             "failover blocked", workload="/".join(action.workload), detail=action.detail
         )
-        self.metrics.failovers.labels("blocked", str(action.reason)).inc()
+        self._count_blocked(action.workload, action.reason)
         tell(self._events, event_for(action, APPLIED), self._clock.now())
+
+    def _count_blocked(self, workload: WorkloadKey, reason: Reason) -> None:
+        self.metrics.failovers.labels("blocked", str(reason)).inc()
+        self.metrics.failovers_blocked.labels(_workload_label(workload), str(reason)).inc()
+
+    def _pool_under_notice(self, record: Surge | None) -> str:
+        """The pool of the first node whose notice surged the workload ("" if not seen here)."""
+        events = set(record.event_ids) if record else set()
+        seen = [s for (_, event_id), s in self._seen.items() if event_id in events]
+        return min(seen, key=lambda s: s.first_seen).pool if seen else ""
 
     def _measure(self, action: Action) -> None:
         now = self._clock.monotonic()
@@ -532,7 +556,9 @@ class Recorder:
                     event_type=action.event_type,
                 )
             case ScaleUp():
-                self._surge_started.setdefault(action.workload, now)
+                self._surge_started.setdefault(
+                    action.workload, (now, self._pool_under_notice(action.record))
+                )
                 self.metrics.failovers.labels("started", str(Reason.NOTICE)).inc()
                 log.info(
                     "surged",
@@ -542,7 +568,7 @@ class Recorder:
                 )
             case ScaleBack() if action.reason == Reason.SURGE_NOT_HELD:
                 self._surge_started.pop(action.workload, None)
-                self.metrics.failovers.labels("blocked", str(action.reason)).inc()
+                self._count_blocked(action.workload, action.reason)
                 log.warning(
                     "surge not held: replicas set back by others",
                     workload="/".join(action.workload),
@@ -550,7 +576,8 @@ class Recorder:
             case ScaleBack():
                 started = self._surge_started.pop(action.workload, None)
                 if started is not None and action.reason == Reason.REPLACEMENTS_READY:
-                    self.metrics.replacement_ready.observe(now - started)
+                    at, pool = started
+                    self.metrics.replacement_ready.labels(pool).observe(now - at)
                 self.metrics.failovers.labels("completed", str(action.reason)).inc()
                 log.info(
                     "scaled back",
@@ -647,3 +674,9 @@ def _uid_of(snapshot: Snapshot, where: Where) -> str:
         return workload.uid if workload is not None else ""
     node = snapshot.nodes.get(where.node)
     return node.uid if node is not None else ""
+
+
+def _workload_label(key: WorkloadKey) -> str:
+    """`namespace/name`, as `rebalancer_controller_replica_deficit_replica_seconds_total` has it."""
+    _, namespace, name = key
+    return f"{namespace}/{name}"

@@ -19,6 +19,7 @@ Ready 90 s after it starts, its on-demand pod gone 5 s later, that node 600 s af
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -222,3 +223,18 @@ def test_each_pod_carries_the_webhooks_placement_and_reason() -> None:
         "spot pool a zone a: risk low (0.050 evictions per node-hour, max-risk low), "
         "0 replicas in zone a",
     ]
+
+
+def test_spare_replicas_are_kept_on_top_of_the_owners_count() -> None:
+    """`spare-replicas: 1` on a workload of 1: the controller's spares method scales the
+    Deployment to 2 and records what it added, and the webhook spreads the two replicas over
+    the two spot pools (docs/simulate.md said once that the product did not act on it)."""
+    world, timeline = run_world([trace("a", STEADY), trace("b", STEADY)], spare_replicas=1)
+    (deployment,) = world.deployments.values()
+    assert deployment.replicas == 1 + 1
+    record = json.loads(deployment.annotations[names.SPARE_RECORD])
+    assert (record["base"], record["added"]) == (1, 1)
+    assert timeline[-1][1] == ["a", "b"]
+    world, _ = run_world([trace("a", STEADY), trace("b", STEADY)], spare_replicas=0)
+    (deployment,) = world.deployments.values()
+    assert deployment.replicas == 1 and names.SPARE_RECORD not in deployment.annotations
