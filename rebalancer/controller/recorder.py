@@ -447,7 +447,7 @@ class Recorder:
             self._log.warning(
                 "action failed",
                 action=name,
-                subject=repr(action),
+                subject=action,
                 kind=outcome.error_kind,
                 reason=outcome.detail,
             )
@@ -584,7 +584,7 @@ class Recorder:
         if len(self._logged) > 10_000:
             self._logged.clear()
         self._logged.add(key)
-        self._log.info(message, subject=repr(subject), **fields)
+        self._log.info(message, subject=subject, **fields)  # rendered by logging.plain_values
 
 
 def tell(events: EventRecorder | None, event: KubeEvent | None, now: datetime) -> None:
