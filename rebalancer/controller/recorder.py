@@ -375,6 +375,7 @@ class Recorder:
             settings=self._risk_settings,
             eviction_rates=rates,
             placement_scores=scores,
+            previous={key: risk.level for key, risk in self.risks.items()},
         )
         m = self.metrics
         series: set[tuple[str, ...]] = set()
