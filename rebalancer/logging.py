@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import logging
 import sys
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import structlog
@@ -50,7 +51,9 @@ def _inline(value: Any) -> str:
     return str(value)
 
 
-def plain_values(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def plain_values(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> Mapping[str, Any]:
     """structlog processor: every value of a log event through `plain`."""
     return {key: plain(value) for key, value in event_dict.items()}
 
