@@ -6,6 +6,8 @@ Kubernetes Events. The last step of a pass; it decides nothing and writes only E
 - `applied(action, outcome)`: one log line and one count per action outcome, the latencies that
   an outcome ends (notice to cordon, to drained, surge to replacements Ready), and the Event that
   `catalogue.event_for` gives for it.
+- notifications (`messages.py`), handed to `notify` (the notifier's `offer`, which never blocks):
+  a notice acted on (its node cordoned), a blocked fail-over, a missed deadline, a risk move.
 What it keeps in memory serves measurement only (when this process first saw a notice, which
 series exist); nothing here feeds a decision.
 """
@@ -44,6 +46,13 @@ from rebalancer.controller.catalogue import (
     replacement_placed,
 )
 from rebalancer.controller.history import WINDOWS
+from rebalancer.controller.messages import (
+    Notification,
+    deadline_missed,
+    failover_blocked,
+    notice_acted_on,
+    risk_move,
+)
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planner import Plan
 from rebalancer.controller.policy import in_force
@@ -132,8 +141,10 @@ class Recorder:
         risk_data: RiskData | None = None,
         risk_interval_seconds: float = 10.0,
         deadline_margin_seconds: float = 5.0,
+        notify: Callable[[Notification], None] | None = None,
     ) -> None:
         self._deadline_margin = deadline_margin_seconds
+        self._notify = notify or (lambda _: None)
         self.metrics = metrics
         self._risk_settings = risk or RiskSettings()
         self._risk_data: RiskData = risk_data or (lambda: (None, None))
@@ -247,6 +258,9 @@ class Recorder:
                 reason = seen.missed_reason()
                 self.metrics.drain_missed_deadline.labels(seen.pool, reason).inc()
                 self._log.warning("deadline missed", node=key[0], event_id=key[1], why=reason)
+                self._notify(
+                    deadline_missed(node=key[0], pool=seen.pool, event_id=key[1], why=reason)
+                )
 
     def _deficit(self, snapshot: Snapshot, elapsed: float) -> None:
         for workload in snapshot.workloads.values():
@@ -483,6 +497,11 @@ class Recorder:
         )
         self.metrics.failovers.labels("blocked", str(action.reason)).inc()
         tell(self._events, event_for(action, APPLIED), self._clock.now())
+        self._notify(
+            failover_blocked(
+                workload="/".join(action.workload), detail=action.detail, reason=str(action.reason)
+            )
+        )
 
     def _measure(self, action: Action) -> None:
         now = self._clock.monotonic()
@@ -498,6 +517,14 @@ class Recorder:
                     node=action.node,
                     event_id=action.event_id,
                     event_type=action.event_type,
+                )
+                self._notify(
+                    notice_acted_on(
+                        node=action.node,
+                        pool=seen.pool if seen is not None else "",
+                        event_type=action.event_type,
+                        event_id=action.event_id,
+                    )
                 )
             case ScaleUp():
                 self._surge_started.setdefault(action.workload, now)
@@ -550,6 +577,13 @@ class Recorder:
                     workload="/".join(action.workload),
                     retire=action.record.retire,
                     why=action.record.why,
+                )
+                self._notify(
+                    risk_move(
+                        workload="/".join(action.workload),
+                        retire=action.record.retire,
+                        why=action.record.why,
+                    )
                 )
             case FinishReturn() if action.purpose == "risk":
                 self.metrics.risk_moves.labels(str(action.reason)).inc()
