@@ -230,6 +230,20 @@ class ControllerMetrics:
             ["kind"],
             registry=r,
         )
+        self.inputs_refused = Counter(
+            "rebalancer_controller_inputs_refused_total",
+            "Workloads left alone because a record of ours on them could not be read (counted "
+            "once each time it appears), by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.planning_failures = Counter(
+            "rebalancer_controller_planning_failures_total",
+            "Objects a planning method failed on and left alone for the pass (counted once each "
+            "time a failure appears), by method.",
+            ["method"],
+            registry=r,
+        )
         self.reconcile_duration = Histogram(
             "rebalancer_controller_reconcile_duration_seconds",
             "Time of one plan-and-act pass.",

@@ -182,6 +182,8 @@ class EventReason(StrEnum):
     RETURN_STARTED = "SpotRebalancerReturnStarted"
     RETURN_FINISHED = "SpotRebalancerReturnFinished"
     MISCONFIGURED = "SpotRebalancerMisconfigured"
+    INPUT_REFUSED = "SpotRebalancerInputRefused"
+    PLANNING_FAILED = "SpotRebalancerPlanningFailed"
 
 
 class Check(StrEnum):

@@ -60,6 +60,7 @@ class Doctor:
         self._clock = clock
         self._log = log
         self._reported: set[tuple[str, str, str, str]] = set()
+        self.runs = 0  # checks completed: what "after several runs" counts
         for check in Check:
             metrics.doctor_findings.labels(str(check)).set(0)
 
@@ -98,6 +99,7 @@ class Doctor:
             count = sum(1 for finding in findings if finding.check == check)
             self._metrics.doctor_findings.labels(str(check)).set(count)
         self._tell(findings)
+        self.runs += 1
         return findings
 
     def _tell(self, findings: list[Finding]) -> None:

@@ -42,6 +42,13 @@ from rebalancer.controller.actions import (
     WorkloadAction,
 )
 from rebalancer.controller.model import ScalerInfo, WorkloadInfo
+from rebalancer.controller.seal import (
+    SCALER_RECORDS,
+    WORKLOAD_RECORDS,
+    Sealer,
+    scaler_identity,
+    workload_identity,
+)
 from rebalancer.kube.errors import Conflict, KubeError, TooManyRequests
 from rebalancer.kube.writes import Writer
 from rebalancer.retry import RetryPolicy, retrying
@@ -79,9 +86,11 @@ class Executor:
         policy: RetryPolicy,
         fence: Callable[[], bool],
         sleep: Callable[[float], Awaitable[None]],
+        sealer: Callable[[], Sealer],
         log: Any = None,
     ) -> None:
         self._writer = writer
+        self._sealer = sealer
         self._history = history
         self._policy = policy
         self._fence = fence
@@ -165,6 +174,7 @@ class Executor:
         if not action.basis.matches(info) and not _reached(action, info):
             raise Rejected(Rejection.STALE, "replicas or our records changed since the plan")
         patch = action.patch()
+        self._sealer().seal_patch(workload_identity(info), WORKLOAD_RECORDS, patch)
         patch["metadata"]["resourceVersion"] = info.resource_version
         self._may_write()
         return _written(await self._writer.patch_workload(kind, namespace, name, patch))
@@ -181,6 +191,7 @@ class Executor:
         if (info.min_replicas, info.max_replicas, info.original) != action.basis:
             raise Rejected(Rejection.STALE, "its bounds changed since the plan")
         patch = action.patch()
+        self._sealer().seal_patch(scaler_identity(info), SCALER_RECORDS, patch)
         patch["metadata"]["resourceVersion"] = info.resource_version
         self._may_write()
         return _written(await self._writer.patch(path, patch))

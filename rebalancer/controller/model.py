@@ -26,6 +26,7 @@ from rebalancer.names import (
     SURGE_ANNOTATION,
 )
 from rebalancer.notices import Notice, notices_of
+from rebalancer.strict import moment
 from rebalancer.timefmt import parse_iso
 
 # A record on a workload naming more replicas than this is not ours: never obeyed.
@@ -231,8 +232,13 @@ class ScalerInfo:
     target: tuple[str, str]  # (kind, name) of what it scales
     min_replicas: int
     max_replicas: int
-    original: str | None  # "min,max" before our raise
+    original: str | None  # our annotation as it is on the HPA (sealed): the basis of a write
     resource_version: str = ""
+    uid: str = ""
+    # The "min,max" before our raise, once its seal is checked (seal.py); None: none, or one that
+    # is not ours (`refused` says why), which is never put back.
+    saved: str | None = None
+    refused: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -251,6 +257,9 @@ class ScalerInfo:
             max_replicas=int(spec.get("maxReplicas") or 1),
             original=(meta.get("annotations") or {}).get(HPA_ORIGINAL_ANNOTATION),
             resource_version=str(meta.get("resourceVersion", "")),
+            uid=str(meta.get("uid", "")),
+            # Unchecked until the seal is (the controller's snapshot); simulations trust it.
+            saved=(meta.get("annotations") or {}).get(HPA_ORIGINAL_ANNOTATION),
         )
 
 
@@ -355,6 +364,8 @@ class Spare:
     @classmethod
     def from_json(cls, text: str) -> Spare:
         data = _record_object(text)
+        if _count(data, "base") < 1:
+            raise ValueError("base is 0: we never keep spares for a workload with no replicas")
         return cls(
             base=_count(data, "base"),
             added=_count(data, "added"),
@@ -409,6 +420,10 @@ class Surge:
         )
         if record.added > len(record.doomed_pods):
             raise ValueError("more replicas added than pods it replaces")
+        if record.base_replicas < 1:
+            raise ValueError("baseReplicas is 0: we never surge a workload that had none")
+        if record.deadline is not None:
+            moment(record.deadline)
         return record
 
 
@@ -471,6 +486,9 @@ class ReturnRecord:
         retire, pool, started = (data.get(k) for k in ("retire", "pool", "startedAt"))
         if not all(isinstance(v, str) for v in (retire, pool, started)):
             raise ValueError("retire, pool and startedAt must be strings")
+        moment(started)
+        if _count(data, "baseReplicas") < 1:
+            raise ValueError("baseReplicas is 0: we never move a replica of a workload with none")
         return cls(
             base_replicas=_count(data, "baseReplicas"),
             retire=str(retire),
@@ -544,6 +562,9 @@ class WorkloadInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     uid: str = ""
     selector: Mapping[str, Any] = field(default_factory=dict)  # spec.selector, as the API has it
+    # Problems of our records on it that someone else wrote (or broke): the workload is left
+    # alone (drained plainly, never surged, returned or given spares) and reported.
+    refused: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -580,19 +601,43 @@ class WorkloadInfo:
                 surge = Surge.from_json(annotations[SURGE_ANNOTATION])
             except ValueError:
                 unreadable = True
+        replicas = spec.get("replicas")
         return cls(
             kind=kind,
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            replicas=int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1),
+            replicas=replicas if type(replicas) is int and replicas >= 0 else 1,
             ready_replicas=int(status.get("readyReplicas") or 0),
             template_spec=_template_placement(pod_spec),
             gpus_per_replica=gpus_of(pod_spec),
             annotations=annotations,
             surge=surge,
             surge_unreadable=unreadable,
+            refused=refused_records(annotations),
             resource_version=str(meta.get("resourceVersion", "")),
             labels=dict(meta.get("labels") or {}),
             uid=str(meta.get("uid", "")),
             selector=dict(spec.get("selector") or {}),
         )
+
+
+def refused_records(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """What is wrong with the records of ours that a workload carries, checked by the grammar we
+    write them in; () when they are all readable. The surge record has its own path
+    (`surge_unreadable`: reported as a blocked fail-over); a placement policy a tenant declares
+    is checked by policy.py, which keeps the last valid one in force."""
+    checks: dict[str, Any] = {
+        names.RETURN_ANNOTATION: ReturnRecord.from_json,
+        names.SPARE_RECORD: Spare.from_json,
+        names.RETURN_BACKOFF_ANNOTATION: moment,
+    }
+    problems = []
+    for key, check in checks.items():
+        text = annotations.get(key)
+        if text is None:
+            continue
+        try:
+            check(text)
+        except ValueError as error:
+            problems.append(f"{key}: {str(error)[:200]}")
+    return tuple(problems)

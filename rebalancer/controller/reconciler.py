@@ -53,6 +53,7 @@ from rebalancer.controller.options import (
     risk_settings,
 )
 from rebalancer.controller.planner import plan
+from rebalancer.controller.record_key import UNLOADED, RecordKey
 from rebalancer.controller.recorder import Recorder
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.webhook import PlacementWebhook, serve
@@ -131,6 +132,11 @@ class Controller:
         )
         writer = Writer(client)
         self.events = EventRecorder(writer, fence=self.elector.lease_fresh)
+        self.record_key = RecordKey(
+            writer, namespace=settings.namespace, secret=f"{settings.lease_name}-records",
+            may_write=self.elector.may_write, dry_run=settings.dry_run, sleep=clock.sleep,
+            log=log,
+        )  # fmt: skip
         self.executor: Executor | DryRunExecutor = DryRunExecutor()
         if not settings.dry_run:
             self.executor = Executor(
@@ -139,6 +145,7 @@ class Controller:
                 policy=retry_policy(settings),
                 fence=self.elector.may_write,
                 sleep=clock.sleep,
+                sealer=lambda: self.record_key.sealer,
                 log=log,
             )
         self.planner_settings = planner_settings(settings)
@@ -277,6 +284,8 @@ class Controller:
             for informer in self.informers:
                 while not informer.synced.is_set() and not stop.is_set():
                     await sleep_or_stop(stop, 0.05)
+            # No record can be checked, so none obeyed, before the key is there.
+            await self.record_key.load(stop, self.settings.retry_period_seconds)
             self.metrics.cache_synced.set(1)
             tasks.append(asyncio.create_task(self.prices.run(stop, self._prices_in_use)))
             tasks.append(asyncio.create_task(self.doctor.run(stop, self.snapshot)))
@@ -383,8 +392,12 @@ class Controller:
                 waiter.cancel()
 
     def snapshot(self) -> Snapshot:
-        workloads = {w.key: w for w in self.deployments.items.values()}
-        workloads.update({w.key: w for w in self.statefulsets.items.values()})
+        """The caches as one view, with the seal of every record of ours checked (seal.py)."""
+        sealer = self.record_key.sealer if self.record_key.loaded else UNLOADED
+        workloads = {w.key: sealer.verify_workload(w) for w in self.deployments.items.values()}
+        workloads.update(
+            {w.key: sealer.verify_workload(w) for w in self.statefulsets.items.values()}
+        )
         return Snapshot(
             now=self.clock.now(),
             nodes={node.name: node for node in self.nodes.items.values()},
@@ -393,7 +406,7 @@ class Controller:
             replicaset_owners={k: owner for k, owner in self.replicasets.items.items() if owner},
             history=next(iter(self.history.items.values()), History()),
             holds=dict(self.holds.items),
-            scalers=dict(self.scalers.items),
+            scalers={k: sealer.verify_scaler(s) for k, s in self.scalers.items.items()},
             risks=self.recorder.risks,
         )
 

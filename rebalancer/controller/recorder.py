@@ -41,10 +41,13 @@ from rebalancer.controller.actions import (
 from rebalancer.controller.catalogue import (
     KubeEvent,
     event_for,
+    input_refused,
+    planning_failed,
     pod_placed,
     policy_refused,
     replacement_placed,
 )
+from rebalancer.controller.contain import Failure, Where
 from rebalancer.controller.history import WINDOWS
 from rebalancer.controller.messages import (
     Notification,
@@ -164,6 +167,10 @@ class Recorder:
         self._reported_pods: set[tuple[tuple[str, str], str]] = set()
         self._placed: set[tuple[str, str]] = set()
         self._refused_series: set[tuple[str, str]] = set()
+        # What the last pass refused or failed on: reported when it appears, not every pass.
+        # Bounded by the objects the cluster has now, never by what was ever written.
+        self._refused_inputs: set[tuple[tuple[str, str, str], tuple[str, ...]]] = set()
+        self._failures: set[Failure] = set()
         self._metric_groups: set[tuple[str, str, str, bool]] = set()
         self._deficit_workloads: set[str] = set()
         self._eviction_series: set[tuple[str, str, str]] = set()
@@ -191,6 +198,7 @@ class Recorder:
         self._notices(snapshot)
         self._deficit(snapshot, elapsed)
         self._placements(snapshot, plan)
+        self._contained(snapshot, plan)
         self._policies(snapshot)
         self._evictions(snapshot)
         self._risk(snapshot)
@@ -321,6 +329,31 @@ class Recorder:
                     regarding=event.regarding, reason=event.reason, message=event.message,
                     now=self._clock.now(),
                 )  # fmt: skip
+
+    def _contained(self, snapshot: Snapshot, plan: Plan) -> None:
+        """Workloads left alone for unreadable records of ours, and objects a planning method
+        failed on: a log line, a count and a Warning Event on the object when each appears."""
+        refused = {(key, problems) for key, _, problems in plan.refused}
+        for key, uid, problems in plan.refused:
+            if (key, problems) in self._refused_inputs:
+                continue
+            self.metrics.inputs_refused.labels(key[0]).inc()
+            self._log.warning("input refused", workload="/".join(key), problems=list(problems))
+            self._emit(input_refused(key, uid, problems))
+        self._refused_inputs = refused
+        failures = set(plan.failures)
+        for failure in plan.failures:
+            if failure in self._failures:
+                continue
+            self.metrics.planning_failures.labels(failure.method).inc()
+            self._log.error(
+                "planning failed for one object; it is left alone this pass",
+                method=failure.method, subject=failure.where.subject, error=failure.error,
+            )  # fmt: skip
+            event = planning_failed(failure, _uid_of(snapshot, failure.where))
+            if event is not None:
+                self._emit(event)
+        self._failures = failures
 
     def _policies(self, snapshot: Snapshot) -> None:
         """A Warning Event, once per refused policy text, on a workload whose placement policy
@@ -641,3 +674,11 @@ def free_gpus(snapshot: Snapshot) -> dict[str, int]:
         - sum(p.gpus for p in snapshot.pods_by_node.get(name, []) if not p.finished)
         for name, node in snapshot.nodes.items()
     }
+
+
+def _uid_of(snapshot: Snapshot, where: Where) -> str:
+    if where.workload is not None:
+        workload = snapshot.workloads.get(where.workload)
+        return workload.uid if workload is not None else ""
+    node = snapshot.nodes.get(where.node)
+    return node.uid if node is not None else ""

@@ -7,7 +7,9 @@ The scenario is test_policies.py's (10-minute ticks, model load 90 s, notices 30
 spot $1/h), and the warm-up of 30 minutes before t=0. Expected values are derived here, step by
 step, from those numbers and the risk formula of docs/risk.md; none is copied from a run.
 
-The warm-up is the same in every test: at t=-1800 no node exists, so no spot pool has an
+Every spot pool has a minimum count of one node (`spotPoolMinNodes`, the user's pool setting; the
+simulator's default is 0, with which no spot group has a node to be assessed and every replica
+stays on demand). The warm-up is the same in every test: at t=-1800 no node exists, so no spot pool has an
 assessed risk ("unknown": never accepted) and the webhook sends every replica to on-demand. The
 spot pools' minimum nodes are Ready at -1500, the replicas at -1410; the pools have been watched
 for the return quiet time at -1200, when their risk is low (one node watched for 600 s: 1.2 /
@@ -30,9 +32,11 @@ from rebalancer.simulate.trace import Trace
 from rebalancer.simulate.workload import CHOICES
 from rebalancer.simulate.world import World
 from tests.simulate.test_policies import (
+    BACKOFF,
     HORIZON,
     LOAD,
     MARGIN,
+    MAX_PROVISION,
     NOTICE,
     PRICES,
     PROVISION,
@@ -48,6 +52,7 @@ RECHECK = 300.0  # the simulator re-reads the risk this often (adapter.RISK_RECH
 def run_world(traces: list[Trace], **changes: Any) -> tuple[World, list[tuple[float, list[str]]]]:
     """Run eviction-aware; return the world and, at every instant something changed, the pools
     the replicas ran on (sorted)."""
+    changes = {"spotPoolMinNodes": 1, **changes}
     world, controller = build(
         "eviction-aware",
         traces=traces,
@@ -72,6 +77,7 @@ def run_world(traces: list[Trace], **changes: Any) -> tuple[World, list[tuple[fl
 
 
 def measure(traces: list[Trace], **changes: Any) -> Result:
+    changes = {"spotPoolMinNodes": 1, **changes}
     return run_policy(
         "eviction-aware",
         traces=traces,
@@ -150,17 +156,20 @@ def test_a_pool_with_recent_evictions_gets_no_replica_under_a_lower_max_risk() -
     # At 600 pool a is lost: the replica there gets its notice, its replacement goes on-demand
     # (failover-to on-demand), on a new on-demand node (Ready 900, the replica 990); the doomed
     # one is deleted at the deadline minus the margin (625). Pool a is then risk medium: 0.088
-    # at 990, as derived below. Capacity is back at 1200: a's minimum node is Ready at 1500,
-    # and a has been quiet since 600 long enough for a return. b has no room (its one node
-    # serves the other replica).
+    # at 990, as derived below. The autoscaler asks a for its minimum node at 600, when a has
+    # no capacity: the request fails at 600 + 900 (max-node-provision-time) and a backs off
+    # for 300 s. Capacity is back at 1200, so the request at 1800 gets a node, Ready at 2100;
+    # a has been quiet since 600 long enough for a return. b has no room (its one node serves
+    # the other replica).
     assert 0.05 <= risk_after_one_preempt(990) < 0.15
     outage = PROVISION + LOAD - (NOTICE - MARGIN)
+    a_ready = EVICTED_AT + MAX_PROVISION + BACKOFF + PROVISION
 
-    # max-risk high accepts medium: the return at 1500 goes to a (its zone has no replica),
-    # Ready at 1590, and the on-demand replica goes.
+    # max-risk high accepts medium: the return at 2100 goes to a (its zone has no replica),
+    # Ready at 2190, and the on-demand replica goes.
     _, timeline = run_world(traces, replicas=2, maxRisk="high")
-    assert pools_at(timeline, 1499) == ["b", "ondemand"]
-    assert pools_at(timeline, 1500 + LOAD + 10) == ["a", "b"]
+    assert pools_at(timeline, a_ready - 1) == ["b", "ondemand"]
+    assert pools_at(timeline, a_ready + LOAD + 10) == ["a", "b"]
 
     # max-risk low does not: a stays medium for the rest of the 3 hours (the decayed Preempt
     # outweighs 5% of the node-hours watched until well after the horizon), so the replica
@@ -172,8 +181,9 @@ def test_a_pool_with_recent_evictions_gets_no_replica_under_a_lower_max_risk() -
     result = measure(traces, replicas=2, maxRisk="low")
     assert result.outages == [pytest.approx(outage)]
     # Paid: b's node all along; a's first node until Azure takes it (630) and its replacement,
-    # kept as the pool's minimum, from the request at 1200; the on-demand node from 600 on.
-    spot_seconds = HORIZON + (EVICTED_AT + NOTICE) + (HORIZON - 1200)
+    # kept as the pool's minimum, from the request that gets capacity (1800: the failed one is
+    # not billed); the on-demand node from 600 on.
+    spot_seconds = HORIZON + (EVICTED_AT + NOTICE) + (HORIZON - a_ready + PROVISION)
     on_demand_seconds = HORIZON - EVICTED_AT
     expected = (spot_seconds * PRICES.spot + on_demand_seconds * PRICES.on_demand) / 3600
     assert result.cost == pytest.approx(expected)
