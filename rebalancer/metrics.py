@@ -427,6 +427,14 @@ class ControllerMetrics:
             ["reason"],
             registry=r,
         )
+        self.notifications = Counter(
+            "rebalancer_notifications_total",
+            "Notifications to the chat or webhook (REBALANCER_NOTIFY_WEBHOOK_URL) by target "
+            "(slack, teams, generic) and outcome: sent, failed (an error, or a 429 or 5xx still "
+            "there after the retries), rate_limited, queue_full (both dropped unsent).",
+            ["target", "outcome"],
+            registry=r,
+        )
         self.policy_refused = Gauge(
             "rebalancer_placement_policy_refused",
             "1 while a workload's declared placement policy is invalid (the last valid one, if "

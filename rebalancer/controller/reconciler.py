@@ -6,7 +6,7 @@
 - apply: the leader's `Executor` (or the dry-run one) applies each step's actions at once, the
   steps in order; a follower applies nothing and keeps its caches warm to take over;
 - measure: the `Recorder` turns the snapshot and each (action, outcome) into metrics, logs and
-  Kubernetes Events.
+  Kubernetes Events, and hands notifications to the `Notifier` (its own task sends them).
 A pass runs whenever an informer sees a change, and at least every `resync_seconds`, once every
 cache has listed. Nothing here decides anything, and no error stops the loop.
 """
@@ -36,6 +36,7 @@ from rebalancer.controller.cost import region_of
 from rebalancer.controller.doctor import Doctor
 from rebalancer.controller.executor import DryRunExecutor, Executor, HistoryObject
 from rebalancer.controller.history import History, history_from_configmap
+from rebalancer.controller.messages import Kind, Target
 from rebalancer.controller.model import (
     HoldInfo,
     NodeInfo,
@@ -44,7 +45,13 @@ from rebalancer.controller.model import (
     WorkloadInfo,
     replicaset_owner,
 )
-from rebalancer.controller.options import planner_settings, retry_policy, risk_settings
+from rebalancer.controller.notifier import Notifier
+from rebalancer.controller.options import (
+    notify_retry_policy,
+    planner_settings,
+    retry_policy,
+    risk_settings,
+)
 from rebalancer.controller.planner import plan
 from rebalancer.controller.record_key import UNLOADED, RecordKey
 from rebalancer.controller.recorder import Recorder
@@ -167,12 +174,26 @@ class Controller:
             metrics=metrics, book=self.prices, interval_seconds=settings.cost_interval_seconds
         )
         self._init_risk_feeds()
+        self.notifier: Notifier | None = None
+        if settings.notify_webhook_url is not None:
+            self.notifier = Notifier(
+                url=settings.notify_webhook_url.get_secret_value(),
+                target=Target(settings.notify_target), metrics=metrics, clock=clock, log=log,
+                cluster=settings.notify_cluster_name,
+                kinds=[Kind(kind) for kind in settings.notify_on],
+                per_minute=settings.notify_rate_per_minute,
+                queue_size=settings.notify_queue_size,
+                timeout_seconds=settings.notify_timeout_seconds,
+                policy=notify_retry_policy(settings),
+                may_send=lambda: self.elector.is_leader,  # one replica tells, the one that acts
+            )  # fmt: skip
         self.recorder = Recorder(
             metrics=metrics, events=None if settings.dry_run else self.events,
             accountant=accountant, clock=clock, log=log, dry_run=settings.dry_run,
             risk=risk_settings(settings), risk_data=self._risk_data,
             risk_interval_seconds=settings.cost_interval_seconds,
             deadline_margin_seconds=settings.deadline_margin_seconds,
+            notify=self.notifier.offer if self.notifier else None,
         )  # fmt: skip
         self.doctor = Doctor(
             client=self.gate, settings=settings, metrics=metrics, clock=clock, log=log,
@@ -268,6 +289,9 @@ class Controller:
         tasks = [asyncio.create_task(self._supervise(i, stop)) for i in self.informers]
         electing = asyncio.create_task(self.elector.run(stop))
         recording = asyncio.create_task(self.events.run(stop))
+        finishing = {electing, recording}
+        if self.notifier is not None:
+            finishing.add(asyncio.create_task(self.notifier.run(stop)))
         try:
             for informer in self.informers:
                 while not informer.synced.is_set() and not stop.is_set():
@@ -303,9 +327,10 @@ class Controller:
                 await self._azure_tokens.close()
             # Not cancelled: on `stop` the elector releases the Lease by itself (a cancel landing
             # in that PUT would leave the other replica waiting a full lease duration), and the
-            # recorder writes the Events still queued, within its own short budget.
+            # recorder writes the Events still queued, within its own short budget (and the
+            # notifier sends what it still holds, within its own).
             stop.set()
-            _, late = await asyncio.wait({electing, recording}, timeout=4.0)
+            _, late = await asyncio.wait(finishing, timeout=4.0)
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)

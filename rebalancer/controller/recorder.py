@@ -6,6 +6,8 @@ Kubernetes Events. The last step of a pass; it decides nothing and writes only E
 - `applied(action, outcome)`: one log line and one count per action outcome, the latencies that
   an outcome ends (notice to cordon, to drained, surge to replacements Ready), and the Event that
   `catalogue.event_for` gives for it.
+- notifications (`messages.py`), handed to `notify` (the notifier's `offer`, which never blocks):
+  a notice acted on (its node cordoned), a blocked fail-over, a missed deadline, a risk move.
 What it keeps in memory serves measurement only (when this process first saw a notice, which
 series exist); nothing here feeds a decision.
 """
@@ -48,6 +50,13 @@ from rebalancer.controller.catalogue import (
 )
 from rebalancer.controller.contain import Failure, Where
 from rebalancer.controller.history import WINDOWS
+from rebalancer.controller.messages import (
+    Notification,
+    deadline_missed,
+    failover_blocked,
+    notice_acted_on,
+    risk_move,
+)
 from rebalancer.controller.model import NodeInfo, Surge
 from rebalancer.controller.planner import Plan
 from rebalancer.controller.policy import in_force
@@ -136,8 +145,10 @@ class Recorder:
         risk_data: RiskData | None = None,
         risk_interval_seconds: float = 10.0,
         deadline_margin_seconds: float = 5.0,
+        notify: Callable[[Notification], None] | None = None,
     ) -> None:
         self._deadline_margin = deadline_margin_seconds
+        self._notify = notify or (lambda _: None)
         self.metrics = metrics
         self._risk_settings = risk or RiskSettings()
         self._risk_data: RiskData = risk_data or (lambda: (None, None))
@@ -259,6 +270,9 @@ class Recorder:
                 reason = seen.missed_reason()
                 self.metrics.drain_missed_deadline.labels(seen.pool, reason).inc()
                 self._log.warning("deadline missed", node=key[0], event_id=key[1], why=reason)
+                self._notify(
+                    deadline_missed(node=key[0], pool=seen.pool, event_id=key[1], why=reason)
+                )
 
     def _deficit(self, snapshot: Snapshot, elapsed: float) -> None:
         for workload in snapshot.workloads.values():
@@ -412,6 +426,7 @@ class Recorder:
             settings=self._risk_settings,
             eviction_rates=rates,
             placement_scores=scores,
+            previous={key: risk.level for key, risk in self.risks.items()},
         )
         m = self.metrics
         series: set[tuple[str, ...]] = set()
@@ -494,7 +509,7 @@ class Recorder:
             self._log.warning(
                 "action failed",
                 action=name,
-                subject=repr(action),
+                subject=action,
                 kind=outcome.error_kind,
                 reason=outcome.detail,
             )
@@ -529,6 +544,11 @@ class Recorder:
         )
         self._count_blocked(action.workload, action.reason)
         tell(self._events, event_for(action, APPLIED), self._clock.now())
+        self._notify(
+            failover_blocked(
+                workload="/".join(action.workload), detail=action.detail, reason=str(action.reason)
+            )
+        )
 
     def _count_blocked(self, workload: WorkloadKey, reason: Reason) -> None:
         self.metrics.failovers.labels("blocked", str(reason)).inc()
@@ -554,6 +574,14 @@ class Recorder:
                     node=action.node,
                     event_id=action.event_id,
                     event_type=action.event_type,
+                )
+                self._notify(
+                    notice_acted_on(
+                        node=action.node,
+                        pool=seen.pool if seen is not None else "",
+                        event_type=action.event_type,
+                        event_id=action.event_id,
+                    )
                 )
             case ScaleUp():
                 self._surge_started.setdefault(
@@ -610,6 +638,13 @@ class Recorder:
                     retire=action.record.retire,
                     why=action.record.why,
                 )
+                self._notify(
+                    risk_move(
+                        workload="/".join(action.workload),
+                        retire=action.record.retire,
+                        why=action.record.why,
+                    )
+                )
             case FinishReturn() if action.purpose == "risk":
                 self.metrics.risk_moves.labels(str(action.reason)).inc()
                 log.info(
@@ -644,7 +679,7 @@ class Recorder:
         if len(self._logged) > 10_000:
             self._logged.clear()
         self._logged.add(key)
-        self._log.info(message, subject=repr(subject), **fields)
+        self._log.info(message, subject=subject, **fields)  # rendered by logging.plain_values
 
 
 def tell(events: EventRecorder | None, event: KubeEvent | None, now: datetime) -> None:

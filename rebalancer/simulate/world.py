@@ -225,6 +225,8 @@ class World:
         self._wake_at: float | None = None
         # The eviction history the controller keeps on the cluster (set by the adapter).
         self.history: Any = None
+        # The level of each spot group at the last assessment (the risk model's hysteresis).
+        self.risk_levels: dict[Any, str] = {}
         for pool in pools:
             if pool.timeline is not None:
                 pool.alive = set(pool.timeline.initially_alive)

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from rebalancer import names
+from rebalancer.controller.risk import RiskSettings
 from rebalancer.simulate.engine import Result, run_policy
 from rebalancer.simulate.policies import build
 from rebalancer.simulate.trace import Trace
@@ -191,13 +192,15 @@ def test_a_pool_with_recent_evictions_gets_no_replica_under_a_lower_max_risk() -
 
 def test_a_high_risk_pool_gets_replicas_again_only_once_its_risk_falls_to_medium() -> None:
     # The same wave with risk level high from 0.08 evictions per node-hour and max-risk medium:
-    # one Preempt makes pool a high (0.088 at 990), which fades below 0.08 at `falls`, derived
-    # from the formula. Until then no replica lands in a; the return to a starts at the first
-    # planner pass after it (at most one risk re-check later) and its replica is Ready 90 s on.
+    # one Preempt makes pool a high (0.088 at 990), which fades clearly below 0.08 (by the
+    # level's 10 % band: below 0.072) at `falls`, derived from the formula. Until then no replica
+    # lands in a; the return to a starts at the first planner pass after it (at most one risk
+    # re-check later) and its replica is Ready 90 s on.
     traces = [trace("a", WAVE), trace("b", [2] * TICKS)]
     high = 0.08
+    below = high * (1 - RiskSettings().level_band)
     assert risk_after_one_preempt(990) >= high
-    falls = next(t for t in range(990, int(HORIZON)) if risk_after_one_preempt(t) < high)
+    falls = next(t for t in range(990, int(HORIZON)) if risk_after_one_preempt(t) < below)
     assert 1500 < falls < HORIZON - RECHECK - LOAD
     _, timeline = run_world(traces, replicas=2, maxRisk="medium", riskHighRatePerHour=high)
     assert all("a" not in pools for at, pools in timeline if EVICTED_AT + NOTICE < at < falls)
