@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import resource
 import ssl
@@ -46,6 +47,7 @@ from rebalancer.metrics import ControllerMetrics
 HOST = service_names("bench", "bench")[2]
 CONNECTS_IN_FLIGHT = 100
 STALL_SECONDS_MAX = 70.0  # a stalled client gives up after this (the unguarded server never ends)
+AT_ONCE_SECONDS = 1.0
 
 
 def raise_file_limit() -> None:
@@ -57,6 +59,7 @@ def raise_file_limit() -> None:
 
 
 async def run_server(directory: Path, unguarded: bool) -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     material = Material(*((directory / n).read_bytes() for n in ("ca.pem", "cert.pem", "key.pem")))
     view = world(1000, 100)
     metrics = ControllerMetrics()
@@ -73,7 +76,8 @@ async def run_server(directory: Path, unguarded: bool) -> None:
         await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
     else:
         runner = await serve(hook, "127.0.0.1", 0, context)
-    print(json.dumps({"port": runner.addresses[0][1], "limits": vars(hook.limits)}), flush=True)
+    started = {"port": runner.addresses[0][1], "limits": vars(hook.limits)}
+    print("started", json.dumps(started), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until told to end
     counters = {
         f"{s.name}{{{','.join(f'{k}={v}' for k, v in s.labels.items())}}}": s.value
@@ -82,7 +86,7 @@ async def run_server(directory: Path, unguarded: bool) -> None:
         for s in family.samples
         if not s.name.endswith("_created")
     }
-    print(json.dumps(counters), flush=True)
+    print("counters", json.dumps(counters), flush=True)
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(5):
             await runner.cleanup()
@@ -134,10 +138,10 @@ async def stall(
             while await reader.read(65536):
                 pass
         flood.closed_after.append(time.monotonic() - started)
+    except TimeoutError:  # before OSError, which it is a kind of
+        flood.still_open += 1
     except (OSError, ssl.SSLError):
         flood.closed_after.append(time.monotonic() - started)
-    except TimeoutError:
-        flood.still_open += 1
     finally:
         writer.transport.abort()
 
@@ -179,6 +183,15 @@ async def keep_reviewing(
     return legit
 
 
+async def said(stdout: asyncio.StreamReader, what: str) -> str:
+    """The server's line that starts with `what` (its log lines, if any, are passed on)."""
+    while line := (await stdout.readline()).decode():
+        if line.startswith(what + " "):
+            return line.removeprefix(what + " ")
+        print("server:", line.rstrip(), file=sys.stderr)
+    raise RuntimeError(f"the server ended without saying {what}")
+
+
 def sample(pid: int) -> tuple[float, int]:
     """Resident memory (MiB) and open files of a process."""
     status = Path(f"/proc/{pid}/status").read_text()
@@ -200,7 +213,7 @@ async def sampling(pid: int, into: list[tuple[float, float, int]], stop: asyncio
 def quantiles(latencies: list[float]) -> str:
     if len(latencies) < 2:
         return f"{len(latencies)} answered"
-    q = statistics.quantiles(latencies, n=100)
+    q = statistics.quantiles(latencies, n=100, method="inclusive")
     return (
         f"{len(latencies)} answered, p50 {q[49] * 1000:.1f} ms, p99 {q[98] * 1000:.1f} ms, "
         f"max {max(latencies) * 1000:.1f} ms"
@@ -225,7 +238,7 @@ async def run(connections: int, unguarded: bool) -> None:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         )  # fmt: skip
         assert server.stdin is not None and server.stdout is not None
-        started = json.loads(await server.stdout.readline())
+        started = json.loads(await said(server.stdout, "started"))
         port = started["port"]
         samples: list[tuple[float, float, int]] = []
         stop_sampling, stop_legit = asyncio.Event(), asyncio.Event()
@@ -256,7 +269,7 @@ async def run(connections: int, unguarded: bool) -> None:
         stop_sampling.set()
         await sampler
         server.stdin.close()
-        counters = json.loads(await server.stdout.readline())
+        counters = json.loads(await said(server.stdout, "counters"))
         await server.wait()
 
     peak_rss = max(s[1] for s in samples)
@@ -266,9 +279,9 @@ async def run(connections: int, unguarded: bool) -> None:
         f"{'aiohttp and asyncio defaults' if unguarded else started['limits']}"
     )
     print(
-        f"flood: {connections} connections attempted in {opened_in:.1f} s "
-        f"(stalled in the handshake: {flood.opened['handshake']}, after partial headers: "
-        f"{flood.opened['headers']}, refused at once: {flood.refused})"
+        f"flood: {connections} connections attempted in {opened_in:.1f} s (TCP connected to "
+        f"stall in the handshake: {flood.opened['handshake']}, TLS connected to stall after "
+        f"partial headers: {flood.opened['headers']}, refused before: {flood.refused})"
     )
     print(
         f"server memory (RSS): {baseline[0]:.0f} MiB before, {during[0]:.0f} MiB once all "
@@ -279,15 +292,18 @@ async def run(connections: int, unguarded: bool) -> None:
         f"server open files: {baseline[1]} before, {during[1]} once all attempted, "
         f"{during_later[1]} 2 s later, peak {peak_fds}, {after[1]} after"
     )
-    closed = sorted(flood.closed_after)
-    if closed:
-        print(
-            f"stalled connections closed by the server: {len(closed)}, after "
-            f"{closed[len(closed) // 2]:.1f} s (median), {closed[-1]:.1f} s (max); "
-            f"still open when the client gave up at {STALL_SECONDS_MAX:.0f} s: {flood.still_open}"
+    at_once = [t for t in flood.closed_after if t < AT_ONCE_SECONDS]
+    later = sorted(t for t in flood.closed_after if t >= AT_ONCE_SECONDS)
+    print(
+        f"stalled connections: {len(at_once)} closed within {AT_ONCE_SECONDS:g} s (reset over "
+        f"the cap), {len(later)} closed later"
+        + (
+            f" (after {later[len(later) // 2]:.1f} s median, {later[-1]:.1f} s max)"
+            if later
+            else ""
         )
-    else:
-        print(f"stalled connections closed by the server: none within {STALL_SECONDS_MAX:.0f} s")
+        + f", {flood.still_open} still open when the client gave up at {STALL_SECONDS_MAX:.0f} s"
+    )
     print(
         f"legitimate reviews on a kept-alive connection: {quantiles(kept_result.latencies)}, "
         f"failed {kept_result.failures}"
