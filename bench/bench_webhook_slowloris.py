@@ -5,7 +5,8 @@ The real `PlacementWebhook` serves in a process of its own (over HTTPS on 127.0.
 (`Limits()`, the settings `webhook_*`). This process then opens `--connections` connections that
 stall, alternately during the TLS handshake (three bytes of a ClientHello, then nothing) and
 after it (a request line and half a header, then nothing), at most 100 connects in flight. While
-they stand, two legitimate clients send reviews: one over a connection kept alive from before the
+they stand (at the cap, each new one displaces the oldest never answered), two legitimate
+clients send reviews: one over a connection kept alive from before the
 flood (as the API server keeps its connections), one on a fresh connection each time. The
 server's resident memory and open files are sampled every 100 ms from /proc; after the flood the
 stalled clients wait for the server to close them.
@@ -295,8 +296,8 @@ async def run(connections: int, unguarded: bool) -> None:
     at_once = [t for t in flood.closed_after if t < AT_ONCE_SECONDS]
     later = sorted(t for t in flood.closed_after if t >= AT_ONCE_SECONDS)
     print(
-        f"stalled connections: {len(at_once)} closed within {AT_ONCE_SECONDS:g} s (reset over "
-        f"the cap), {len(later)} closed later"
+        f"stalled connections closed by the server: {len(at_once)} within "
+        f"{AT_ONCE_SECONDS:g} s of their stall, {len(later)} later"
         + (
             f" (after {later[len(later) // 2]:.1f} s median, {later[-1]:.1f} s max)"
             if later

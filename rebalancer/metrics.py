@@ -141,7 +141,7 @@ WEBHOOK_OUTCOMES = (
     "bad_request", "error",
 )  # fmt: skip
 WEBHOOK_TLS_ERRORS = ("api", "unreadable", "expiring", "no_configuration")
-WEBHOOK_CONNECTIONS_CLOSED = ("over_cap", "handshake_timeout", "handshake_failed")
+WEBHOOK_CONNECTIONS_CLOSED = ("displaced", "over_cap", "handshake_timeout", "handshake_failed")
 WEBHOOK_REQUESTS_REFUSED = ("too_large", "body_timeout", "too_deep", "not_json", "not_review")
 
 
@@ -438,8 +438,9 @@ class ControllerMetrics:
         )
         self.webhook_connections_closed = Counter(
             "rebalancer_webhook_connections_closed_total",
-            "Connections the webhook closed early: over_cap (reset at accept, the cap was "
-            "reached), handshake_timeout (no TLS handshake within "
+            "Connections the webhook closed early: displaced (at the cap, the oldest never "
+            "answered one, reset to make room for a new one), over_cap (a new one reset: every "
+            "connection had been answered), handshake_timeout (no TLS handshake within "
             "webhook_handshake_timeout_seconds), handshake_failed (not TLS, or refused by it).",
             ["reason"],
             registry=r,

@@ -5,8 +5,12 @@ aiohttp's own TCPSite hands every accepted socket to asyncio's TLS and keeps it 
 the client likes: 1500 connections that never finished their headers held 400 MiB (asyncio
 gives each TLS connection a 256 KiB read buffer) and 1500 files, past a minute. Here:
 
-- at most `max_connections` at once, counted from the TCP accept, TLS handshakes included; one
-  more is reset at once, before any TLS work;
+- at most `max_connections` at once, counted from the TCP accept, TLS handshakes included. At
+  the cap a new connection takes the place of the oldest one never answered (still in its
+  handshake, or yet to send a whole request), which is reset; only when every connection has
+  been answered at least once (the API server's kept-alive ones) is the new one reset instead.
+  So a flood of stalled connections cannot keep the API server out, only one that sends valid
+  reviews as fast as they are answered can;
 - the TLS handshake must end within `handshake_timeout_seconds` (asyncio's
   `ssl_handshake_timeout`, through `loop.start_tls`), and closing waits as long for the client's
   close_notify;
@@ -69,6 +73,55 @@ class Limits:
         }
 
 
+class Connections:
+    """The connections open on the webhook's port, from accept to close, oldest first, and
+    whether each has been answered (a response under 400 prepared on it)."""
+
+    def __init__(self, limits: Limits, metrics: ControllerMetrics) -> None:
+        self._limits = limits
+        self._metrics = metrics
+        self._answered: dict[asyncio.Transport, bool] = {}  # TCP transport -> answered
+        self._tcp_of: dict[asyncio.BaseTransport, asyncio.Transport] = {}  # TLS -> TCP
+        self._tls_of: dict[asyncio.Transport, asyncio.BaseTransport] = {}
+
+    def __len__(self) -> int:
+        return len(self._answered)
+
+    def __contains__(self, tcp: object) -> bool:
+        return tcp in self._answered
+
+    def admit(self, tcp: asyncio.Transport) -> bool:
+        """Make room for a new connection; False: there is none (it was reset)."""
+        if len(self._answered) >= self._limits.max_connections:
+            oldest = next((t for t, answered in self._answered.items() if not answered), None)
+            if oldest is None:
+                self._metrics.webhook_connections_closed.labels("over_cap").inc()
+                tcp.abort()  # a reset: no TLS, no buffers, the file is free at once
+                return False
+            self._metrics.webhook_connections_closed.labels("displaced").inc()
+            self.release(oldest)
+            oldest.abort()
+        self._answered[tcp] = False
+        self._metrics.webhook_connections.set(len(self._answered))
+        return True
+
+    def secured(self, tcp: asyncio.Transport, tls: asyncio.BaseTransport) -> None:
+        self._tcp_of[tls], self._tls_of[tcp] = tcp, tls
+
+    def release(self, tcp: asyncio.Transport) -> None:
+        if self._answered.pop(tcp, None) is not None:
+            self._metrics.webhook_connections.set(len(self._answered))
+        tls = self._tls_of.pop(tcp, None)
+        if tls is not None:
+            del self._tcp_of[tls]
+
+    async def on_response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
+        """aiohttp's signal: a connection that got a good answer is no longer displaced."""
+        tcp = self._tcp_of.get(request.transport) if request.transport is not None else None
+        if tcp in self._answered and response.status < 400:
+            self._answered[tcp] = True
+
+
 class GuardedSite(web.BaseSite):
     """An HTTPS site of an aiohttp runner with a connection cap and a handshake timeout."""
 
@@ -80,6 +133,7 @@ class GuardedSite(web.BaseSite):
         *,
         ssl_context: ssl.SSLContext,
         limits: Limits,
+        connections: Connections,
         metrics: ControllerMetrics,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context)
@@ -87,16 +141,12 @@ class GuardedSite(web.BaseSite):
         self._tls = ssl_context
         self._limits = limits
         self._metrics = metrics
-        self._open: set[asyncio.BaseTransport] = set()  # TCP connections, from accept to close
+        self.connections = connections
         self._handshakes: set[asyncio.Task[None]] = set()
 
     @property
     def name(self) -> str:
         return f"https://{self._host}:{self._port}"
-
-    @property
-    def open_connections(self) -> int:
-        return len(self._open)
 
     async def start(self) -> None:
         await super().start()
@@ -114,12 +164,8 @@ class GuardedSite(web.BaseSite):
         await asyncio.gather(*self._handshakes, return_exceptions=True)
 
     def _admit(self, transport: asyncio.Transport) -> bool:
-        if len(self._open) >= self._limits.max_connections:
-            self._metrics.webhook_connections_closed.labels("over_cap").inc()
-            transport.abort()  # a reset: no TLS, no buffers, the file is free at once
+        if not self.connections.admit(transport):
             return False
-        self._open.add(transport)
-        self._metrics.webhook_connections.set(len(self._open))
         # Nothing may be read before TLS takes the socket (the ClientHello would be lost).
         transport.pause_reading()
         task = asyncio.get_running_loop().create_task(self._secure(transport))
@@ -127,10 +173,8 @@ class GuardedSite(web.BaseSite):
         task.add_done_callback(self._handshakes.discard)
         return True
 
-    def _release(self, transport: asyncio.BaseTransport) -> None:
-        if transport in self._open:
-            self._open.discard(transport)
-            self._metrics.webhook_connections.set(len(self._open))
+    def _release(self, transport: asyncio.Transport) -> None:
+        self.connections.release(transport)
 
     async def _secure(self, raw: asyncio.Transport) -> None:
         loop = asyncio.get_running_loop()
@@ -145,20 +189,20 @@ class GuardedSite(web.BaseSite):
             raw.abort()
             self._release(raw)
             raise
-        except ConnectionAbortedError:  # what asyncio's handshake timeout raises
-            self._metrics.webhook_connections_closed.labels("handshake_timeout").inc()
-            self._release(raw)
-            return
-        except (OSError, ValueError, RuntimeError):  # not TLS, refused by it, or gone
-            self._metrics.webhook_connections_closed.labels("handshake_failed").inc()
+        except (OSError, ValueError, RuntimeError) as error:  # not TLS, refused by it, or gone
+            if raw in self.connections:  # not displaced (that was counted already)
+                # ConnectionAbortedError is what asyncio's handshake timeout raises.
+                timed_out = isinstance(error, ConnectionAbortedError)
+                reason = "handshake_timeout" if timed_out else "handshake_failed"
+                self._metrics.webhook_connections_closed.labels(reason).inc()
             self._release(raw)
             return
         server = self._runner.server
-        if secured.lost or transport is None or server is None:
-            if transport is not None:
-                transport.abort()
+        if secured.lost or transport is None or server is None or raw not in self.connections:
+            raw.abort()
             self._release(raw)
             return
+        self.connections.secured(raw, transport)
         secured.attach(server(), transport)
 
 
@@ -239,9 +283,13 @@ async def serve_guarded(
     metrics: ControllerMetrics,
 ) -> web.AppRunner:
     """Serve `app` over HTTPS under `limits`; the caller cleans up with `runner.cleanup()`."""
+    connections = Connections(limits, metrics)
+    app.on_response_prepare.append(connections.on_response_prepare)
     runner = web.AppRunner(app, access_log=None, **limits.handler_args())
     await runner.setup()
-    await GuardedSite(
-        runner, host, port, ssl_context=context, limits=limits, metrics=metrics
-    ).start()
+    site = GuardedSite(
+        runner, host, port, ssl_context=context, limits=limits, connections=connections,
+        metrics=metrics,
+    )  # fmt: skip
+    await site.start()
     return runner

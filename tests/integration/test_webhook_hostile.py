@@ -134,30 +134,46 @@ async def test_a_connection_that_never_finishes_its_headers_is_closed_after_the_
         assert status == 200 and answer["response"]["uid"] == "after"
 
 
-async def test_over_the_cap_a_connection_is_reset_and_a_kept_alive_one_is_still_answered() -> None:
+async def test_at_the_cap_a_new_connection_displaces_the_oldest_never_answered_one() -> None:
     async with webhook(max_connections=3) as served:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as api_server:
-            status, _ = await served.post(request("first"), api_server)  # connection 1, kept
+            status, _ = await served.post(request("first"), api_server)  # answered, kept alive
             assert status == 200
             stalled = [await asyncio.open_connection("127.0.0.1", served.port) for _ in range(2)]
             await until(lambda: served.open_connections() == 3)
-            over_reader, over_writer = await asyncio.open_connection("127.0.0.1", served.port)
-            assert await until_closed(over_reader) == b""  # reset before any TLS
-            over_writer.close()
-            assert served.closed("over_cap") == 1
-            # A new client over the cap gets nowhere, the kept-alive connection is answered.
-            with pytest.raises(aiohttp.ClientError):
-                await served.post(request("new"))
-            assert served.closed("over_cap") == 2
+            # One more stalled connection: the oldest stalled one goes, never the answered one.
+            late = await asyncio.open_connection("127.0.0.1", served.port)
+            assert await until_closed(stalled[0][0]) == b""
+            assert served.closed("displaced") == 1
+            # A new client gets in the same way, and the kept-alive connection is still answered.
+            status, answer = await served.post(request("new"))
+            assert status == 200 and answer["response"]["uid"] == "new"
+            assert await until_closed(stalled[1][0]) == b""
+            assert served.closed("displaced") == 2
             status, answer = await served.post(request("second"), api_server)
             assert status == 200 and answer["response"]["uid"] == "second"
-            # One stalled client goes: its place is free again.
-            stalled[0][1].close()
-            await until(lambda: served.open_connections() == 2)
-            status, answer = await served.post(request("third"))
-            assert status == 200 and answer["response"]["uid"] == "third"
-            for _, writer in stalled[1:]:
+            assert served.closed("over_cap") == 0
+            for _, writer in [*stalled, late]:
                 writer.close()
+
+
+async def test_over_the_cap_of_answered_connections_a_new_one_is_reset() -> None:
+    async with webhook(max_connections=2) as served:
+        sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) for _ in "ab"]
+        try:
+            for session in sessions:
+                status, _ = await served.post(request(), session)
+                assert status == 200
+            reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+            assert await until_closed(reader) == b""  # reset before any TLS
+            writer.close()
+            assert served.closed("over_cap") == 1
+            assert served.closed("displaced") == 0
+            status, _ = await served.post(request("kept"), sessions[0])
+            assert status == 200
+        finally:
+            for session in sessions:
+                await session.close()
 
 
 async def test_an_oversized_body_is_answered_413_whether_its_length_is_said_or_not() -> None:
