@@ -158,10 +158,15 @@ class Review:
     dry_run: bool = False
 
 
+# The API server's uids are UUIDs (36 characters); the webhook remembers the uids of its recent
+# placements, so a longer one is not a review it answers.
+MAX_UID_LENGTH = 128
+
+
 def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review:
     request = body.get("request") if isinstance(body, dict) else None
     uid = request.get("uid") if isinstance(request, dict) else None
-    if not isinstance(request, dict) or not isinstance(uid, str):
+    if not isinstance(request, dict) or not isinstance(uid, str) or len(uid) > MAX_UID_LENGTH:
         return Review({}, "bad_request")
 
     def allow(outcome: str, **extra: Any) -> Review:

@@ -13,18 +13,22 @@ import asyncio
 import json
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from aiohttp import web
 
-from rebalancer.controller.admission import Admitted, View, review
+from rebalancer.controller.admission import MAX_UID_LENGTH, Admitted, View, review
 from rebalancer.controller.webhook_server import Limits, serve_guarded
 from rebalancer.metrics import ControllerMetrics
 
 PATH = "/mutate-pods"
 RECENT_SECONDS = 30.0
+# Placements remembered at once: a burst of a few thousand pods fits; a flood of reviews keeps
+# the newest (issue 18: every cache of what others send is bounded).
+MAX_RECENT = 10_000
 
 
 class Refused(Exception):
@@ -66,7 +70,7 @@ class PlacementWebhook:
         self._now = now
         self._log = log
         self.limits = limits or Limits()
-        self.admitted: list[Admitted] = []
+        self.admitted: deque[Admitted] = deque(maxlen=MAX_RECENT)  # oldest first
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.limits.max_body_bytes)
@@ -126,7 +130,8 @@ class PlacementWebhook:
     def answer(self, body: object) -> dict[str, object]:
         now = self._now()
         horizon = now - timedelta(seconds=RECENT_SECONDS)
-        self.admitted = [a for a in self.admitted if a.at >= horizon]
+        while self.admitted and self.admitted[0].at < horizon:
+            self.admitted.popleft()
         result = review(body, self._view(), self.admitted)
         self.metrics.webhook_reviews.labels(result.outcome).inc()
         decision, workload = result.decision, result.workload
@@ -165,4 +170,4 @@ async def serve(
 def _uid_of(body: Any) -> str:
     request = body.get("request") if isinstance(body, dict) else None
     uid = request.get("uid") if isinstance(request, dict) else None
-    return uid if isinstance(uid, str) else ""
+    return uid if isinstance(uid, str) and len(uid) <= MAX_UID_LENGTH else ""
