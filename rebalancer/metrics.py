@@ -141,7 +141,9 @@ WEBHOOK_OUTCOMES = (
     "bad_request", "error",
 )  # fmt: skip
 WEBHOOK_TLS_ERRORS = ("api", "unreadable", "expiring", "no_configuration")
-WEBHOOK_CONNECTIONS_CLOSED = ("displaced", "over_cap", "handshake_timeout", "handshake_failed")
+WEBHOOK_CONNECTIONS_CLOSED = (
+    "displaced", "over_cap", "handshake_timeout", "handshake_failed", "write_timeout",
+)  # fmt: skip
 WEBHOOK_REQUESTS_REFUSED = ("too_large", "body_timeout", "too_deep", "not_json", "not_review")
 
 
@@ -441,7 +443,8 @@ class ControllerMetrics:
             "Connections the webhook closed early: displaced (at the cap, the oldest never "
             "answered one, reset to make room for a new one), over_cap (a new one reset: every "
             "connection had been answered), handshake_timeout (no TLS handshake within "
-            "webhook_handshake_timeout_seconds), handshake_failed (not TLS, or refused by it).",
+            "webhook_handshake_timeout_seconds), handshake_failed (not TLS, or refused by it), "
+            "write_timeout (did not read its answers for webhook_request_timeout_seconds).",
             ["reason"],
             registry=r,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -267,3 +268,17 @@ async def test_full_width_digits_are_never_read_as_numbers_and_the_pod_is_allowe
         status, answer = await served.post(request("policy"))
         assert answer["response"] == {"uid": "policy", "allowed": True}
         assert served.metrics.webhook_reviews.labels("no_policy")._value.get() == 1
+
+
+async def test_a_client_that_never_reads_its_answers_is_cut_off() -> None:
+    async with webhook(request_timeout_seconds=0.5) as served:
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(raw, ("127.0.0.1", served.port))
+        _, writer = await asyncio.open_connection(sock=raw, ssl=TRUST, server_hostname=HOST)
+        # Pipelined requests whose answers (404s) pile up on the server: never read here.
+        writer.write(b"GET /nothing HTTP/1.1\r\nHost: webhook\r\n\r\n" * 30_000)
+        await until(lambda: served.closed("write_timeout") == 1)
+        writer.transport.abort()
+        await until(lambda: served.open_connections() == 0)
