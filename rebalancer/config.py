@@ -306,6 +306,42 @@ class ControllerSettings(CommonSettings):
     webhook_tls_check_seconds: float = Field(
         60.0, gt=0, le=3600, description="How often the webhook's Secret is read (and renewed)."
     )
+    webhook_handshake_timeout_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        description="A client must finish the webhook's TLS handshake within this (and answer "
+        "our TLS close within this).",
+    )
+    webhook_request_timeout_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="A webhook connection must send a request's headers within this of the "
+        "handshake or of the last answer; an idle keep-alive connection is closed after it.",
+    )
+    webhook_body_timeout_seconds: float = Field(
+        5.0, gt=0, le=60, description="A request's body must arrive within this of its headers."
+    )
+    webhook_max_connections: int = Field(
+        256,
+        ge=1,
+        le=10_000,
+        description="Connections the webhook holds at once, TLS handshakes included (each costs "
+        "about 300 KiB); one more is reset at once.",
+    )
+    webhook_max_body_bytes: int = Field(
+        3 * 1024 * 1024,
+        ge=4096,
+        le=64 * 1024 * 1024,
+        description="Largest AdmissionReview read (the API server's own request limit is 3 MiB).",
+    )
+    webhook_max_json_depth: int = Field(
+        64,
+        ge=8,
+        le=500,
+        description="Deepest JSON nesting read in an AdmissionReview (a Pod needs about 15).",
+    )
     hold_before_notice: bool = Field(
         False,
         description="Hold every managed Deployment with a replica on spot with a "

@@ -7,6 +7,8 @@ slow and large; these hold only what a decision needs.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,24 +35,55 @@ from rebalancer.timefmt import parse_iso
 MAX_RECORD_REPLICAS = 10_000
 
 
+# A Kubernetes quantity: a signed decimal and an optional suffix (binary SI, decimal SI or an
+# exponent), in ASCII only: [0-9], never \d (which matches every Unicode digit).
+_QUANTITY = re.compile(
+    r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]{1,3})?",
+    re.ASCII,
+)
+_MULTIPLIERS = {
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
+    "n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "E": 1e18,
+}  # fmt: skip
+MAX_QUANTITY_LENGTH = 64
+
+
+def quantity(text: str) -> float | None:
+    """A Kubernetes quantity ('500m', '16Gi', '1', '2k', '1e3') as a finite float; None for text
+    that is not one. A Pod in an admission review is the client's text: `float()` would read
+    full-width digits ('\uff13' as 3), '1_0', 'nan', and '1e999' as infinity (which `int()` then
+    raises on)."""
+    text = text.strip(" \t")
+    match = _QUANTITY.fullmatch(text) if len(text) <= MAX_QUANTITY_LENGTH else None
+    if match is None:
+        return None
+    number, suffix = match.group(1), match.group(2) or ""
+    if len(suffix) > 1 and suffix[0] in "eE":
+        parsed = float(number + suffix)
+    else:
+        parsed = float(number) * _MULTIPLIERS[suffix]
+    return parsed if math.isfinite(parsed) else None
+
+
 def parse_quantity(value: object) -> float:
-    """A Kubernetes quantity ('500m', '16Gi', '1', '2k') as a float; 0 for what it cannot read."""
-    text = str(value or "0").strip()
-    suffixes = {
-        "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-        "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
-        "E": 1e18,
-    }  # fmt: skip
-    for suffix in sorted(suffixes, key=len, reverse=True):
-        if text.endswith(suffix):
-            try:
-                return float(text[: -len(suffix)]) * suffixes[suffix]
-            except ValueError:
-                return 0.0
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0
+    """A quantity as a float; 0 for what is not one (see `quantity`)."""
+    return quantity(str(value or "0")) or 0.0
+
+
+def _gpu_quantities(pod_spec: Mapping[str, Any]) -> Iterable[object]:
+    for container in pod_spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        for kind in ("limits", "requests"):
+            wanted = (resources.get(kind) or {}).get(GPU_RESOURCE)
+            if wanted is not None:
+                yield wanted
+
+
+def unreadable_gpus(pod_spec: Mapping[str, Any]) -> bool:
+    """Whether a GPU request of the pod is not a quantity (the API server refuses such a pod)."""
+    return any(quantity(str(q)) is None for q in _gpu_quantities(pod_spec))
 
 
 def gpus_of(pod_spec: Mapping[str, Any]) -> int:

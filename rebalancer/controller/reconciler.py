@@ -57,6 +57,7 @@ from rebalancer.controller.record_key import UNLOADED, RecordKey
 from rebalancer.controller.recorder import Recorder
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.webhook import PlacementWebhook, serve
+from rebalancer.controller.webhook_server import Limits
 from rebalancer.controller.webhook_tls import TlsKeeper, load_into, server_context, service_names
 from rebalancer.http import Health
 from rebalancer.kube.client import Requester
@@ -204,7 +205,10 @@ class Controller:
         self.passes = 0
         self._dead_informers: set[str] = set()
         self.view: View | None = None  # placement reads the last pass's view
-        self.webhook = PlacementWebhook(lambda: self.view, metrics=metrics, now=clock.now, log=log)
+        self.webhook = PlacementWebhook(
+            lambda: self.view, metrics=metrics, now=clock.now, log=log,
+            limits=Limits.of(settings),
+        )  # fmt: skip
         self.tls = TlsKeeper(
             writer, namespace=settings.namespace, secret=settings.webhook_secret,
             configuration=settings.webhook_configuration,

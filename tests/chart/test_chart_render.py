@@ -498,6 +498,30 @@ def test_network_policies_admit_only_the_given_peers_to_the_metrics_port(
             assert ports == ["http-metrics"]
 
 
+def test_the_webhook_port_admits_only_the_given_peers(tools: Tools) -> None:
+    """The README's AKS example: the konnectivity agents and the API server's subnet."""
+    peers = [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"app": "konnectivity-agent"}},
+        },
+        {"ipBlock": {"cidr": "10.225.0.0/28"}},
+    ]
+    objects = tools.template(
+        "--set", "networkPolicy.enabled=true", "--set", "controller.webhook.enabled=true",
+        "--set-json", f"networkPolicy.webhookFrom={json.dumps(peers)}",
+    )  # fmt: skip
+    (policy,) = [
+        obj
+        for obj in objects
+        if obj["kind"] == "NetworkPolicy"
+        and obj["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"
+    ]
+    assert policy["spec"]["ingress"] == [
+        {"from": peers, "ports": [{"port": "webhook", "protocol": "TCP"}]}
+    ]
+
+
 def test_network_policies_without_peers_admit_nothing(tools: Tools) -> None:
     """No peers means no ingress rule at all: a rule without `from` would admit every source."""
     policies = [

@@ -250,6 +250,12 @@ SETTING_CASES = [
     ("returnMaxConcurrent", -1),
     ("pricesRefreshSeconds", 30),
     ("costIntervalSeconds", 0),
+    ("webhookHandshakeTimeoutSeconds", 0),
+    ("webhookRequestTimeoutSeconds", 301),
+    ("webhookMaxConnections", 0),
+    ("webhookMaxConnections", 1.5),
+    ("webhookMaxBodyBytes", 1024),
+    ("webhookMaxJsonDepth", 501),
 ]
 
 
