@@ -24,6 +24,7 @@ from rebalancer.simulate.trace import MAX_TRACE_BYTES, Trace, parse_trace
 from rebalancer.simulate.workload import CHOICES, KEYS, Scenario, prices_for, scenario_from
 
 MAX_TRACES = 1000  # pools in one simulation: the public data set has 14 traces
+MAX_CONFIG_BYTES = 1024 * 1024  # a scenario file is a few lines
 
 
 def _read(path: Path, what: str, *, limit: int | None = None) -> str:
@@ -62,11 +63,23 @@ def load_traces(paths: Sequence[Path]) -> list[Trace]:
     ]
 
 
+class _NoAliases(yaml.SafeLoader):
+    """YAML without anchors and aliases: a scenario needs none, and a few aliased lines expand
+    into gigabytes once the value is walked or printed in a message ("billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(None, None, "an alias (*name): not allowed", mark)
+        return super().compose_node(parent, index)
+
+
 def load_config(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(_read(path, "config"))
+        data = yaml.load(_read(path, "config", limit=MAX_CONFIG_BYTES), Loader=_NoAliases)
     except yaml.YAMLError as error:
-        raise InputError(f"{path}: not YAML: {error}") from None
+        # PyYAML's message spans lines (the mark and a caret): one line here.
+        raise InputError(f"{path}: not YAML: {' '.join(str(error).split())}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

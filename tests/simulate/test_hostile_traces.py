@@ -142,3 +142,30 @@ def test_a_number_flag_must_be_finite(value: str, capsys: pytest.CaptureFixture[
         main(["simulate", f"--days={value}"])
     assert exit_.value.code == 2
     assert f"argument --days: '{value}' is not a finite number" in capsys.readouterr().err
+
+
+LAUGHS = """traces: &a ["x.json", "x", "x", "x", "x", "x", "x", "x", "x"]
+replicas: [&b [*a, *a, *a, *a, *a, *a, *a, *a, *a], &c [*b, *b, *b, *b, *b, *b, *b, *b, *b],
+  &d [*c, *c, *c, *c, *c, *c, *c, *c, *c], &e [*d, *d, *d, *d, *d, *d, *d, *d, *d],
+  &f [*e, *e, *e, *e, *e, *e, *e, *e, *e], &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]]
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (LAUGHS, "not YAML: an alias (*name): not allowed"),  # on main: a 50 MB message
+        ("replicas: [1\n", "not YAML: while parsing a flow sequence"),
+        ("# " + "x" * (1024 * 1024) + "\n", "config larger than 1048576 bytes"),
+    ],
+    ids=["billion laughs", "broken YAML", "too large"],
+)
+def test_a_hostile_config_is_one_line_and_exit_2(
+    text: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    assert main(["simulate", "--config", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"rebalancer simulate: {path}: {problem}")
+    assert len(line) < 1000
