@@ -5,5 +5,6 @@ misconfigured (`doctor`). It only reads, and computes with the controller's own 
 - `gather.py`: the reads (the only module here that does I/O);
 - `view.py`: what was read, turned into the controller's views and settings (pure);
 - `status.py`, `doctor.py`: the two commands' content and its text form (pure);
+- `terminal.py`: control characters in what the cluster wrote, shown and not obeyed (pure);
 - `main.py`: the command line.
 """

@@ -12,6 +12,7 @@ import textwrap
 from typing import Any
 
 from rebalancer.controller.checkup import ERROR, SEVERITIES, Finding, diagnose
+from rebalancer.plugin.terminal import printable_document
 from rebalancer.plugin.view import View
 
 Json = dict[str, Any]
@@ -37,6 +38,9 @@ def failed(findings: list[Finding]) -> bool:
 
 
 def render(document: Json) -> str:
+    """The report as text, control characters from the cluster escaped (the YAML keeps its lines:
+    `yaml.safe_dump` escapes those in the values it writes)."""
+    document = printable_document(document, multiline=("yaml",))
     findings = document["findings"]
     summary = document["summary"]
     if findings:

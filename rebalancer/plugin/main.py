@@ -25,6 +25,7 @@ from rebalancer.kube.client import KubeClient
 from rebalancer.kube.errors import KubeError
 from rebalancer.plugin import doctor, status
 from rebalancer.plugin.gather import ReadFailed, gather
+from rebalancer.plugin.terminal import printable
 from rebalancer.plugin.view import View, build_view
 
 PROG = "kubectl spot-rebalancer"
@@ -92,10 +93,13 @@ def run(args: argparse.Namespace, clock: Clock) -> int:
         prices = Path(args.prices).read_text() if args.prices else None
         view = asyncio.run(read_view(args, clock, prices))
     except (ReadFailed, KubeError, OSError, ValueError) as error:
-        print(f"{PROG}: {error}", file=sys.stderr)
+        print(f"{PROG}: {printable(str(error))}", file=sys.stderr)
         return 2
     except Exception as error:  # a kubeconfig that does not load, and the like: one line
-        print(f"{PROG}: cannot read the cluster: {type(error).__name__}: {error}", file=sys.stderr)
+        print(
+            f"{PROG}: cannot read the cluster: {type(error).__name__}: {printable(str(error))}",
+            file=sys.stderr,
+        )
         return 2
     if args.command == "status":
         document = status.status_of(view)
@@ -107,7 +111,9 @@ def run(args: argparse.Namespace, clock: Clock) -> int:
         text = doctor.render(document)
         code = 1 if doctor.failed(findings) else 0
     if args.output == "json":
-        print(json.dumps(document, indent=2))
+        # ensure_ascii (the default) writes every control character as \uXXXX: inert on a
+        # terminal, the same value to a JSON reader.
+        print(json.dumps(document, indent=2, ensure_ascii=True))
     else:
         print(text, end="")
     return code

@@ -1,7 +1,8 @@
 """`kubectl spot-rebalancer status`: what the controller sees, from one view. Pure.
 
 `status_of(view)` gives one JSON document (the `-o json` output, its shape in
-docs/interfaces.md); `render(status)` writes the same document as text, so the two never differ.
+docs/interfaces.md); `render(status)` writes the same document as text, so the two never differ
+(with control characters from the cluster escaped: `terminal.py`).
 Every figure comes from the controller's own code: pools (`pools.py`), managed workloads
 (`planner.managed`), notices (`notices.py`), surge and return records (`model.py`), eviction risk
 (`risk.py`, from the eviction history and the priors: Azure's feeds are the controller's only),
@@ -21,6 +22,7 @@ from rebalancer.controller.options import risk_settings
 from rebalancer.controller.planner import managed
 from rebalancer.controller.pools import Pool, pools_of, with_declared
 from rebalancer.controller.risk import LEVELS, PLACEMENT_SCORE, RESOURCE_GRAPH, Risk, assess
+from rebalancer.plugin.terminal import printable_document
 from rebalancer.plugin.view import View
 from rebalancer.timefmt import iso
 
@@ -299,6 +301,8 @@ def _per_pool(workload: Json, priority: str) -> str:
 
 
 def render(status: Json) -> str:
+    """The document as text; whatever in it came from the cluster is shown, not obeyed."""
+    status = printable_document(status)
     lines = _render_install(status["install"])
     pools = status["pools"]
     lines += ["", *_table(

@@ -7,6 +7,7 @@ prints it and returns 2.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,13 +20,22 @@ from rebalancer.simulate import InputError
 from rebalancer.simulate.engine import simulate
 from rebalancer.simulate.policies import DEFAULT_POLICIES, POLICIES, UNAVAILABLE
 from rebalancer.simulate.report import describe, table, to_html, to_json
-from rebalancer.simulate.trace import Trace, parse_trace
+from rebalancer.simulate.trace import MAX_TRACE_BYTES, Trace, parse_trace
 from rebalancer.simulate.workload import CHOICES, KEYS, Scenario, prices_for, scenario_from
 
+MAX_TRACES = 1000  # pools in one simulation: the public data set has 14 traces
+MAX_CONFIG_BYTES = 1024 * 1024  # a scenario file is a few lines
 
-def _read(path: Path, what: str) -> str:
+
+def _read(path: Path, what: str, *, limit: int | None = None) -> str:
+    """The file's text; with `limit`, more bytes than that is an InputError (read no further:
+    a trace path may name anything, /dev/zero included)."""
     try:
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            raw = file.read() if limit is None else file.read(limit + 1)
+        if limit is not None and len(raw) > limit:
+            raise InputError(f"{path}: {what} larger than {limit} bytes")
+        return raw.decode("utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: {what} not found") from None
     except IsADirectoryError:
@@ -45,14 +55,31 @@ def load_traces(paths: Sequence[Path]) -> list[Trace]:
             files += found
         else:
             files.append(path)
-    return [parse_trace(_read(f, "trace"), source=str(f), name=f.stem) for f in files]
+    if len(files) > MAX_TRACES:
+        raise InputError(f"{len(files)} trace files, more than {MAX_TRACES} (pools)")
+    return [
+        parse_trace(_read(f, "trace", limit=MAX_TRACE_BYTES), source=str(f), name=f.stem)
+        for f in files
+    ]
+
+
+class _NoAliases(yaml.SafeLoader):
+    """YAML without anchors and aliases: a scenario needs none, and a few aliased lines expand
+    into gigabytes once the value is walked or printed in a message ("billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(None, None, "an alias (*name): not allowed", mark)
+        return super().compose_node(parent, index)
 
 
 def load_config(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(_read(path, "config"))
+        data = yaml.load(_read(path, "config", limit=MAX_CONFIG_BYTES), Loader=_NoAliases)
     except yaml.YAMLError as error:
-        raise InputError(f"{path}: not YAML: {error}") from None
+        # PyYAML's message spans lines (the mark and a caret): one line here.
+        raise InputError(f"{path}: not YAML: {' '.join(str(error).split())}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -65,6 +92,17 @@ def load_prices(path: Path) -> PriceTable:
         return parse_price_file(_read(path, "price file")).merged_over(BUNDLED)
     except PriceFileError as error:
         raise InputError(f"{path}: {error}") from None
+
+
+def _finite(text: str) -> float:
+    """A number flag: float() also reads nan and inf, which no setting means."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,7 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
     parser.add_argument("--grace-seconds", type=int)
     parser.add_argument("--on-demand-limit", type=int, help="on-demand nodes at most")
-    parser.add_argument("--scale-down-seconds", type=float)
+    parser.add_argument("--scale-down-seconds", type=_finite)
     parser.add_argument("--vm-size")
     parser.add_argument("--region")
     parser.add_argument("--gpus-per-node", type=int)
@@ -159,10 +197,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in controller:
         env = "REBALANCER_" + name.upper().replace("-", "_")
         parser.add_argument(
-            f"--{name}", type=float, help=f"the controller's {env} (default: its own)"
+            f"--{name}", type=_finite, help=f"the controller's {env} (default: its own)"
         )
     parser.add_argument("--prices", metavar="FILE", help="price file (default: bundled table)")
-    parser.add_argument("--days", type=float, help="simulate only the first DAYS of the traces")
+    parser.add_argument("--days", type=_finite, help="simulate only the first DAYS of the traces")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")

@@ -13,13 +13,21 @@ each of our nodes with probability 6/16, and a wave to 0 takes them all.
 
 The pool's nodes are in the zone the file's name gives (`Trace.zone`).
 
-Not here: reading files (`files.py`).
+Whatever a file says is checked before any of it is used, against bounds no real trace comes near
+(the public SkyPilot files: at most 16 KB, 5131 ticks, 16 instances, ticks of 300-600 s, 27 days,
+2962 instances lost and returned): a hostile file gets one InputError naming it and the problem,
+never a traceback, a hang or memory in proportion to a number it holds (`max(data)` slots are
+allocated, and every drop and rise becomes events).
+
+Not here: reading files (`files.py`, which bounds the size read).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,12 +77,78 @@ class Trace:
         return self.data[index]
 
 
-def parse_trace(text: str, *, source: str, name: str) -> Trace:
-    """A trace from its JSON text; InputError naming `source` and the first problem."""
+# Bounds a real trace never reaches (see above), each far beyond the real ones.
+MAX_TRACE_BYTES = 4 * 1024 * 1024  # the file (250 x the largest public one)
+MAX_JSON_DEPTH = 8  # the format needs 2: {"metadata": {...}, "data": [...]}
+MAX_JSON_CONTAINERS = 64  # arrays and objects in all: the format needs 3
+MAX_NUMBER_DIGITS = 18  # an integer's digits (no count or duration needs more)
+MIN_GAP_SECONDS = 1.0
+MAX_GAP_SECONDS = 86400.0  # a tick of a day
+MAX_TICKS = 1_000_000
+MAX_TRACE_SECONDS = 366 * 86400.0  # a year
+MAX_INSTANCES = 1000  # per tick: an AKS node pool's limit
+MAX_CHANGES = 100_000  # instances lost plus instances returned, over the whole trace
+
+# A JSON string, or an unterminated one to the end (the parser refuses it later): every match
+# succeeds where it starts and nothing backtracks, so blanking them is linear in the text.
+_STRING = re.compile(r'"(?:[^"\\]|\\.?)*+(?:"|\Z)', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+class _Refused(ValueError):
+    """A number `json.loads` must not turn into a value (raised from its hooks)."""
+
+
+def _structure_problem(text: str) -> str | None:
+    """Too many arrays and objects, or nested too deep (checked before parsing: the parser
+    recurses once per level). Strings are blanked first: brackets in them are text."""
+    skeleton = _STRING.sub('""', text)
+    if skeleton.count("[") + skeleton.count("{") > MAX_JSON_CONTAINERS:
+        return f"more than {MAX_JSON_CONTAINERS} arrays and objects"
+    depth = 0
+    for bracket in _BRACKET.finditer(skeleton):
+        depth += 1 if bracket.group() in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    return None
+
+
+def _constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a number a trace can hold")
+
+
+def _integer(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise _Refused(f"a number of {len(text.lstrip('-'))} digits")
+    return int(text)
+
+
+def _real(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise _Refused(f"{text[:20]}{'...' if len(text) > 20 else ''} is not a finite number")
+    return value
+
+
+def _load(text: str, source: str) -> Any:
+    """The JSON document, with its size, depth and numbers bounded (NaN, Infinity and 1e999,
+    which Python's json reads as floats, refused)."""
+    if len(text) > MAX_TRACE_BYTES:
+        raise InputError(f"{source}: not a spot trace: larger than {MAX_TRACE_BYTES} bytes")
+    problem = _structure_problem(text)
+    if problem is not None:
+        raise InputError(f"{source}: not a spot trace: {problem}")
     try:
-        document: Any = json.loads(text)
+        return json.loads(text, parse_constant=_constant, parse_int=_integer, parse_float=_real)
     except json.JSONDecodeError as error:
         raise InputError(f"{source}: not a spot trace: not JSON ({error})") from None
+    except _Refused as error:
+        raise InputError(f"{source}: not a spot trace: {error}") from None
+
+
+def parse_trace(text: str, *, source: str, name: str) -> Trace:
+    """A trace from its JSON text; InputError naming `source` and the first problem."""
+    document: Any = _load(text, source)
     if not isinstance(document, dict):
         raise InputError(f"{source}: not a spot trace: expected an object with metadata and data")
     metadata = document.get("metadata")
@@ -83,12 +157,25 @@ def parse_trace(text: str, *, source: str, name: str) -> Trace:
     gap = metadata["gap_seconds"]
     if isinstance(gap, bool) or not isinstance(gap, int | float) or gap <= 0:
         raise InputError(f"{source}: metadata.gap_seconds must be a positive number, not {gap!r}")
+    if not MIN_GAP_SECONDS <= gap <= MAX_GAP_SECONDS:
+        raise InputError(
+            f"{source}: metadata.gap_seconds {gap} is outside {MIN_GAP_SECONDS:.0f}.."
+            f"{MAX_GAP_SECONDS:.0f} s"
+        )
     data = document.get("data")
     if not isinstance(data, list):
         raise InputError(f"{source}: not a spot trace: no data list")
     if not data:
         raise InputError(f"{source}: empty trace: data has no ticks")
+    if len(data) > MAX_TICKS:
+        raise InputError(f"{source}: {len(data)} ticks, more than {MAX_TICKS}")
+    if len(data) * gap > MAX_TRACE_SECONDS:
+        raise InputError(
+            f"{source}: {len(data)} ticks of {gap} s span {len(data) * gap / 86400:.0f} days, "
+            f"more than {MAX_TRACE_SECONDS / 86400:.0f}"
+        )
     values: list[int] = []
+    changes = 0
     for index, value in enumerate(data):
         if value is None:
             raise InputError(
@@ -99,6 +186,17 @@ def parse_trace(text: str, *, source: str, name: str) -> Trace:
             raise InputError(f"{source}: tick {index}: {value!r} is not a whole instance count")
         if value < 0:
             raise InputError(f"{source}: tick {index}: negative instance count {value}")
+        if value > MAX_INSTANCES:
+            raise InputError(
+                f"{source}: tick {index}: {value:.0f} instances, more than {MAX_INSTANCES} "
+                "(an AKS node pool's limit)"
+            )
+        if values:
+            changes += abs(int(value) - values[-1])
+            if changes > MAX_CHANGES:
+                raise InputError(
+                    f"{source}: more than {MAX_CHANGES} instances lost and returned by tick {index}"
+                )
         values.append(int(value))
     return Trace(name=name, source=source, gap_seconds=float(gap), data=tuple(values))
 

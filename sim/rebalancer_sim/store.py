@@ -48,6 +48,9 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 
 DEFAULT_HISTORY = 20_000
+# kube-apiserver's limit on one object's annotations, keys and values together, in UTF-8 bytes
+# (apimachinery `validation.TotalAnnotationSizeLimitB`), checked on every create and update.
+TOTAL_ANNOTATION_SIZE_LIMIT_BYTES = 256 * 1024
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _NAME_RULE = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
@@ -316,6 +319,7 @@ class Store:
             meta.pop("namespace", None)
         if self.get(resource, namespace, name) is not None:
             raise already_exists(resource, name)
+        _check_annotations(resource, name, meta)
         defaults.on_create(resource, obj)
         obj["apiVersion"] = resource.api_version
         obj["kind"] = resource.kind
@@ -384,6 +388,7 @@ class Store:
                 new_meta["generation"] = old_meta.get("generation", 1) + 1
             if resource is R.PODS:
                 _check_pod_update(existing, new)
+        _check_annotations(resource, name, new["metadata"])
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
         if new == existing:
             return existing  # a no-op write: upstream keeps the resourceVersion, no event
@@ -636,6 +641,25 @@ def _owner_uids(obj: Obj | None) -> frozenset[str]:
     if not refs:
         return frozenset()
     return frozenset(ref["uid"] for ref in refs if "uid" in ref)
+
+
+def _check_annotations(resource: ResourceType, name: str, meta: Obj) -> None:
+    """422 for annotations over the limit, as apimachinery's `ValidateAnnotations` words it: the
+    product's writes near the limit (a Node's annotations) must fail here as they do upstream."""
+    annotations = meta.get("annotations") or {}
+    size = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
+    if size > TOTAL_ANNOTATION_SIZE_LIMIT_BYTES:
+        raise invalid(
+            resource,
+            name,
+            [
+                (
+                    "metadata.annotations",
+                    "FieldValueTooLong",
+                    f"Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT_BYTES} bytes",
+                )
+            ],
+        )
 
 
 def _check_pod_update(existing: Obj, new: Obj) -> None:

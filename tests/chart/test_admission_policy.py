@@ -7,6 +7,7 @@ It is rendered only where the API server serves the kind: `helm install` asks th
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,55 @@ def test_everything_else_renders_as_before(tools: Tools) -> None:
     without = tools.template()
     assert [obj for obj in with_policy if obj["kind"] not in POLICY_KINDS] == without
     assert len(by_kind(with_policy, "ValidatingAdmissionPolicy")) == 1
+
+
+# Node status fields by the Kubernetes version that added them, read from k8s.io/api core/v1
+# NodeStatus (v0.30.0, v0.31.0, v0.34.4, v0.35.0). The policy compares each with the old object,
+# but these three: conditions (all but the agent's own, compared apart) and capacity and
+# allocatable (CEL cannot type-check maps of quantities: the README says so).
+NODE_STATUS_FIELDS = {
+    "1.30.0": ("capacity", "allocatable", "phase", "conditions", "addresses", "daemonEndpoints",
+               "nodeInfo", "images", "volumesInUse", "volumesAttached", "config",
+               "runtimeHandlers"),
+    "1.31.0": ("features",),
+    "1.35.0": ("declaredFeatures",),
+}  # fmt: skip
+NOT_COMPARED_ALONE = {"capacity", "allocatable", "conditions"}
+
+
+def status_fields_of(version: str) -> set[str]:
+    def key(text: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in text.split("."))
+
+    return {
+        field
+        for since, fields in NODE_STATUS_FIELDS.items()
+        if key(since) <= key(version)
+        for field in fields
+    }
+
+
+def compared_status_fields(policy: dict[str, Any]) -> set[str]:
+    """The status fields a validation of the policy holds equal to the old object's."""
+    found = set()
+    for validation in policy["spec"]["validations"]:
+        expression = " ".join(validation["expression"].split())
+        for field in re.findall(r"object\.status\.(\w+) == oldObject\.status\.(\w+)", expression):
+            if field[0] == field[1]:
+                found.add(field[0])
+    return found
+
+
+@pytest.mark.parametrize("helm", HELM_VERSIONS)
+@pytest.mark.parametrize("kubernetes", ["1.30.0", "1.31.0", "1.34.4", "1.35.0"])
+def test_every_node_status_field_of_the_servers_version_is_held(
+    tools: Tools, helm: str, kubernetes: str
+) -> None:
+    """runtimeHandlers and features were writable by the agent (issue 18): each field of the
+    version's NodeStatus is compared, and none the version does not have (it would not
+    type-check, and then the policy refuses every request)."""
+    policy = one(tools.template(*SERVED, "--kube-version", kubernetes, helm=helm),
+                 "ValidatingAdmissionPolicy")  # fmt: skip
+    assert compared_status_fields(policy) == status_fields_of(kubernetes) - NOT_COMPARED_ALONE
+    messages = {v.get("message", "") for v in policy["spec"]["validations"]}
+    assert "the spot-rebalancer agent may not change a Node's status.runtimeHandlers" in messages

@@ -318,3 +318,29 @@ async def test_a_pool_at_zero_is_declared_through_the_chart(tmp_path: Path) -> N
         assert {w["name"]: {pool: c["replicas"] for pool, c in w["pools"].items()}
                 for w in status["workloads"]} == placement(cluster)  # fmt: skip
         assert status["problems"] == []
+
+
+async def test_what_the_cluster_wrote_is_shown_not_obeyed(tmp_path: Path) -> None:
+    """A Lease holder with a title change and a screen clear in it (anyone who may write the
+    Lease can set it): `status` shows them as text, `-o json` gives them back exactly."""
+    holder = "spot-rebalancer-controller-0\x1b]0;owned\x07\x1b[2J\x9b2J\x7f\r\n- forged"
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "spot-rebalancer-controller", "namespace": "spot-rebalancer"},
+        "spec": {"holderIdentity": holder, "renewTime": "2026-03-01T12:00:00.000000Z"},
+    }  # fmt: skip
+    async with emulated(shipped("aks-gpu-small"), tmp_path) as cluster:
+        namespace = {"apiVersion": "v1", "kind": "Namespace",
+                     "metadata": {"name": "spot-rebalancer"}}  # fmt: skip
+        manifest = yaml.safe_dump_all([namespace, lease])  # YAML escapes the controls
+        code, _, err = await run(cluster, "apply", "-f", "-", stdin=manifest)
+        assert code == 0, err
+        code, out, err = await run(cluster, "spot-rebalancer", "status")
+        assert code == 0, err
+        assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in out)
+        assert (
+            "leader spot-rebalancer-controller-0\\x1b]0;owned\\x07\\x1b[2J\\x9b2J\\x7f\\x0d\\x0a"
+            "- forged" in out
+        )
+        code, status = await plugin(cluster, "status")
+        assert status["install"]["leader"]["identity"] == holder

@@ -87,12 +87,15 @@ class Guarded:
         return json.loads(self.plane.kubectl("get", "node", name, "-o", "json"))  # type: ignore[no-any-return]
 
 
-def render() -> list[dict[str, Any]]:
+def render(server_version: str) -> list[dict[str, Any]]:
+    """As `helm install` would render it there: the server's policy kinds and its version (which
+    decides the Node status fields the policy names)."""
     tools = helm_environment()
     out = subprocess.run(
         [
             tools["HELM4"], "template", RELEASE, str(CHART), "-n", NAMESPACE,
             "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+            "--kube-version", server_version,
             "--set", "controller.enabled=false",
         ],
         capture_output=True, text=True, check=True, env=tools,
@@ -128,7 +131,9 @@ def denial_probe(guarded: Guarded) -> bool:
 @pytest.fixture(scope="module")
 def guarded(control_plane: ControlPlane) -> Iterator[Guarded]:
     plane = control_plane
-    objects = render()
+    objects = render(
+        json.loads(plane.kubectl("version", "-o", "json"))["serverVersion"]["gitVersion"]
+    )
     assert {obj["kind"] for obj in objects} == KINDS
     (account,) = [obj for obj in objects if obj["kind"] == "ServiceAccount"]
     (policy,) = [obj for obj in objects if obj["kind"] == "ValidatingAdmissionPolicy"]
@@ -177,6 +182,31 @@ def test_the_policy_type_checks_against_the_node_schema(guarded: Guarded) -> Non
     assert status.get("typeChecking", {}).get("expressionWarnings", []) == []
 
 
+# Compared apart (conditions) or not at all (capacity, allocatable: CEL cannot type-check maps of
+# quantities; the README says so).
+NOT_COMPARED_ALONE = {"capacity", "allocatable", "conditions"}
+
+
+def test_every_node_status_field_the_server_knows_is_held(guarded: Guarded) -> None:
+    """The Node status fields of this API server's own schema (its OpenAPI, not the client's
+    model), each held equal by a validation of the policy: `runtimeHandlers` and `features`
+    (1.34) were writable by the agent."""
+    schema = json.loads(guarded.plane.kubectl("get", "--raw", "/openapi/v3/api/v1"))
+    fields = set(schema["components"]["schemas"]["io.k8s.api.core.v1.NodeStatus"]["properties"])
+    assert {"runtimeHandlers", "features"} <= fields
+    policy = json.loads(
+        guarded.plane.kubectl("get", "validatingadmissionpolicy", guarded.policy, "-o", "json")
+    )
+    held = {
+        field
+        for validation in policy["spec"]["validations"]
+        for field in fields
+        if f"object.status.{field} == oldObject.status.{field}"
+        in " ".join(validation["expression"].split())
+    }
+    assert held == fields - NOT_COMPARED_ALONE
+
+
 def refusable_parts(node: dict[str, Any]) -> dict[str, Any]:
     """What the refused patches try to change (kwok's heartbeats change other parts meanwhile)."""
     status = node["status"]
@@ -189,7 +219,12 @@ def refusable_parts(node: dict[str, Any]) -> dict[str, Any]:
         "addresses": status.get("addresses"),
         "nodeInfo": status.get("nodeInfo"),
         "daemonEndpoints": status.get("daemonEndpoints"),
-    }
+        **{
+            field: status.get(field)
+            for field in ("phase", "images", "volumesInUse", "volumesAttached", "config",
+                          "runtimeHandlers", "features")
+        },
+    }  # fmt: skip
 
 
 def condition(status: str = "True") -> dict[str, Any]:
@@ -238,6 +273,13 @@ REFUSED = [
     ("the node's addresses", OWN, {"status": {"addresses": [{"type": "InternalIP", "address": "10.9.9.9"}]}}, True, STRATEGIC, "status.addresses"),
     ("the kubelet version", OWN, {"status": {"nodeInfo": {"kubeletVersion": "v0.0.1"}}}, True, STRATEGIC, "status.nodeInfo"),
     ("the kubelet endpoint", OWN, {"status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 1}}}}, True, STRATEGIC, "status.daemonEndpoints"),
+    ("the runtime handlers", OWN, {"status": {"runtimeHandlers": [{"name": "evil", "features": {"recursiveReadOnlyMounts": True, "userNamespaces": True}}]}}, True, STRATEGIC, "status.runtimeHandlers"),
+    ("the runtime handlers (merge patch)", OWN, {"status": {"runtimeHandlers": [{"name": "runc"}]}}, True, MERGE, "status.runtimeHandlers"),
+    ("the node's features", OWN, {"status": {"features": {"supplementalGroupsPolicy": True}}}, True, STRATEGIC, "status.features"),
+    ("the phase", OWN, {"status": {"phase": "Terminated"}}, True, STRATEGIC, "status.phase"),
+    ("the images", OWN, {"status": {"images": [{"names": ["example.com/evil:1"], "sizeBytes": 1}]}}, True, MERGE, "status.images"),
+    ("the volumes in use", OWN, {"status": {"volumesInUse": ["kubernetes.io/csi/x^y"]}}, True, MERGE, "status.volumesInUse"),
+    ("the volumes attached", OWN, {"status": {"volumesAttached": [{"name": "kubernetes.io/csi/x^y", "devicePath": "/dev/x"}]}}, True, MERGE, "status.volumesAttached"),
 ]  # fmt: skip
 
 
@@ -288,6 +330,16 @@ def test_refused(
     assert code == 403, text
     assert f"ValidatingAdmissionPolicy '{guarded.policy}'" in text and message in text, text
     assert refusable_parts(guarded.node(node)) == refusable_parts(before)
+
+
+def test_status_config_is_not_kept(guarded: Guarded) -> None:
+    """status.config (the removed dynamic kubelet config) the API server drops before admission:
+    the policy holds it too (for servers that keep it), here the write changes nothing."""
+    code, text = guarded.patch(
+        guarded.pod_token, OWN, {"status": {"config": {"error": "evil"}}}, status=True
+    )
+    assert code in (200, 403), text
+    assert "config" not in guarded.node(OWN)["status"]
 
 
 def test_a_token_not_bound_to_a_pod_may_change_no_node(guarded: Guarded) -> None:
