@@ -41,6 +41,19 @@ class Admitted:
     review: str  # the AdmissionReview's uid, which the pod carries (names.PLACED_REVIEW)
 
 
+# Placements counted at once: a burst from every ReplicaSet of a big cluster within the webhook's
+# 30 s is far fewer; a client that floods the port cannot make the list (scanned per review) grow.
+MAX_ADMITTED = 4096
+# The API server's review uids are UUIDs (36 characters); anything much longer is not one.
+MAX_REVIEW_UID_CHARS = 128
+
+
+def recent(admitted: list[Admitted], *, horizon: datetime) -> list[Admitted]:
+    """The placements still counted: made at or after `horizon`, at most the newest
+    `MAX_ADMITTED`."""
+    return [made for made in admitted if made.at >= horizon][-MAX_ADMITTED:]
+
+
 @dataclass(frozen=True)
 class View:
     """What placement reads: one pass's snapshot and risks, the declared pools, and the
@@ -161,6 +174,8 @@ def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review
     request = body.get("request") if isinstance(body, dict) else None
     uid = request.get("uid") if isinstance(request, dict) else None
     if not isinstance(request, dict) or not isinstance(uid, str):
+        return Review({}, "bad_request")
+    if len(uid) > MAX_REVIEW_UID_CHARS:  # kept per placement for 30 s: refuse what is no uid
         return Review({}, "bad_request")
 
     def allow(outcome: str, **extra: Any) -> Review:

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from aiohttp import web
 
-from rebalancer.controller.admission import Admitted, View, review
+from rebalancer.controller.admission import Admitted, View, recent, review
 from rebalancer.metrics import ControllerMetrics
 
 PATH = "/mutate-pods"
@@ -71,7 +71,7 @@ class PlacementWebhook:
     def answer(self, body: object) -> dict[str, object]:
         now = self._now()
         horizon = now - timedelta(seconds=RECENT_SECONDS)
-        self.admitted = [a for a in self.admitted if a.at >= horizon]
+        self.admitted = recent(self.admitted, horizon=horizon)
         result = review(body, self._view(), self.admitted)
         self._metrics.webhook_reviews.labels(result.outcome).inc()
         decision, workload = result.decision, result.workload
