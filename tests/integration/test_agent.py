@@ -572,10 +572,8 @@ async def test_a_preempt_behind_a_refused_annotation_reaches_the_controller(rig:
         await agent.tick()  # refused again: counted again, said once
     assert [e.event_id for e in rig.annotation().events] == [freeze.event_id]  # stale
     assert parse_message(rig.condition()["message"])["EventId"] == preempt.event_id
-    assert sample(agent, "rebalancer_agent_node_writes_total", outcome="annotation_refused") == 2
-    refused = [line for line in logs if line["event"].startswith("annotation refused")]
-    assert len(refused) == 1 and preempt.event_id in refused[0]["condition_message"]
 
+    # The controller, reading this Node as the API serves it.
     node = NodeInfo.from_json(rig.kube.nodes[NODE])
     assert [(n.event_type, n.event_id) for n in node.notices] == [
         ("Preempt", preempt.event_id.upper())
@@ -585,3 +583,8 @@ async def test_a_preempt_behind_a_refused_annotation_reaches_the_controller(rig:
     )
     (cordon,) = [a for a in plan(state, Settings()).actions if isinstance(a, Cordon)]
     assert (cordon.event_id, cordon.event_type) == (preempt.event_id.upper(), "Preempt")
+
+    # The agent said why the annotation is stale: counted per refusal, logged once.
+    assert sample(agent, "rebalancer_agent_node_writes_total", outcome="annotation_refused") == 2
+    refused = [line for line in logs if line["event"].startswith("annotation refused")]
+    assert len(refused) == 1 and preempt.event_id in refused[0]["condition_message"]
