@@ -44,6 +44,7 @@ from rebalancer.node_signal import (
     condition_for,
     drained_event_ids,
     fit_annotation,
+    parse_condition,
     stamped,
 )
 from rebalancer.process import sleep_or_stop
@@ -160,15 +161,22 @@ class Agent:
         if raw is None:
             return
         try:
-            previous = replace(NodeEvents.from_json(raw), published_at=None)
+            stored = NodeEvents.from_json(raw)
         except ValueError as error:
             self._metrics.skipped.labels("malformed_annotation").inc()
             self._log.warning("ignoring malformed annotation of an earlier run", reason=str(error))
             return
-        if previous.vm_name and previous.vm_name.lower() != self.tracker.vm_name.lower():
-            self._log.warning("annotation names another VM; not restored", other=previous.vm_name)
+        if stored.vm_name and stored.vm_name.lower() != self.tracker.vm_name.lower():
+            self._log.warning("annotation names another VM; not restored", other=stored.vm_name)
             return
+        previous = replace(stored, published_at=None)
         self.tracker.restore(previous)
+        # Never stamp older than an earlier run did (a clock stepped back would make the newer
+        # write look the older).
+        self._last_stamp = max(
+            (at for at in (stored.published_at, _stamp_of(condition)) if at is not None),
+            default=None,
+        )
         if condition is not None:
             message = " ".join(
                 word
@@ -322,7 +330,14 @@ class Agent:
         )
         now = self._next_stamp(now)
         annotation_written = True
-        if previous is None or previous.annotation != annotation or resync_due:
+        # Whenever the condition is written, so is the annotation: equal stamps say the two agree
+        # (a condition stamped alone would hide the annotation's other events from readers).
+        if (
+            previous is None
+            or previous.annotation != annotation
+            or previous.condition != condition
+            or resync_due
+        ):
             try:
                 await self._nodes.set_annotations(
                     self._settings.node_name,
@@ -470,6 +485,15 @@ class Agent:
                 "kubernetes api error", action=action, kind=error.kind, reason=str(error)
             )
         self._kube_error = message
+
+
+def _stamp_of(condition: dict[str, Any] | None) -> datetime | None:
+    if condition is None:
+        return None
+    try:
+        return parse_condition(condition).published_at
+    except ValueError:
+        return None
 
 
 def _kube_time(moment: datetime) -> str:

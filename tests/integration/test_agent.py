@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,9 @@ from rebalancer.node_signal import (
     DRAINED_FOR_ANNOTATION,
     EVENTS_ANNOTATION,
     NodeEvents,
+    parse_condition,
     parse_message,
+    stamp,
 )
 from rebalancer_sim.imds import ImdsEmulator
 from tests.fakes.kube import FakeNodeApi, write_kubeconfig
@@ -588,3 +591,29 @@ async def test_a_preempt_behind_a_refused_annotation_reaches_the_controller(rig:
     assert sample(agent, "rebalancer_agent_node_writes_total", outcome="annotation_refused") == 2
     refused = [line for line in logs if line["event"].startswith("annotation refused")]
     assert len(refused) == 1 and preempt.event_id in refused[0]["condition_message"]
+
+
+async def test_annotation_and_condition_carry_one_stamp_and_a_restart_never_stamps_older(
+    rig: Rig,
+) -> None:
+    agent = await rig.agent()
+    event = rig.imds.schedule("Preempt", [VM])
+    await agent.tick()
+    first = parse_condition(rig.condition()).published_at
+    assert first is not None and rig.annotation().published_at == first
+
+    # An earlier run's stamps from a clock that was ahead (it stepped back since).
+    ahead = first + timedelta(days=1)
+    node = rig.kube.nodes[NODE]
+    node["metadata"]["annotations"][EVENTS_ANNOTATION] = replace(
+        rig.annotation(), published_at=ahead
+    ).to_json()
+    for condition in node["status"]["conditions"]:
+        if condition["type"] == CONDITION_TYPE:
+            condition["message"] = condition["message"].replace(stamp(first), stamp(ahead))
+    restarted = await rig.agent()
+    rig.clock.advance(5)
+    rig.imds.cancel(event.event_id)
+    await restarted.tick()
+    later = parse_condition(rig.condition()).published_at
+    assert later is not None and later > ahead and rig.annotation().published_at == later
