@@ -9,12 +9,13 @@ was kept to say it once). This floods, in one process, the recorder as the contr
 - log lines said once: distinct 198 KB subjects;
 - blocked fail-overs: distinct 10 KB causes;
 - blocked evictions: distinct pods and 1 KB event ids;
-- the webhook's placements since the view: reviews placed faster than they expire;
+- the webhook's placements since the view (`PlacementWebhook.admitted`): placed faster than
+  they expire;
 
 and prints the Python heap (tracemalloc, after a collection) before, and after each third of the
 flood. Flat means: the last two figures differ by far less than one flooded value.
 
-    .venv/bin/python -m bench.bench_bounded_state            # 180 values each (about 40 s)
+    .venv/bin/python -m bench.bench_bounded_state            # 180 values each (a few seconds)
     .venv/bin/python -m bench.bench_bounded_state --values 60
 """
 
@@ -24,7 +25,7 @@ import argparse
 import gc
 import time
 import tracemalloc
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -34,11 +35,12 @@ from rebalancer.azure.price_book import PriceBook
 from rebalancer.clock import ManualClock
 from rebalancer.controller.accounting import Accountant
 from rebalancer.controller.actions import Evict, Outcome, ReportBlocked
-from rebalancer.controller.admission import Admitted, recent
+from rebalancer.controller.admission import Admitted
 from rebalancer.controller.model import WorkloadInfo
 from rebalancer.controller.planner import Plan
 from rebalancer.controller.recorder import Recorder
 from rebalancer.controller.snapshot import Snapshot
+from rebalancer.controller.webhook import PlacementWebhook
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.vocabulary import Rejection, Result
 
@@ -94,7 +96,7 @@ def distinct(index: int, size: int) -> str:
     return f"{index:08d}" + "X" * (size - 8)  # not a pool name: refused, and new each time
 
 
-def flood(rec: Recorder, admitted: list[Admitted], start: int, stop: int) -> list[Admitted]:
+def flood(rec: Recorder, webhook: PlacementWebhook, start: int, stop: int) -> None:
     plan = Plan(steps=(), active={})
     blocked = Outcome(Result.REJECTED, Rejection.BLOCKED, "pdb")
     for i in range(start, stop):
@@ -103,10 +105,9 @@ def flood(rec: Recorder, admitted: list[Admitted], start: int, stop: int) -> lis
         rec.applied(ReportBlocked(("Deployment", "ml", "llm"), distinct(i, 10_000)), blocked)
         pod = ("ml", f"pod-{i}")
         rec.applied(Evict(pod, f"uid-{i}", "n1", distinct(i, 1000)), blocked)
-        for j in range(50):  # 50 placements a value, all within the webhook's 30 s
+        for j in range(100):  # 100 placements a value, all within the webhook's 30 s
             made = Admitted(NOW, ("Deployment", "ml", "llm"), "spot", "eastus-1", True, f"{i}-{j}")
-            admitted = recent([*admitted, made], horizon=NOW - timedelta(seconds=30))
-    return admitted
+            webhook.admitted.append(made)  # as PlacementWebhook.answer records a placement
 
 
 def heap_kib() -> float:
@@ -119,15 +120,17 @@ def main(values: int) -> None:
     structlog.configure(logger_factory=structlog.ReturnLoggerFactory())  # logs cost nothing here
     events = Events()
     rec = recorder(events)
-    admitted: list[Admitted] = []
+    webhook = PlacementWebhook(
+        lambda: None, metrics=rec.metrics, now=lambda: NOW, log=structlog.get_logger()
+    )
     tracemalloc.start()
-    admitted = flood(rec, admitted, 0, 3)  # warm up: first-use allocations are not the flood
+    flood(rec, webhook, 0, 3)  # warm up: first-use allocations are not the flood
     figures = [("before", 3, heap_kib())]
     started = time.perf_counter()
     thirds = [values // 3, 2 * values // 3, values]
     done = 3
     for upto in thirds:
-        admitted = flood(rec, admitted, done, upto)
+        flood(rec, webhook, done, upto)
         done = upto
         figures.append((f"after {upto}", upto, heap_kib()))
     elapsed = time.perf_counter() - started
@@ -135,7 +138,7 @@ def main(values: int) -> None:
     print(f"flooded {values} distinct values of each kind in {elapsed:.1f}s")
     print(f"  refused policy texts {POLICY_BYTES // 1000} KB, said-once log subjects")
     print(f"  {POLICY_BYTES // 1000} KB, blocked causes 10 KB, blocked evictions 1 KB ids,")
-    print(f"  {50 * values} webhook placements within 30 s; Events emitted: {events.count}")
+    print(f"  {100 * values} webhook placements within 30 s; Events emitted: {events.count}")
     for label, count, kib in figures:
         print(f"  heap {label:>10} ({count:4d} values): {kib / 1024:8.2f} MiB")
     growth = figures[-1][2] - figures[-2][2]
@@ -144,7 +147,7 @@ def main(values: int) -> None:
     print(
         f"  kept: said-once log lines {len(rec._logged)}, blocked causes "
         f"{len(rec._blocked_said)}, blocked evictions {len(rec._reported_pods)}, "
-        f"refused policies {len(rec._policy_said)}, placements {len(admitted)}"
+        f"refused policies {len(rec._policy_said)}, placements {len(webhook.admitted)}"
     )
 
 

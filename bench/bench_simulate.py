@@ -36,7 +36,7 @@ def stretched(trace: Trace, days: float) -> Trace:
 def main() -> None:
     folder = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_TRACES
     traces = [stretched(t, DAYS) for t in load_traces([folder])[:3]]
-    scenario = Scenario()
+    scenario = Scenario(multi_region=True)  # the three 16-node traces span two regions
     started = time.perf_counter()
     results = simulate(
         DEFAULT_POLICIES, traces=traces, scenario=scenario, prices=prices_for(scenario)

@@ -57,6 +57,7 @@ def scenario(**changes: object) -> Scenario:
         notice_seconds=parse_distribution(30, what="notice"),
         vm_size="Standard_NC24ads_A100_v4",
         region="eastus",
+        multi_region=True,  # the folder as one cluster across its regions, as first measured
     )
     return scenario_from(changes, source="bench", base=base)
 

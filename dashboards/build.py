@@ -15,7 +15,11 @@ Conventions of the queries:
   are taken as `max` over the replicas: a sum would count each notice twice. What only the
   leader does (cordon, drain, surge, evictions) is summed over the replicas, so a leader change
   loses nothing.
-- `$__rate_interval` for rates shown over time, `$__range` for totals of the time range.
+- `$__rate_interval` for rates shown over time, `$__range` for totals of the time range;
+  annotations look at 1-minute windows with a 1-minute step.
+
+Both dashboards link to each other (keeping the time range and the variables) and mark
+eviction notices and blocked fail-overs as annotations on every time series.
 
 Cost metrics are accounted by every controller replica from what it observes (the same nodes,
 the same prices), so they too are taken as `max` over replicas.
@@ -34,6 +38,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.common import LegendDisplayMode, LegendPlacement
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
+    DashboardLinkType,
     DataSourceRef,
     VariableRefresh,
     VariableSort,
@@ -47,6 +52,31 @@ DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 CLUSTER = 'cluster=~"$cluster"'
 POOL = 'cluster=~"$cluster",pool=~"$pool"'
 TAGS = ["spot-rebalancer", "azure", "spot"]
+TITLES = {
+    "spot-rebalancer-evictions": "Spot rebalancer: evictions and failover",
+    "spot-rebalancer-cost": "Spot rebalancer: spot cost and savings",
+}
+# One annotation per minute in which something happened: the step and the window agree, so no
+# event falls between two steps.
+ANNOTATION_STEP = "1m"
+# Annotations: what the Prometheus data source needs beyond the SDK's AnnotationQuery (which
+# has no titleFormat, tagKeys or step), merged into the JSON by `render`.
+ANNOTATIONS: dict[str, dict[str, str]] = {
+    "Eviction notices": {
+        "expr": "max by (pool, event_type) (sum without (source, zone, sku, priority) "
+        f"(increase(rebalancer_controller_notices_total{{{POOL}}}[1m]))) > 0",
+        "iconColor": "red",
+        "titleFormat": "{{event_type}} on pool {{pool}}",
+        "tagKeys": "pool,event_type",
+    },
+    "Fail-overs blocked": {
+        "expr": "sum by (workload, reason) "
+        f"(increase(rebalancer_controller_failovers_blocked_total{{{CLUSTER}}}[1m])) > 0",
+        "iconColor": "orange",
+        "titleFormat": "{{workload}} could not fail over ({{reason}})",
+        "tagKeys": "workload,reason",
+    },
+}
 
 Panel = timeseries.Panel | stat.Panel | table.Panel
 
@@ -96,13 +126,41 @@ def single(title: str, description: str, unit: str, expr: str, *, span: int = 6)
     )
 
 
-def quantiles(metric: str, by: str, where: str) -> list[prometheus.Dataquery]:
-    """p50 and p90 of a histogram, its buckets aggregated `by` (e.g. `sum by (le)`)."""
+def quantiles(metric: str, by: str, where: str, *, legend: str = "") -> list[prometheus.Dataquery]:
+    """p50 and p90 of a histogram, its buckets aggregated `by` (e.g. `sum by (le)`); `legend`
+    goes before the quantile's name (e.g. `{{pool}} `)."""
     buckets = f"{by} (rate({metric}_bucket{{{where}}}[$__rate_interval]))"
     return [
-        q(f"histogram_quantile(0.5, {buckets})", "p50", ref="A"),
-        q(f"histogram_quantile(0.9, {buckets})", "p90", ref="B"),
+        q(f"histogram_quantile(0.5, {buckets})", f"{legend}p50", ref="A"),
+        q(f"histogram_quantile(0.9, {buckets})", f"{legend}p90", ref="B"),
     ]
+
+
+def shared(board: dashboard.Dashboard, uid: str) -> dashboard.Dashboard:
+    """What every dashboard has: the pickers, the annotations and links to the others."""
+    for name, annotation in ANNOTATIONS.items():
+        board = board.annotation(
+            dashboard.AnnotationQuery()
+            .name(name)
+            .datasource(DATASOURCE)
+            .enable(True)
+            .icon_color(annotation["iconColor"])
+            .expr(annotation["expr"])
+        )
+    for other, title in TITLES.items():
+        if other != uid:
+            board = board.link(
+                dashboard.DashboardLink(title)
+                .type(DashboardLinkType.LINK)
+                .url(f"/d/{other}")
+                .icon("dashboard")
+                .tooltip(f"Open {title}")
+                .keep_time(True)
+                .include_vars(True)
+                .as_dropdown(False)
+                .target_blank(False)
+            )
+    return variables(board.uid(uid).title(TITLES[uid]))
 
 
 def variables(board: dashboard.Dashboard) -> dashboard.Dashboard:
@@ -139,9 +197,8 @@ def variables(board: dashboard.Dashboard) -> dashboard.Dashboard:
 def evictions_and_failover() -> dashboard.Dashboard:
     notices = f"rebalancer_controller_notices_total{{{POOL}}}"
     per_replica = "sum without (source, priority)"  # one replica's notices, then max over both
-    board = variables(
-        dashboard.Dashboard("Spot rebalancer: evictions and failover")
-        .uid("spot-rebalancer-evictions")
+    board = shared(
+        dashboard.Dashboard(TITLES["spot-rebalancer-evictions"])
         .description(
             "Eviction notices on AKS spot nodes and what spot-rebalancer did about them: "
             "cordon, surge onto on-demand capacity, drain; the health of its agents and leader."
@@ -149,7 +206,8 @@ def evictions_and_failover() -> dashboard.Dashboard:
         .tags(TAGS)
         .time("now-6h", "now")
         .refresh("30s")
-        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .tooltip(DashboardCursorSync.CROSSHAIR),
+        "spot-rebalancer-evictions",
     )
     rows: list[tuple[str, list[Panel]]] = [
         (
@@ -240,13 +298,15 @@ def evictions_and_failover() -> dashboard.Dashboard:
                     span=8,
                 ),
                 series(
-                    "Time to replacement Ready",
-                    "From a workload's surge to its replacement replicas Ready elsewhere.",
+                    "Time to replacement Ready by pool",
+                    "From a workload's surge to its replacement replicas Ready elsewhere, by the "
+                    "spot pool whose notice caused the surge (only the leader observes it).",
                     "s",
                     *quantiles(
                         "rebalancer_controller_notice_to_replacement_ready_seconds",
-                        "sum by (le)",
-                        CLUSTER,
+                        "sum by (le, pool)",
+                        POOL,
+                        legend="{{pool}} ",
                     ),
                     span=8,
                 ),
@@ -471,9 +531,8 @@ def risk_panels() -> list[Panel]:
 
 
 def cost_and_savings() -> dashboard.Dashboard:
-    board = variables(
-        dashboard.Dashboard("Spot rebalancer: spot cost and savings")
-        .uid("spot-rebalancer-cost")
+    board = shared(
+        dashboard.Dashboard(TITLES["spot-rebalancer-cost"])
         .description(
             "What the nodes cost, what spot saves against the same nodes on demand, what running "
             "replicas on on-demand capacity (fallback) costs, and the prices behind it."
@@ -481,7 +540,8 @@ def cost_and_savings() -> dashboard.Dashboard:
         .tags(TAGS)
         .time("now-24h", "now")
         .refresh("1m")
-        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .tooltip(DashboardCursorSync.CROSSHAIR),
+        "spot-rebalancer-cost",
     )
     usd = "currencyUSD"
     rows: list[tuple[str, list[Panel]]] = [
@@ -493,24 +553,39 @@ def cost_and_savings() -> dashboard.Dashboard:
                     "What every node costs now, at the prices in use.",
                     usd,
                     f"sum(max by (pool, priority) (rebalancer_cost_per_hour_dollars{{{POOL}}}))",
+                    span=5,
                 ),
                 single(
                     "Spot saves per hour",
                     "On-demand price minus spot price of every spot node, now.",
                     usd,
                     f"max(rebalancer_savings_per_hour_dollars{{{CLUSTER}}})",
+                    span=5,
+                ),
+                single(
+                    "Spot saves, share of on-demand",
+                    "What spot saves now as a share of what the same nodes would cost on "
+                    "demand: savings / (cost + savings), per hour, over every pool (savings "
+                    "have no pool label).",
+                    "percent",
+                    f"100 * max(rebalancer_savings_per_hour_dollars{{{CLUSTER}}}) / "
+                    f"(sum(max by (pool, priority) (rebalancer_cost_per_hour_dollars{{{CLUSTER}}}))"
+                    f" + max(rebalancer_savings_per_hour_dollars{{{CLUSTER}}}))",
+                    span=4,
                 ),
                 single(
                     "Saved in range",
                     "What spot saved against the same nodes on demand, in the time range.",
                     usd,
                     f"max(increase(rebalancer_savings_dollars_total{{{CLUSTER}}}[$__range]))",
+                    span=5,
                 ),
                 single(
                     "Fallback replicas",
                     "Replicas that could run on spot but run on on-demand nodes now.",
                     "short",
                     f"max(rebalancer_fallback_replicas{{{CLUSTER}}})",
+                    span=5,
                 ),
             ],
         ),
@@ -639,7 +714,12 @@ DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
 
 def render(name: str) -> str:
     """One dashboard as the JSON that is committed (stable key order, trailing newline)."""
-    return json.dumps(DASHBOARDS[name]().build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+    document = json.loads(json.dumps(DASHBOARDS[name]().build(), cls=JSONEncoder))
+    for annotation in document["annotations"]["list"]:
+        extra = ANNOTATIONS[annotation["name"]]
+        annotation.update({key: value for key, value in extra.items() if key != "expr"})
+        annotation["step"] = ANNOTATION_STEP
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
 def main() -> int:

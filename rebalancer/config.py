@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -27,6 +28,9 @@ from pydantic_settings.exceptions import SettingsError
 from rebalancer import names
 from rebalancer.azure.prices import parse_price_file
 from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, EventType, Policy
+
+# What notifications are about (rebalancer.controller.messages.Kind spells the same words).
+NOTIFY_KINDS = ("notice", "failover_blocked", "deadline_missed", "risk_move")
 
 EVENT_TYPES = tuple(str(t) for t in EventType)
 # IMDS rejects more than 5 requests per second per VM; the agent keeps a margin under that
@@ -302,12 +306,49 @@ class ControllerSettings(CommonSettings):
     webhook_tls_check_seconds: float = Field(
         60.0, gt=0, le=3600, description="How often the webhook's Secret is read (and renewed)."
     )
+    webhook_handshake_timeout_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        description="A client must finish the webhook's TLS handshake within this (and answer "
+        "our TLS close within this).",
+    )
+    webhook_request_timeout_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="A webhook connection must send a request's headers within this of the "
+        "handshake or of the last answer; an idle keep-alive connection is closed after it.",
+    )
+    webhook_body_timeout_seconds: float = Field(
+        5.0, gt=0, le=60, description="A request's body must arrive within this of its headers."
+    )
+    webhook_max_connections: int = Field(
+        256,
+        ge=1,
+        le=10_000,
+        description="Connections the webhook holds at once, TLS handshakes included (each costs "
+        "about 300 KiB); one more is reset at once.",
+    )
+    webhook_max_body_bytes: int = Field(
+        3 * 1024 * 1024,
+        ge=4096,
+        le=64 * 1024 * 1024,
+        description="Largest AdmissionReview read (the API server's own request limit is 3 MiB).",
+    )
+    webhook_max_json_depth: int = Field(
+        64,
+        ge=8,
+        le=500,
+        description="Deepest JSON nesting read in an AdmissionReview (a Pod needs about 15).",
+    )
     hold_before_notice: bool = Field(
         False,
         description="Hold every managed Deployment with a replica on spot with a "
         "PodDisruptionBudget of ours at all times, not only from the notice: AKS node "
         "auto-drain can evict before our agent sees the notice. Yields to upgrades and kubectl "
-        "drain; keeps the cluster autoscaler and Karpenter from removing those nodes (README).",
+        "drain; keeps the cluster autoscaler and Karpenter from removing those nodes "
+        "(docs/controller.md).",
     )
     hold_doomed_pods: bool = Field(
         True,
@@ -433,6 +474,35 @@ class ControllerSettings(CommonSettings):
     cost_interval_seconds: float = Field(
         10.0, gt=0, description="Account cost this often (it walks every node and pod)."
     )
+    notify_webhook_url: SecretStr | None = Field(
+        None,
+        description="Send notifications here (http or https; Slack's or Teams' incoming webhook, "
+        "or any receiver of JSON); unset: none. A secret: never logged (the chart reads it "
+        "from a Secret).",
+    )
+    notify_target: Literal["slack", "teams", "generic"] = Field(
+        "generic", description="The payload: slack, teams (an Adaptive Card) or generic JSON."
+    )
+    notify_on: list[str] = Field(
+        list(NOTIFY_KINDS),
+        description="What to notify: notice (a notice acted on), failover_blocked, "
+        "deadline_missed, risk_move (a replica moved off a risky spot group).",
+    )
+    notify_rate_per_minute: int = Field(
+        20, ge=1, le=600, description="Most notifications sent a minute; the rest are dropped."
+    )
+    notify_queue_size: int = Field(
+        100, ge=1, le=10000, description="Notifications waiting to be sent at most."
+    )
+    notify_timeout_seconds: float = Field(
+        10.0, gt=0, le=60, description="Timeout of one notification request."
+    )
+    notify_attempts: int = Field(
+        3, ge=1, le=10, description="Tries of one notification answered 429 or 5xx."
+    )
+    notify_cluster_name: str = Field(
+        "", description="Named in every notification (one channel for several clusters)."
+    )
     pools: list[PoolShape] = Field(
         [],
         description="Pools that may have no Node (autoscaled at min 0), as a JSON list of "
@@ -447,6 +517,24 @@ class ControllerSettings(CommonSettings):
         twice = sorted({name for name in seen if seen.count(name) > 1})
         if twice:
             raise ValueError(f"pools declared twice: {twice}")
+        return value
+
+    @field_validator("notify_webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: SecretStr | None) -> SecretStr | None:
+        # The message never repeats the URL: it is a secret.
+        if value is None or not value.get_secret_value().strip():
+            return None
+        if not re.fullmatch(r"https?://[^/\s:@]+(:\d+)?(/\S*)?", value.get_secret_value()):
+            raise ValueError("not an http:// or https:// URL with a host (value not shown)")
+        return value
+
+    @field_validator("notify_on")
+    @classmethod
+    def _notify_kinds(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(NOTIFY_KINDS))
+        if unknown:
+            raise ValueError(f"unknown kinds {unknown}; known: {list(NOTIFY_KINDS)}")
         return value
 
     @field_validator("risk_prior_rates")

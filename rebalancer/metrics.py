@@ -138,10 +138,14 @@ class AgentMetrics:
 
 
 WEBHOOK_OUTCOMES = (
-    "placed", "no_policy", "no_fit", "unknown_workload", "not_pod", "not_ready", "bad_request",
-    "error",
+    "placed", "no_policy", "no_fit", "unknown_workload", "not_pod", "not_ready", "unreadable",
+    "bad_request", "error",
 )  # fmt: skip
 WEBHOOK_TLS_ERRORS = ("api", "unreadable", "expiring", "no_configuration")
+WEBHOOK_CONNECTIONS_CLOSED = (
+    "displaced", "over_cap", "handshake_timeout", "handshake_failed", "write_timeout",
+)  # fmt: skip
+WEBHOOK_REQUESTS_REFUSED = ("too_large", "body_timeout", "too_deep", "not_json", "not_review")
 
 
 class ControllerMetrics:
@@ -204,9 +208,18 @@ class ControllerMetrics:
             ["stage", "reason"],
             registry=r,
         )
+        self.failovers_blocked = Counter(
+            "rebalancer_controller_failovers_blocked_total",
+            "Blocked fail-overs by workload (namespace/name) and reason: the count of "
+            'failovers_total{stage="blocked"}, naming the workload for an alert.',
+            ["workload", "reason"],
+            registry=r,
+        )
         self.replacement_ready = Histogram(
             "rebalancer_controller_notice_to_replacement_ready_seconds",
-            "From a workload's surge to its replacements being Ready.",
+            "From a workload's surge to its replacements being Ready, by the pool of the node "
+            "under notice (the first, when a wave surged it from several).",
+            ["pool"],
             buckets=LEAD_TIME_BUCKETS,
             registry=r,
         )
@@ -229,6 +242,20 @@ class ControllerMetrics:
             "rebalancer_controller_reconcile_errors_total",
             "Errors while planning or acting, by kind.",
             ["kind"],
+            registry=r,
+        )
+        self.inputs_refused = Counter(
+            "rebalancer_controller_inputs_refused_total",
+            "Workloads left alone because a record of ours on them could not be read (counted "
+            "once each time it appears), by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.planning_failures = Counter(
+            "rebalancer_controller_planning_failures_total",
+            "Objects a planning method failed on and left alone for the pass (counted once each "
+            "time a failure appears), by method.",
+            ["method"],
             registry=r,
         )
         self.reconcile_duration = Histogram(
@@ -380,7 +407,8 @@ class ControllerMetrics:
             "rebalancer_webhook_reviews_total",
             "Pod admission reviews by outcome: placed, no_policy (the workload has none), "
             "no_fit (no pool its policy allows fits the pod), unknown_workload, not_pod, "
-            "not_ready (caches not synced), bad_request, error (a bug: the pod was allowed "
+            "not_ready (caches not synced), unreadable (a GPU request that is not a quantity, "
+            "such as full-width digits), bad_request, error (a bug: the pod was allowed "
             "unchanged).",
             ["outcome"],
             registry=r,
@@ -405,6 +433,38 @@ class ControllerMetrics:
             ["reason"],
             registry=r,
         )
+        self.notifications = Counter(
+            "rebalancer_notifications_total",
+            "Notifications to the chat or webhook (REBALANCER_NOTIFY_WEBHOOK_URL) by target "
+            "(slack, teams, generic) and outcome: sent, failed (an error, or a 429 or 5xx still "
+            "there after the retries), rate_limited, queue_full (both dropped unsent).",
+            ["target", "outcome"],
+            registry=r,
+        )
+        self.webhook_connections = Gauge(
+            "rebalancer_webhook_connections",
+            "Connections open to the webhook's port, TLS handshakes included (at most "
+            "webhook_max_connections).",
+            registry=r,
+        )
+        self.webhook_connections_closed = Counter(
+            "rebalancer_webhook_connections_closed_total",
+            "Connections the webhook closed early: displaced (at the cap, the oldest never "
+            "answered one, reset to make room for a new one), over_cap (a new one reset: every "
+            "connection had been answered), handshake_timeout (no TLS handshake within "
+            "webhook_handshake_timeout_seconds), handshake_failed (not TLS, or refused by it), "
+            "write_timeout (did not read its answers for webhook_request_timeout_seconds).",
+            ["reason"],
+            registry=r,
+        )
+        self.webhook_requests_refused = Counter(
+            "rebalancer_webhook_requests_refused_total",
+            "Requests to the webhook answered with an HTTP error, by reason: too_large (body "
+            "over webhook_max_body_bytes), body_timeout, too_deep (JSON nested deeper than "
+            "webhook_max_json_depth), not_json, not_review (JSON, but no AdmissionReview).",
+            ["reason"],
+            registry=r,
+        )
         self.policy_refused = Gauge(
             "rebalancer_placement_policy_refused",
             "1 while a workload's declared placement policy is invalid (the last valid one, if "
@@ -415,6 +475,8 @@ class ControllerMetrics:
         # The rest (pools, workloads, reasons, actions) the controller initialises itself.
         initialise(self.webhook_reviews, WEBHOOK_OUTCOMES)
         initialise(self.webhook_tls_errors, WEBHOOK_TLS_ERRORS)
+        initialise(self.webhook_connections_closed, WEBHOOK_CONNECTIONS_CLOSED)
+        initialise(self.webhook_requests_refused, WEBHOOK_REQUESTS_REFUSED)
         initialise(self.notice_lead_time, EVENT_TYPE_LABELS)
         initialise(self.pods, POD_ACTIONS)
         initialise(self.risk_refresh_errors, RISK_SOURCES, RISK_ERROR_REASONS)

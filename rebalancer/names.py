@@ -1,6 +1,6 @@
 """Every name the project writes on cluster objects, under one DNS prefix.
 
-Outside tools and the two processes parse these; README "Interfaces" documents them.
+Outside tools and the two processes parse these; docs/interfaces.md documents them.
 Nothing here does I/O.
 """
 

@@ -178,9 +178,10 @@ _NPD_HEAD = re.compile(
     r"^\s*(?P<type>[A-Za-z]+)\s+(?P<status>[A-Za-z]+)\s*(?P<rest>[:.].*)?$", re.S
 )
 _NPD_TIME = re.compile(
-    r"^:\s*(?P<time>[A-Za-z]{3},\s+\d{1,2}\s+[A-Za-z]{3}\s+\d{4}\s+\d{1,2}:\d{2}:\d{2}\s+[A-Za-z]+)"
+    r"^:\s*(?P<time>[A-Za-z]{3},\s+\d{1,2}\s+[A-Za-z]{3}\s+\d{4}\s+\d{1,2}:\d{2}:\d{2}\s+[A-Za-z]+)",
+    re.ASCII,
 )
-_EVENT_ID = re.compile(r"EventId:\s*(?P<id>[0-9A-Fa-f-]{8,})", re.I)
+_EVENT_ID = re.compile(r"EventId:\s*(?P<id>[0-9A-Fa-f-]{8,})", re.I | re.ASCII)
 _MONTHS = {
     m: i
     for i, m in enumerate(

@@ -158,7 +158,7 @@ ACTION_OUTCOMES: Final = (
 
 
 class EventReason(StrEnum):
-    """`reason` of the Kubernetes Events we write (README, "Events")."""
+    """`reason` of the Kubernetes Events we write (docs/events.md)."""
 
     CORDONED = "SpotRebalancerCordoned"
     RESTORED = "SpotRebalancerRestored"
@@ -182,6 +182,8 @@ class EventReason(StrEnum):
     RETURN_STARTED = "SpotRebalancerReturnStarted"
     RETURN_FINISHED = "SpotRebalancerReturnFinished"
     MISCONFIGURED = "SpotRebalancerMisconfigured"
+    INPUT_REFUSED = "SpotRebalancerInputRefused"
+    PLANNING_FAILED = "SpotRebalancerPlanningFailed"
 
 
 class Check(StrEnum):

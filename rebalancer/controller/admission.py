@@ -18,7 +18,7 @@ from typing import Any
 
 from rebalancer import names
 from rebalancer.controller.actions import Action, ScaleUp
-from rebalancer.controller.model import WorkloadInfo, gpus_of
+from rebalancer.controller.model import WorkloadInfo, gpus_of, unreadable_gpus
 from rebalancer.controller.placement import Decision, Group, Where, affinity_patch, choose
 from rebalancer.controller.placement import spot_groups as groups_of
 from rebalancer.controller.policy import in_force
@@ -39,19 +39,6 @@ class Admitted:
     zone: str
     spot: bool
     review: str  # the AdmissionReview's uid, which the pod carries (names.PLACED_REVIEW)
-
-
-# Placements counted at once: a burst from every ReplicaSet of a big cluster within the webhook's
-# 30 s is far fewer; a client that floods the port cannot make the list (scanned per review) grow.
-MAX_ADMITTED = 4096
-# The API server's review uids are UUIDs (36 characters); anything much longer is not one.
-MAX_REVIEW_UID_CHARS = 128
-
-
-def recent(admitted: list[Admitted], *, horizon: datetime) -> list[Admitted]:
-    """The placements still counted: made at or after `horizon`, at most the newest
-    `MAX_ADMITTED`."""
-    return [made for made in admitted if made.at >= horizon][-MAX_ADMITTED:]
 
 
 @dataclass(frozen=True)
@@ -162,7 +149,8 @@ class Review:
     """The answer to one AdmissionReview, and what it meant."""
 
     response: dict[str, Any]
-    outcome: str  # placed | no_policy | not_pod | no_fit | unknown_workload | bad_request
+    # placed | no_policy | not_pod | no_fit | unknown_workload | unreadable | bad_request
+    outcome: str
     decision: Decision | None = None
     workload: WorkloadInfo | None = None
     # A server-side dry run (`kubectl create --dry-run=server`): answered like any other, but no
@@ -170,12 +158,15 @@ class Review:
     dry_run: bool = False
 
 
+# The API server's uids are UUIDs (36 characters); the webhook remembers the uids of its recent
+# placements, so a longer one is not a review it answers.
+MAX_UID_LENGTH = 128
+
+
 def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review:
     request = body.get("request") if isinstance(body, dict) else None
     uid = request.get("uid") if isinstance(request, dict) else None
-    if not isinstance(request, dict) or not isinstance(uid, str):
-        return Review({}, "bad_request")
-    if len(uid) > MAX_REVIEW_UID_CHARS:  # kept per placement for 30 s: refuse what is no uid
+    if not isinstance(request, dict) or not isinstance(uid, str) or len(uid) > MAX_UID_LENGTH:
         return Review({}, "bad_request")
 
     def allow(outcome: str, **extra: Any) -> Review:
@@ -203,6 +194,8 @@ def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review
     if policy is None or workload.opted_out:
         return allow("no_policy", workload=workload)
     spec = pod.get("spec") or {}
+    if unreadable_gpus(spec):  # e.g. full-width digits: never placed as if they were numbers
+        return allow("unreadable", workload=workload)
     gpus = gpus_of(spec)
     fits = [pool for pool in view.pools.values() if not pool.problems_for(spec, gpus)]
     surge = workload.surge

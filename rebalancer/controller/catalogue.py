@@ -2,7 +2,7 @@
 
 The executor writes the cluster; these say what was done, on the object it was done to
 (`involvedObject` complete, uid included, so `kubectl describe` shows it). Reasons come from
-`rebalancer.vocabulary.EventReason`; the README lists them.
+`rebalancer.vocabulary.EventReason`; docs/events.md lists them.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from rebalancer.controller.actions import (
     WorkloadKey,
 )
 from rebalancer.controller.checkup import Finding
+from rebalancer.controller.contain import Failure
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.pools import Options
 from rebalancer.timefmt import iso
@@ -105,6 +106,33 @@ def policy_refused(workload: WorkloadKey, uid: str, problems: str, kept: str) ->
         _workload(workload, uid),
         EventReason.POLICY_REFUSED,
         f"Placement policy refused: {problems}. In force: {kept}",
+        warning=True,
+    )
+
+
+def input_refused(workload: WorkloadKey, uid: str, problems: tuple[str, ...]) -> KubeEvent:
+    return KubeEvent(
+        _workload(workload, uid),
+        EventReason.INPUT_REFUSED,
+        "Left alone (drained plainly on a notice, no surge, return or spares) until fixed: "
+        + "; ".join(problems),
+        warning=True,
+    )
+
+
+def planning_failed(failure: Failure, uid: str) -> KubeEvent | None:
+    """On the object a planning method failed on; None when it was not one object."""
+    where = failure.where
+    if where.workload is not None:
+        regarding = _workload(where.workload, uid)
+    elif where.node:
+        regarding = {"kind": "Node", "name": where.node, "uid": uid, "apiVersion": "v1"}
+    else:
+        return None
+    return KubeEvent(
+        regarding,
+        EventReason.PLANNING_FAILED,
+        f"Planning ({failure.method}) failed and left this object alone for now: {failure.error}",
         warning=True,
     )
 

@@ -388,9 +388,9 @@ def agent_findings(live: Mapping[str, Pool], daemonsets: Sequence[DaemonSetInfo]
                 continue
             missing = _untolerated(agent.template_spec, pool)
             fix = (
-                "Add the pool's taints to the chart value `tolerations` (values-aks-spot.yaml "
-                "writes them once, under an anchor) and upgrade the release; the patch below "
-                "fixes the running DaemonSet now."
+                "Add the pool's taints to the chart value `agent.tolerations` "
+                "(values-aks-spot.yaml writes them once, under an anchor) and upgrade the "
+                "release; the patch below fixes the running DaemonSet now."
             )
             if not _taints_only(problems):
                 fix += " Its `agent.nodeSelector` must also select the pool."

@@ -8,7 +8,7 @@ From the nodes (SKU, region, priority), the pods and a price table:
   their template) but run on a regular node; their cost per hour is their share of that node's
   price (GPUs asked / GPUs the node has, or the whole node when it has none).
 The controller integrates these rates over time into counters (spend, savings, fallback
-replica-hours); see the README's "Cost" section for the formulas as users see them.
+replica-hours); see docs/cost.md for the formulas as users see them.
 """
 
 from __future__ import annotations

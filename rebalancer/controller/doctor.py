@@ -27,7 +27,7 @@ from rebalancer.controller.model import DaemonSetInfo
 from rebalancer.controller.options import planner_settings
 from rebalancer.controller.recorder import tell
 from rebalancer.controller.snapshot import Snapshot
-from rebalancer.kube.client import KubeClient
+from rebalancer.kube.client import Requester
 from rebalancer.kube.errors import KubeError
 from rebalancer.kube.events import EventRecorder
 from rebalancer.metrics import ControllerMetrics
@@ -40,7 +40,7 @@ class Doctor:
     def __init__(
         self,
         *,
-        client: KubeClient,
+        client: Requester,
         settings: ControllerSettings,
         metrics: ControllerMetrics,
         events: EventRecorder | None,
@@ -60,6 +60,7 @@ class Doctor:
         self._clock = clock
         self._log = log
         self._reported: set[tuple[str, str, str, str]] = set()
+        self.runs = 0  # checks completed: what "after several runs" counts
         for check in Check:
             metrics.doctor_findings.labels(str(check)).set(0)
 
@@ -98,6 +99,7 @@ class Doctor:
             count = sum(1 for finding in findings if finding.check == check)
             self._metrics.doctor_findings.labels(str(check)).set(count)
         self._tell(findings)
+        self.runs += 1
         return findings
 
     def _tell(self, findings: list[Finding]) -> None:

@@ -10,8 +10,10 @@ the object just checked, pod deletions and evictions a UID precondition.
 Retries follow one policy (`rebalancer.retry.RetryPolicy`, from the settings): a 409 reads, checks
 and writes again at once; a 429 that is not a PodDisruptionBudget's, a 5xx or no answer waits
 (Retry-After, capped) and tries again; a write that still fails is an `error` outcome, and the
-next pass, which sees the cluster as it is, plans it again. Before each write the fence is asked:
-no write leaves a replica that may no longer hold the Lease.
+next pass, which sees the cluster as it is, plans it again. Before each action the fence is
+asked (no fresh read, no write for a replica that may no longer hold the Lease); the write itself
+is fenced again as it leaves, after the request budget's wait, by the kube layer's gate, and a
+write it does not send (`Fenced`) is the same `fenced` rejection.
 
 `DryRunExecutor` has the same interface and writes nothing.
 """
@@ -42,7 +44,14 @@ from rebalancer.controller.actions import (
     WorkloadAction,
 )
 from rebalancer.controller.model import ScalerInfo, WorkloadInfo
-from rebalancer.kube.errors import Conflict, KubeError, TooManyRequests
+from rebalancer.controller.seal import (
+    SCALER_RECORDS,
+    WORKLOAD_RECORDS,
+    Sealer,
+    scaler_identity,
+    workload_identity,
+)
+from rebalancer.kube.errors import Conflict, Fenced, KubeError, TooManyRequests
 from rebalancer.kube.writes import Writer
 from rebalancer.retry import RetryPolicy, retrying
 from rebalancer.vocabulary import Rejection, Result
@@ -79,9 +88,11 @@ class Executor:
         policy: RetryPolicy,
         fence: Callable[[], bool],
         sleep: Callable[[float], Awaitable[None]],
+        sealer: Callable[[], Sealer],
         log: Any = None,
     ) -> None:
         self._writer = writer
+        self._sealer = sealer
         self._history = history
         self._policy = policy
         self._fence = fence
@@ -99,6 +110,8 @@ class Executor:
             )
         except Rejected as rejected:
             return Outcome(Result.REJECTED, rejected.rejection, str(rejected))
+        except Fenced as error:
+            return Outcome(Result.REJECTED, Rejection.FENCED, str(error))
         except TooManyRequests as error:
             if error.is_disruption_budget:
                 return Outcome(Result.REJECTED, Rejection.BLOCKED, str(error))
@@ -165,6 +178,7 @@ class Executor:
         if not action.basis.matches(info) and not _reached(action, info):
             raise Rejected(Rejection.STALE, "replicas or our records changed since the plan")
         patch = action.patch()
+        self._sealer().seal_patch(workload_identity(info), WORKLOAD_RECORDS, patch)
         patch["metadata"]["resourceVersion"] = info.resource_version
         self._may_write()
         return _written(await self._writer.patch_workload(kind, namespace, name, patch))
@@ -181,6 +195,7 @@ class Executor:
         if (info.min_replicas, info.max_replicas, info.original) != action.basis:
             raise Rejected(Rejection.STALE, "its bounds changed since the plan")
         patch = action.patch()
+        self._sealer().seal_patch(scaler_identity(info), SCALER_RECORDS, patch)
         patch["metadata"]["resourceVersion"] = info.resource_version
         self._may_write()
         return _written(await self._writer.patch(path, patch))

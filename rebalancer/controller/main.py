@@ -27,8 +27,6 @@ def run_controller(settings: ControllerSettings) -> int:
         client = await KubeClient.connect(
             settings.kubeconfig,
             timeout_seconds=settings.kube_timeout_seconds,
-            qps=settings.client_qps,
-            burst=settings.client_burst,
             user_agent=f"spot-rebalancer/{__version__} (controller; {identity})",
         )
         controller = Controller(

@@ -7,6 +7,8 @@ slow and large; these hold only what a decision needs.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,30 +28,62 @@ from rebalancer.names import (
     SURGE_ANNOTATION,
 )
 from rebalancer.notices import Notice, notices_of
+from rebalancer.strict import moment
 from rebalancer.timefmt import parse_iso
 
 # A record on a workload naming more replicas than this is not ours: never obeyed.
 MAX_RECORD_REPLICAS = 10_000
 
 
+# A Kubernetes quantity: a signed decimal and an optional suffix (binary SI, decimal SI or an
+# exponent), in ASCII only: [0-9], never \d (which matches every Unicode digit).
+_QUANTITY = re.compile(
+    r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]{1,3})?",
+    re.ASCII,
+)
+_MULTIPLIERS = {
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
+    "n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "E": 1e18,
+}  # fmt: skip
+MAX_QUANTITY_LENGTH = 64
+
+
+def quantity(text: str) -> float | None:
+    """A Kubernetes quantity ('500m', '16Gi', '1', '2k', '1e3') as a finite float; None for text
+    that is not one. A Pod in an admission review is the client's text: `float()` would read
+    full-width digits ('\uff13' as 3), '1_0', 'nan', and '1e999' as infinity (which `int()` then
+    raises on)."""
+    text = text.strip(" \t")
+    match = _QUANTITY.fullmatch(text) if len(text) <= MAX_QUANTITY_LENGTH else None
+    if match is None:
+        return None
+    number, suffix = match.group(1), match.group(2) or ""
+    if len(suffix) > 1 and suffix[0] in "eE":
+        parsed = float(number + suffix)
+    else:
+        parsed = float(number) * _MULTIPLIERS[suffix]
+    return parsed if math.isfinite(parsed) else None
+
+
 def parse_quantity(value: object) -> float:
-    """A Kubernetes quantity ('500m', '16Gi', '1', '2k') as a float; 0 for what it cannot read."""
-    text = str(value or "0").strip()
-    suffixes = {
-        "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-        "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
-        "E": 1e18,
-    }  # fmt: skip
-    for suffix in sorted(suffixes, key=len, reverse=True):
-        if text.endswith(suffix):
-            try:
-                return float(text[: -len(suffix)]) * suffixes[suffix]
-            except ValueError:
-                return 0.0
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0
+    """A quantity as a float; 0 for what is not one (see `quantity`)."""
+    return quantity(str(value or "0")) or 0.0
+
+
+def _gpu_quantities(pod_spec: Mapping[str, Any]) -> Iterable[object]:
+    for container in pod_spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        for kind in ("limits", "requests"):
+            wanted = (resources.get(kind) or {}).get(GPU_RESOURCE)
+            if wanted is not None:
+                yield wanted
+
+
+def unreadable_gpus(pod_spec: Mapping[str, Any]) -> bool:
+    """Whether a GPU request of the pod is not a quantity (the API server refuses such a pod)."""
+    return any(quantity(str(q)) is None for q in _gpu_quantities(pod_spec))
 
 
 def gpus_of(pod_spec: Mapping[str, Any]) -> int:
@@ -231,8 +265,13 @@ class ScalerInfo:
     target: tuple[str, str]  # (kind, name) of what it scales
     min_replicas: int
     max_replicas: int
-    original: str | None  # "min,max" before our raise
+    original: str | None  # our annotation as it is on the HPA (sealed): the basis of a write
     resource_version: str = ""
+    uid: str = ""
+    # The "min,max" before our raise, once its seal is checked (seal.py); None: none, or one that
+    # is not ours (`refused` says why), which is never put back.
+    saved: str | None = None
+    refused: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -251,6 +290,9 @@ class ScalerInfo:
             max_replicas=int(spec.get("maxReplicas") or 1),
             original=(meta.get("annotations") or {}).get(HPA_ORIGINAL_ANNOTATION),
             resource_version=str(meta.get("resourceVersion", "")),
+            uid=str(meta.get("uid", "")),
+            # Unchecked until the seal is (the controller's snapshot); simulations trust it.
+            saved=(meta.get("annotations") or {}).get(HPA_ORIGINAL_ANNOTATION),
         )
 
 
@@ -355,6 +397,8 @@ class Spare:
     @classmethod
     def from_json(cls, text: str) -> Spare:
         data = _record_object(text)
+        if _count(data, "base") < 1:
+            raise ValueError("base is 0: we never keep spares for a workload with no replicas")
         return cls(
             base=_count(data, "base"),
             added=_count(data, "added"),
@@ -409,6 +453,10 @@ class Surge:
         )
         if record.added > len(record.doomed_pods):
             raise ValueError("more replicas added than pods it replaces")
+        if record.base_replicas < 1:
+            raise ValueError("baseReplicas is 0: we never surge a workload that had none")
+        if record.deadline is not None:
+            moment(record.deadline)
         return record
 
 
@@ -471,6 +519,9 @@ class ReturnRecord:
         retire, pool, started = (data.get(k) for k in ("retire", "pool", "startedAt"))
         if not all(isinstance(v, str) for v in (retire, pool, started)):
             raise ValueError("retire, pool and startedAt must be strings")
+        moment(started)
+        if _count(data, "baseReplicas") < 1:
+            raise ValueError("baseReplicas is 0: we never move a replica of a workload with none")
         return cls(
             base_replicas=_count(data, "baseReplicas"),
             retire=str(retire),
@@ -544,6 +595,9 @@ class WorkloadInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     uid: str = ""
     selector: Mapping[str, Any] = field(default_factory=dict)  # spec.selector, as the API has it
+    # Problems of our records on it that someone else wrote (or broke): the workload is left
+    # alone (drained plainly, never surged, returned or given spares) and reported.
+    refused: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -580,19 +634,43 @@ class WorkloadInfo:
                 surge = Surge.from_json(annotations[SURGE_ANNOTATION])
             except ValueError:
                 unreadable = True
+        replicas = spec.get("replicas")
         return cls(
             kind=kind,
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            replicas=int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1),
+            replicas=replicas if type(replicas) is int and replicas >= 0 else 1,
             ready_replicas=int(status.get("readyReplicas") or 0),
             template_spec=_template_placement(pod_spec),
             gpus_per_replica=gpus_of(pod_spec),
             annotations=annotations,
             surge=surge,
             surge_unreadable=unreadable,
+            refused=refused_records(annotations),
             resource_version=str(meta.get("resourceVersion", "")),
             labels=dict(meta.get("labels") or {}),
             uid=str(meta.get("uid", "")),
             selector=dict(spec.get("selector") or {}),
         )
+
+
+def refused_records(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """What is wrong with the records of ours that a workload carries, checked by the grammar we
+    write them in; () when they are all readable. The surge record has its own path
+    (`surge_unreadable`: reported as a blocked fail-over); a placement policy a tenant declares
+    is checked by policy.py, which keeps the last valid one in force."""
+    checks: dict[str, Any] = {
+        names.RETURN_ANNOTATION: ReturnRecord.from_json,
+        names.SPARE_RECORD: Spare.from_json,
+        names.RETURN_BACKOFF_ANNOTATION: moment,
+    }
+    problems = []
+    for key, check in checks.items():
+        text = annotations.get(key)
+        if text is None:
+            continue
+        try:
+            check(text)
+        except ValueError as error:
+            problems.append(f"{key}: {str(error)[:200]}")
+    return tuple(problems)

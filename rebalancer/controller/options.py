@@ -41,6 +41,16 @@ def retry_policy(settings: ControllerSettings) -> RetryPolicy:
     )
 
 
+def notify_retry_policy(settings: ControllerSettings) -> RetryPolicy:
+    """Notifications have their own task: they may wait out a chat's Retry-After (up to 30 s),
+    which a write in a planning pass may not."""
+    return RetryPolicy(
+        attempts=settings.notify_attempts,
+        max_wait_seconds=30.0,
+        backoff=Backoff(initial_seconds=1.0, max_seconds=30.0),
+    )
+
+
 def risk_settings(settings: ControllerSettings) -> RiskSettings:
     return RiskSettings(
         default_prior_rate=settings.risk_prior_rate_per_hour,

@@ -58,8 +58,17 @@ from rebalancer.controller.actions import (
     StartCooldown,
     WorkloadBasis,
 )
+from rebalancer.controller.contain import Containment, Failure, about, on_node, on_workload
 from rebalancer.controller.history import WINDOWS, Entry
-from rebalancer.controller.model import NodeInfo, PodInfo, Spare, Surge, WorkloadInfo
+from rebalancer.controller.model import (
+    MAX_RECORD_REPLICAS,
+    NodeInfo,
+    PodInfo,
+    ScalerInfo,
+    Spare,
+    Surge,
+    WorkloadInfo,
+)
 from rebalancer.controller.policy import declared, in_force
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
 from rebalancer.controller.returns import (
@@ -72,6 +81,7 @@ from rebalancer.controller.returns import (
 )
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
 from rebalancer.notices import Notice
+from rebalancer.strict import whole_number
 from rebalancer.timefmt import iso, parse_iso
 from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, MANUAL, EventType, Policy, Reason, Source
 
@@ -113,6 +123,9 @@ class Plan:
     active: Mapping[str, Notice]  # node -> the notice acted on
     managed: frozenset[WorkloadKey] = frozenset()  # failed over make-before-break
     ignored: tuple[tuple[str, str], ...] = ()  # (node, why) of notices not acted on
+    # Workloads left alone because records on them are unreadable: (key, uid, problems).
+    refused: tuple[tuple[WorkloadKey, str, tuple[str, ...]], ...] = ()
+    failures: tuple[Failure, ...] = ()  # objects a sub-planner failed on, left alone this pass
 
     @property
     def actions(self) -> tuple[Action, ...]:
@@ -139,22 +152,32 @@ def _step(action: Action) -> int:
 
 
 def plan(snapshot: Snapshot, settings: Settings) -> Plan:
-    active = active_notices(snapshot, settings)
+    """Every sub-planner in turn, each object through `Containment`: a failure planning one
+    object leaves it alone this pass and is reported (`Plan.failures`), never stops the rest."""
+    contain = Containment()
+    active = active_notices(snapshot, settings, contain)
     chosen = frozenset(w.key for w in snapshot.workloads.values() if managed(w, settings))
     actions: list[Action] = []
-    actions += _record_history(snapshot, settings)
-    actions += _cordon_and_restore(snapshot, active)
-    surge_actions, surged_pods = _surges(snapshot, settings, active)
+    actions += contain.run(
+        "history", about("eviction history"), [], _record_history, snapshot, settings
+    )
+    actions += _cordon_and_restore(snapshot, active, contain)
+    surge_actions, surged_pods = _surges(snapshot, settings, active, contain)
     actions += surge_actions
-    actions += _scale_backs(snapshot, settings, active)
-    actions += _holds(snapshot, settings, surge_actions)
-    actions += _bounds(snapshot, surge_actions)
-    actions += _drain(snapshot, settings, active, surged_pods)
-    actions += _cooldowns(snapshot, settings, active)[:STEERING_PER_PASS]
-    actions += _restore_deletion_costs(snapshot, active)
-    actions += _policies(snapshot)
+    actions += _scale_backs(snapshot, settings, active, contain)
+    actions += contain.run("hold", about("holds"), [], _holds, snapshot, settings, surge_actions)
+    actions += _bounds(snapshot, surge_actions, contain)
+    actions += _drain(snapshot, settings, active, surged_pods, contain)
+    cooldowns = contain.run(
+        "cooldown", about("cool-downs"), [], _cooldowns, snapshot, settings, active
+    )
+    actions += cooldowns[:STEERING_PER_PASS]
+    actions += contain.run(
+        "deletion-cost", about("pod deletion costs"), [], _restore_deletion_costs, snapshot, active
+    )
+    actions += _policies(snapshot, contain)
     surging = frozenset(a.workload for a in surge_actions if isinstance(a, ScaleUp | ReportBlocked))
-    spares = _spares(snapshot, settings, surging)
+    spares = _spares(snapshot, settings, surging, contain)
     actions += spares
     surging |= {a.workload for a in spares if isinstance(a, SetSpare)}
     actions += plan_returns(
@@ -163,12 +186,15 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
         active_nodes=set(active),
         settings=settings.returns,
         busy=surging,
+        contain=contain,
     )
     return Plan(
         steps=_in_steps(actions),
         active=active,
         managed=chosen,
         ignored=ignored_notices(snapshot, settings),
+        refused=tuple((w.key, w.uid, w.refused) for w in snapshot.workloads.values() if w.refused),
+        failures=tuple(contain.failures),
     )
 
 
@@ -179,18 +205,25 @@ def _in_steps(actions: list[Action]) -> tuple[tuple[Action, ...], ...]:
     return tuple(tuple(step) for step in steps if step)
 
 
-def active_notices(snapshot: Snapshot, settings: Settings) -> dict[str, Notice]:
+def active_notices(
+    snapshot: Snapshot, settings: Settings, contain: Containment | None = None
+) -> dict[str, Notice]:
     """The most urgent notice that calls for action on each node."""
+    contain = contain or Containment()
     active = {}
     for node in snapshot.nodes.values():
-        acting = [
-            n
-            for n in node.notices
-            if settings.policy_for(n.event_type) != Policy.NONE and _trusted(n, node, settings)
-        ]
+        acting = contain.run("notice", on_node(node.name), [], _acting, node, settings)
         if acting:
             active[node.name] = acting[0]  # notices come sorted most urgent first
     return active
+
+
+def _acting(node: NodeInfo, settings: Settings) -> list[Notice]:
+    return [
+        n
+        for n in node.notices
+        if settings.policy_for(n.event_type) != Policy.NONE and _trusted(n, node, settings)
+    ]
 
 
 def _trusted(notice: Notice, node: NodeInfo, settings: Settings) -> bool:
@@ -280,29 +313,30 @@ def preempt_counts(snapshot: Snapshot) -> dict[tuple[str, str], int]:
 # ---- cordon, surge, scale back, drain --------------------------------------------------------
 
 
-def _cordon_and_restore(snapshot: Snapshot, active: Mapping[str, Notice]) -> list[Action]:
+def _cordon_and_restore(
+    snapshot: Snapshot, active: Mapping[str, Notice], contain: Containment
+) -> list[Action]:
     actions: list[Action] = []
     for name, node in snapshot.nodes.items():
-        recorded = node.annotations.get(names.CORDONED_FOR)
-        notice = active.get(name)
-        if notice is not None and recorded is None:
-            actions.append(
-                Cordon(
-                    name,
-                    notice.event_id,
-                    notice.event_type,
-                    basis=node.as_json(),
-                    uid=node.uid,
-                )
-            )
-        elif notice is None and recorded is not None:
-            actions.append(Restore(name, recorded, basis=node.as_json(), uid=node.uid))
+        actions += contain.run("cordon", on_node(name), [], _cordon_one, node, active.get(name))
     return actions
+
+
+def _cordon_one(node: NodeInfo, notice: Notice | None) -> list[Action]:
+    recorded = node.annotations.get(names.CORDONED_FOR)
+    if notice is not None and recorded is None:
+        cordon = Cordon(
+            node.name, notice.event_id, notice.event_type, basis=node.as_json(), uid=node.uid
+        )
+        return [cordon]
+    if notice is None and recorded is not None:
+        return [Restore(node.name, recorded, basis=node.as_json(), uid=node.uid)]
+    return []
 
 
 def managed(workload: WorkloadInfo | None, settings: Settings) -> bool:
     """Failed over make-before-break (the rest of a doomed node is simply drained)."""
-    if workload is None or workload.opted_out:
+    if workload is None or workload.opted_out or workload.refused:
         return False
     if not labels_match(workload.labels, settings.workload_selector):
         return False
@@ -324,22 +358,18 @@ def _terminates_too_late(pod: PodInfo, notice: Notice, now: datetime, settings: 
 
 
 def _surges(
-    snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice]
+    snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice], contain: Containment
 ) -> tuple[list[Action], set[tuple[str, str]]]:
     """Surge Deployments with doomed replicas (a new surge, or a wave added to one)."""
     doomed_by_workload: dict[WorkloadKey, list[tuple[PodInfo, Notice]]] = defaultdict(list)
     for node_name, notice in active.items():
         if settings.policy_for(notice.event_type) != Policy.FAILOVER:
             continue
-        for pod in snapshot.pods_by_node.get(node_name, []):
-            workload = snapshot.workload_of(pod)
-            if (
-                _doomed(pod)
-                and workload is not None
-                and managed(workload, settings)
-                and workload.kind == "Deployment"
-            ):
-                doomed_by_workload[workload.key].append((pod, notice))
+        found = contain.run(
+            "surge", on_node(node_name), [], _doomed_managed, snapshot, settings, node_name
+        )
+        for pod, workload in found:
+            doomed_by_workload[workload.key].append((pod, notice))
 
     actions: list[Action] = []
     handled: set[tuple[str, str]] = set()
@@ -350,71 +380,92 @@ def _surges(
     )
     for key, doomed in sorted(doomed_by_workload.items()):
         workload = snapshot.workloads[key]
-        basis = WorkloadBasis.of(workload)
-        if active_record(workload) is not None:
-            # A return in progress gives up this pass (a notice touches it); surge next pass,
-            # from the replica count it leaves.
-            handled.update(pod.key for pod, _ in doomed)
-            continue
-        if workload.surge_unreadable:
-            # Without the record we cannot scale back exactly: drain these pods plainly.
-            actions.append(
-                ReportBlocked(
-                    key, "surge record unreadable", Reason.UNREADABLE_RECORD, workload.uid
-                )
-            )
-            continue
-        handled.update(pod.key for pod, _ in doomed)
-        names_now = tuple(sorted(f"{p.namespace}/{p.name}" for p, _ in doomed))
-        earliest = min((n for _, n in doomed), key=_deadline_key)
-        deadline = None if earliest.act_now or earliest.deadline is None else iso(earliest.deadline)
-        events = tuple(sorted({n.event_id for _, n in doomed}))
-        old = workload.surge
-        if old is None and _spares_absorb(snapshot, workload, names_now):
-            # Spare replicas carry the loss: no surge, the doomed pods are drained at once so
-            # that the ReplicaSet's new ones (placed by the policy) start now.
-            handled.difference_update(pod.key for pod, _ in doomed)
-            continue
-        if old is None:
-            record = Surge(workload.replicas, len(names_now), events, names_now, deadline)
-            actions.append(_scale_up(workload, basis, record, len(names_now)))
-            fallback = on_demand_fallback(
-                workload.template_spec, pools, gpus=workload.gpus_per_replica
-            )
-            if not fallback.pools:
-                actions.append(
-                    ReportBlocked(
-                        key, fallback.blocked_reason, Reason.NO_ON_DEMAND_POOL, workload.uid
-                    )
-                )
-            continue
-        fresh = [name for name in names_now if name not in old.doomed_pods]
-        if old.reverted:
-            # Not held: never surged again (the owner would undo it again); drained plainly.
-            handled.difference_update(pod.key for pod, _ in doomed)
-            continue
-        if not fresh:
-            continue
-        if old.completed:
-            # Pods of a finished surge are on their way out: keep naming them, so they are never
-            # taken for new doomed pods, and surge for the new ones only, from today's count.
-            record = Surge(
-                workload.replicas,
-                len(fresh),
-                events,
-                tuple(sorted({*old.doomed_pods, *fresh})),
-                deadline,
-            )
-        else:  # a wave: more replicas of the same workload are now doomed
-            record = Surge(
-                old.base_replicas,
-                old.added + len(fresh),
-                tuple(sorted({*old.event_ids, *events})),
-                tuple(sorted({*old.doomed_pods, *fresh})),
-                min_deadline(old.deadline, deadline),
-            )
-        actions.append(_scale_up(workload, basis, record, len(fresh)))
+        planned, replaced = contain.run(
+            "surge", on_workload(key), ([], set()), _surge_one, snapshot, workload, doomed, pools
+        )
+        actions += planned
+        handled |= replaced
     return actions, handled
+
+
+def _doomed_managed(
+    snapshot: Snapshot, settings: Settings, node_name: str
+) -> list[tuple[PodInfo, WorkloadInfo]]:
+    """The doomed pods on a node that belong to a managed Deployment, with it."""
+    found = []
+    for pod in snapshot.pods_by_node.get(node_name, []):
+        workload = snapshot.workload_of(pod)
+        if (
+            _doomed(pod)
+            and workload is not None
+            and managed(workload, settings)
+            and workload.kind == "Deployment"
+        ):
+            found.append((pod, workload))
+    return found
+
+
+def _surge_one(
+    snapshot: Snapshot,
+    workload: WorkloadInfo,
+    doomed: list[tuple[PodInfo, Notice]],
+    pools: Mapping[str, Pool],
+) -> tuple[list[Action], set[tuple[str, str]]]:
+    """One Deployment's surge: its actions, and the doomed pods it replaces make-before-break
+    (the drain leaves those to the scale-back)."""
+    key = workload.key
+    basis = WorkloadBasis.of(workload)
+    doomed_keys = {pod.key for pod, _ in doomed}
+    if active_record(workload) is not None:
+        # A return in progress gives up this pass (a notice touches it); surge next pass,
+        # from the replica count it leaves.
+        return [], doomed_keys
+    if workload.surge_unreadable:
+        # Without the record we cannot scale back exactly: drain these pods plainly.
+        reason = Reason.UNREADABLE_RECORD
+        return [ReportBlocked(key, "surge record unreadable", reason, workload.uid)], set()
+    names_now = tuple(sorted(f"{p.namespace}/{p.name}" for p, _ in doomed))
+    earliest = min((n for _, n in doomed), key=_deadline_key)
+    deadline = None if earliest.act_now or earliest.deadline is None else iso(earliest.deadline)
+    events = tuple(sorted({n.event_id for _, n in doomed}))
+    old = workload.surge
+    if old is None and _spares_absorb(snapshot, workload, names_now):
+        # Spare replicas carry the loss: no surge, the doomed pods are drained at once so
+        # that the ReplicaSet's new ones (placed by the policy) start now.
+        return [], set()
+    if old is None:
+        record = Surge(workload.replicas, len(names_now), events, names_now, deadline)
+        actions: list[Action] = [_scale_up(workload, basis, record, len(names_now))]
+        fallback = on_demand_fallback(workload.template_spec, pools, gpus=workload.gpus_per_replica)
+        if not fallback.pools:
+            reason = Reason.NO_ON_DEMAND_POOL
+            actions.append(ReportBlocked(key, fallback.blocked_reason, reason, workload.uid))
+        return actions, doomed_keys
+    fresh = [name for name in names_now if name not in old.doomed_pods]
+    if old.reverted:
+        # Not held: never surged again (the owner would undo it again); drained plainly.
+        return [], set()
+    if not fresh:
+        return [], doomed_keys
+    if old.completed:
+        # Pods of a finished surge are on their way out: keep naming them, so they are never
+        # taken for new doomed pods, and surge for the new ones only, from today's count.
+        record = Surge(
+            workload.replicas,
+            len(fresh),
+            events,
+            tuple(sorted({*old.doomed_pods, *fresh})),
+            deadline,
+        )
+    else:  # a wave: more replicas of the same workload are now doomed
+        record = Surge(
+            old.base_replicas,
+            old.added + len(fresh),
+            tuple(sorted({*old.event_ids, *events})),
+            tuple(sorted({*old.doomed_pods, *fresh})),
+            min_deadline(old.deadline, deadline),
+        )
+    return [_scale_up(workload, basis, record, len(fresh))], doomed_keys
 
 
 def _scale_up(workload: WorkloadInfo, basis: WorkloadBasis, record: Surge, added: int) -> ScaleUp:
@@ -424,92 +475,105 @@ def _scale_up(workload: WorkloadInfo, basis: WorkloadBasis, record: Surge, added
 
 
 def _scale_backs(
-    snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice]
+    snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice], contain: Containment
 ) -> list[Action]:
     """Finish each recorded surge whose replacements are Ready, or whose time is up."""
     actions: list[Action] = []
-    active_events = {notice.event_id for notice in active.values()}
     for key, workload in sorted(snapshot.workloads.items()):
-        surge = workload.surge
-        if surge is None:
-            continue
-        basis = WorkloadBasis.of(workload)
-        doomed_names = set(surge.doomed_pods)
-        pods = snapshot.pods_by_workload.get(key, [])
-        if surge.completed:
-            if not any(f"{pod.namespace}/{pod.name}" in doomed_names for pod in pods):
-                actions.append(ForgetSurge(key, basis=basis))
-            continue
-        if workload.replicas < surge.base_replicas + surge.added:
-            # An owner (an operator, an autoscaler) set replicas back while the replacements
-            # load: fighting it would flap. Let go, say so, and drain the doomed pods now, so that
-            # their replacements start at once instead of at the deadline.
-            reverted = replace(surge, completed=True, reverted=True)
-            actions.append(ScaleBack(key, None, Reason.SURGE_NOT_HELD, reverted, basis=basis))
-            continue
-        alive = [
-            pod
-            for pod in pods
-            if f"{pod.namespace}/{pod.name}" in doomed_names and not pod.deleting
-        ]
-        ready_elsewhere = sum(
-            1
-            for pod in pods
-            if pod.ready
-            and not pod.deleting
-            and f"{pod.namespace}/{pod.name}" not in doomed_names
-            and pod.node_name not in active
-        )
-        reason: Reason | None = None
-        if not alive:
-            reason = Reason.DOOMED_GONE
-        elif not active_events.intersection(surge.event_ids):
-            # Cancelled: give the old pods their cost back first, so that scaling back
-            # removes the replacements (the newer pods) and keeps the old ones.
-            lowered = [pod for pod in alive if pod.original_deletion_cost is not None]
-            for pod in lowered:
-                original = pod.original_deletion_cost or None
-                actions.append(
-                    SetDeletionCost(pod.key, original, restore=True, reason=Reason.CANCELLED)
-                )
-            if lowered:
-                continue
-            reason = Reason.CANCELLED
-        elif ready_elsewhere >= surge.base_replicas:
-            # Lowered only now, off the notice's critical path: the cost matters only to the
-            # ReplicaSet's choice when we scale back, which waits for it.
-            unmarked = [pod for pod in alive if pod.deletion_cost != LOWEST]
-            actions += [lower_cost(pod, Reason.REPLACEMENTS_READY) for pod in unmarked]
-            if unmarked:
-                continue
-            reason = Reason.REPLACEMENTS_READY
-        else:
-            notices = [active[pod.node_name] for pod in alive if pod.node_name in active]
-            if surge.deadline is None or any(
-                deadline_near(n, snapshot.now, settings) for n in notices
-            ):
-                reason = Reason.DEADLINE
-                # Delete the doomed pods first: scaling down alone would remove the
-                # replacements that are still loading, since not-ready pods go first.
-                for pod in alive:
-                    notice = active.get(pod.node_name)
-                    if notice is not None:
-                        grace = grace_for(pod, notice, snapshot.now, settings)
-                        actions.append(
-                            Delete(pod.key, pod.uid, pod.node_name, notice.event_id, grace)
-                        )
-        if reason is None:
-            continue
-        # A completed record keeps its doomed pods out of later surges and drains until they are
-        # gone, which after a scale-back they soon are. After a cancellation they stay, serving,
-        # and nothing of the surge is doomed any more: drop the record, or those pods would be
-        # neither surged for, nor evicted, nor deleted when a later notice dooms their node.
-        record = None if reason == Reason.CANCELLED else replace(surge, completed=True)
-        if workload.replicas != surge.base_replicas + surge.added:
-            # An HPA or a person changed replicas since the surge: drop our record, do not fight.
-            actions.append(ScaleBack(key, None, Reason.REPLICAS_CHANGED, record, basis=basis))
-        else:
-            actions.append(ScaleBack(key, surge.base_replicas, reason, record, basis=basis))
+        if workload.surge is not None:
+            actions += contain.run(
+                "scale-back",
+                on_workload(key),
+                [],
+                _scale_back_one,
+                snapshot,
+                settings,
+                active,
+                workload,
+            )
+    return actions
+
+
+def _scale_back_one(
+    snapshot: Snapshot, settings: Settings, active: Mapping[str, Notice], workload: WorkloadInfo
+) -> list[Action]:
+    actions: list[Action] = []
+    active_events = {notice.event_id for notice in active.values()}
+    key = workload.key
+    surge = workload.surge
+    if surge is None:
+        return actions
+    basis = WorkloadBasis.of(workload)
+    doomed_names = set(surge.doomed_pods)
+    pods = snapshot.pods_by_workload.get(key, [])
+    if surge.completed:
+        if not any(f"{pod.namespace}/{pod.name}" in doomed_names for pod in pods):
+            actions.append(ForgetSurge(key, basis=basis))
+        return actions
+    if workload.replicas < surge.base_replicas + surge.added:
+        # An owner (an operator, an autoscaler) set replicas back while the replacements
+        # load: fighting it would flap. Let go, say so, and drain the doomed pods now, so that
+        # their replacements start at once instead of at the deadline.
+        reverted = replace(surge, completed=True, reverted=True)
+        actions.append(ScaleBack(key, None, Reason.SURGE_NOT_HELD, reverted, basis=basis))
+        return actions
+    alive = [
+        pod for pod in pods if f"{pod.namespace}/{pod.name}" in doomed_names and not pod.deleting
+    ]
+    ready_elsewhere = sum(
+        1
+        for pod in pods
+        if pod.ready
+        and not pod.deleting
+        and f"{pod.namespace}/{pod.name}" not in doomed_names
+        and pod.node_name not in active
+    )
+    reason: Reason | None = None
+    if not alive:
+        reason = Reason.DOOMED_GONE
+    elif not active_events.intersection(surge.event_ids):
+        # Cancelled: give the old pods their cost back first, so that scaling back
+        # removes the replacements (the newer pods) and keeps the old ones.
+        lowered = [pod for pod in alive if pod.original_deletion_cost is not None]
+        for pod in lowered:
+            original = pod.original_deletion_cost or None
+            actions.append(
+                SetDeletionCost(pod.key, original, restore=True, reason=Reason.CANCELLED)
+            )
+        if lowered:
+            return actions
+        reason = Reason.CANCELLED
+    elif ready_elsewhere >= surge.base_replicas:
+        # Lowered only now, off the notice's critical path: the cost matters only to the
+        # ReplicaSet's choice when we scale back, which waits for it.
+        unmarked = [pod for pod in alive if pod.deletion_cost != LOWEST]
+        actions += [lower_cost(pod, Reason.REPLACEMENTS_READY) for pod in unmarked]
+        if unmarked:
+            return actions
+        reason = Reason.REPLACEMENTS_READY
+    else:
+        notices = [active[pod.node_name] for pod in alive if pod.node_name in active]
+        if surge.deadline is None or any(deadline_near(n, snapshot.now, settings) for n in notices):
+            reason = Reason.DEADLINE
+            # Delete the doomed pods first: scaling down alone would remove the
+            # replacements that are still loading, since not-ready pods go first.
+            for pod in alive:
+                notice = active.get(pod.node_name)
+                if notice is not None:
+                    grace = grace_for(pod, notice, snapshot.now, settings)
+                    actions.append(Delete(pod.key, pod.uid, pod.node_name, notice.event_id, grace))
+    if reason is None:
+        return actions
+    # A completed record keeps its doomed pods out of later surges and drains until they are
+    # gone, which after a scale-back they soon are. After a cancellation they stay, serving,
+    # and nothing of the surge is doomed any more: drop the record, or those pods would be
+    # neither surged for, nor evicted, nor deleted when a later notice dooms their node.
+    record = None if reason == Reason.CANCELLED else replace(surge, completed=True)
+    if workload.replicas != surge.base_replicas + surge.added:
+        # An HPA or a person changed replicas since the surge: drop our record, do not fight.
+        actions.append(ScaleBack(key, None, Reason.REPLICAS_CHANGED, record, basis=basis))
+    else:
+        actions.append(ScaleBack(key, surge.base_replicas, reason, record, basis=basis))
     return actions
 
 
@@ -592,7 +656,9 @@ def _spares_absorb(snapshot: Snapshot, workload: WorkloadInfo, doomed: tuple[str
     return len(ready) >= spare.base
 
 
-def _spares(snapshot: Snapshot, settings: Settings, busy: frozenset[WorkloadKey]) -> list[Action]:
+def _spares(
+    snapshot: Snapshot, settings: Settings, busy: frozenset[WorkloadKey], contain: Containment
+) -> list[Action]:
     """Keep a Deployment's `spare-replicas` (its placement policy) on top of its owner's count,
     so that an eviction takes a spare instead of a needed replica (SpotHedge's N + k; the webhook
     spreads them like the others). Our record keeps the owner's count: a new count from the owner
@@ -601,72 +667,83 @@ def _spares(snapshot: Snapshot, settings: Settings, busy: frozenset[WorkloadKey]
     on it (they own the count for a while), nor with an HPA (it owns the count: its bounds would
     have to move for as long as the spares are wanted)."""
     actions: list[Action] = []
-    scaled = {(s.namespace, s.target) for s in snapshot.scalers.values()}
     for key, workload in sorted(snapshot.workloads.items()):
-        record = workload.spare
-        policy = in_force(workload.annotations).policy
-        wanted = policy.spare if policy is not None and managed(workload, settings) else 0
-        if record is None and wanted == 0:
-            continue
-        if (
-            workload.kind != "Deployment"
-            or key in busy
-            or workload.surge is not None
-            or names.RETURN_ANNOTATION in workload.annotations
-            or (workload.namespace, ("Deployment", workload.name)) in scaled
-        ):
-            continue
-        basis = WorkloadBasis.of(workload)
-        replicas = workload.replicas
-        if record is None:
-            fresh = Spare(base=replicas, added=wanted)
-            actions.append(SetSpare(key, replicas + wanted, fresh, basis=basis))
-            continue
-        if record.gave_up:
-            if wanted == 0:
-                actions.append(SetSpare(key, None, None, basis=basis))
-            continue
-        if replicas == record.base + record.added:
-            if wanted != record.added:
-                kept = Spare(record.base, wanted, record.reverted) if wanted else None
-                actions.append(SetSpare(key, record.base + wanted, kept, basis=basis))
-        elif replicas == record.base and record.added > 0:
-            reverted = record.reverted + 1
-            if reverted >= 2:
-                given_up = Spare(record.base, 0, reverted, gave_up=True)
-                actions.append(
-                    SetSpare(key, None, given_up, basis=basis, reason=Reason.SPARE_NOT_HELD)
-                )
-            else:
-                again = Spare(record.base, wanted, reverted)
-                actions.append(SetSpare(key, record.base + wanted, again, basis=basis))
-        else:  # the owner chose a new count: that is the base now
-            rebased = Spare(replicas, wanted, record.reverted) if wanted else None
-            actions.append(
-                SetSpare(key, replicas + wanted if wanted else None, rebased, basis=basis)
-            )
+        actions += contain.run(
+            "spares", on_workload(key), [], _spare_one, snapshot, settings, busy, workload
+        )
     return actions
 
 
-def _policies(snapshot: Snapshot) -> list[Action]:
+def _spare_one(
+    snapshot: Snapshot, settings: Settings, busy: frozenset[WorkloadKey], workload: WorkloadInfo
+) -> list[Action]:
+    actions: list[Action] = []
+    key = workload.key
+    record = workload.spare
+    policy = in_force(workload.annotations).policy
+    wanted = policy.spare if policy is not None and managed(workload, settings) else 0
+    if record is None and (wanted == 0 or workload.replicas == 0):
+        return actions
+    scaled = {(s.namespace, s.target) for s in snapshot.scalers.values()}
+    if (
+        workload.kind != "Deployment"
+        or key in busy
+        or workload.surge is not None
+        or names.RETURN_ANNOTATION in workload.annotations
+        or (workload.namespace, ("Deployment", workload.name)) in scaled
+    ):
+        return actions
+    basis = WorkloadBasis.of(workload)
+    replicas = workload.replicas
+    if record is None:
+        fresh = Spare(base=replicas, added=wanted)
+        actions.append(SetSpare(key, replicas + wanted, fresh, basis=basis))
+        return actions
+    if record.gave_up:
+        if wanted == 0:
+            actions.append(SetSpare(key, None, None, basis=basis))
+        return actions
+    if replicas == record.base + record.added:
+        if wanted != record.added:
+            kept = Spare(record.base, wanted, record.reverted) if wanted else None
+            actions.append(SetSpare(key, record.base + wanted, kept, basis=basis))
+    elif replicas == record.base and record.added > 0:
+        reverted = record.reverted + 1
+        if reverted >= 2:
+            given_up = Spare(record.base, 0, reverted, gave_up=True)
+            actions.append(SetSpare(key, None, given_up, basis=basis, reason=Reason.SPARE_NOT_HELD))
+        else:
+            again = Spare(record.base, wanted, reverted)
+            actions.append(SetSpare(key, record.base + wanted, again, basis=basis))
+    else:  # the owner chose a new count: that is the base now
+        rebased = Spare(replicas, wanted, record.reverted) if wanted and replicas else None
+        actions.append(SetSpare(key, replicas + wanted if rebased else None, rebased, basis=basis))
+    return actions
+
+
+def _policies(snapshot: Snapshot, contain: Containment) -> list[Action]:
     """Keep each workload's valid placement policy recorded on it, so a later invalid edit
     leaves it in force (policy.py); an invalid one is reported by the recorder, not written."""
     actions: list[Action] = []
     for key, workload in sorted(snapshot.workloads.items()):
-        recorded = workload.annotations.get(names.POLICY_IN_FORCE)
-        if not declared(workload.annotations):
-            if recorded is not None:
-                actions.append(RecordPolicy(key, basis=WorkloadBasis.of(workload)))
-            continue
-        result = in_force(workload.annotations)
-        if result.policy is not None and not result.refused:
-            wanted = result.policy.to_json()
-            if wanted != recorded:
-                actions.append(RecordPolicy(key, wanted, basis=WorkloadBasis.of(workload)))
+        actions += contain.run("policy", on_workload(key), [], _policy_one, workload)
     return actions
 
 
-def _bounds(snapshot: Snapshot, planned: list[Action]) -> list[Action]:
+def _policy_one(workload: WorkloadInfo) -> list[Action]:
+    recorded = workload.annotations.get(names.POLICY_IN_FORCE)
+    basis = WorkloadBasis.of(workload)
+    if not declared(workload.annotations):
+        return [RecordPolicy(workload.key, basis=basis)] if recorded is not None else []
+    result = in_force(workload.annotations)
+    if result.policy is not None and not result.refused:
+        wanted = result.policy.to_json()
+        if wanted != recorded:
+            return [RecordPolicy(workload.key, wanted, basis=basis)]
+    return []
+
+
+def _bounds(snapshot: Snapshot, planned: list[Action], contain: Containment) -> list[Action]:
     """An HorizontalPodAutoscaler would scale a surged Deployment back within its sync period,
     and a ReplicaSet scaling down removes the not-ready replacements first. While a surge is on,
     the HPA's minReplicas (and maxReplicas, if lower) is raised to the surged count, its own
@@ -683,25 +760,46 @@ def _bounds(snapshot: Snapshot, planned: list[Action]) -> list[Action]:
     actions: list[Action] = []
     for scaler in sorted(snapshot.scalers.values(), key=lambda s: s.key):
         kind, target = scaler.target
-        basis = (scaler.min_replicas, scaler.max_replicas, scaler.original)
         wanted = need.get((scaler.namespace, target)) if kind == "Deployment" else None
-        if wanted is not None:
-            if scaler.min_replicas < wanted or scaler.max_replicas < wanted:
-                original = scaler.original or f"{scaler.min_replicas},{scaler.max_replicas}"
-                actions.append(
-                    Bound(
-                        scaler.namespace, scaler.name, max(scaler.min_replicas, wanted),
-                        max(scaler.max_replicas, wanted), original, basis,
-                    )
-                )  # fmt: skip
-        elif scaler.original is not None:
-            low, _, high = scaler.original.partition(",")
-            try:
-                bounds = (max(1, int(low)), max(1, int(high)))
-            except ValueError:
-                bounds = (scaler.min_replicas, scaler.max_replicas)  # unreadable: drop it only
-            actions.append(Bound(scaler.namespace, scaler.name, *bounds, None, basis))
+        actions += contain.run(
+            "bound",
+            about(f"HorizontalPodAutoscaler {scaler.namespace}/{scaler.name}"),
+            [],
+            _bound_one,
+            scaler,
+            wanted,
+        )
     return actions
+
+
+def _bound_one(scaler: ScalerInfo, wanted: int | None) -> list[Action]:
+    basis = (scaler.min_replicas, scaler.max_replicas, scaler.original)
+    if wanted is not None:
+        if scaler.min_replicas < wanted or scaler.max_replicas < wanted:
+            original = scaler.saved or f"{scaler.min_replicas},{scaler.max_replicas}"
+            low, high = max(scaler.min_replicas, wanted), max(scaler.max_replicas, wanted)
+            return [Bound(scaler.namespace, scaler.name, low, high, original, basis)]
+        return []
+    if scaler.original is None:
+        return []
+    return [Bound(scaler.namespace, scaler.name, *_original_bounds(scaler), None, basis)]
+
+
+def _original_bounds(scaler: ScalerInfo) -> tuple[int, int]:
+    """The bounds we recorded before raising them ("min,max"), read strictly: anyone who may
+    annotate the HPA could write "100000,100000" there. Unreadable or not ours (its seal, seal.py):
+    today's bounds stay, only the record goes."""
+    low, _, high = scaler.saved.partition(",") if scaler.saved else ("", "", "")
+    try:
+        bounds = (
+            whole_number(low, low=1, high=MAX_RECORD_REPLICAS),
+            whole_number(high, low=1, high=MAX_RECORD_REPLICAS),
+        )
+    except ValueError:
+        return scaler.min_replicas, scaler.max_replicas
+    if bounds[0] > bounds[1]:
+        return scaler.min_replicas, scaler.max_replicas
+    return bounds
 
 
 def _drain(
@@ -709,40 +807,61 @@ def _drain(
     settings: Settings,
     active: Mapping[str, Notice],
     surged: set[tuple[str, str]],
+    contain: Containment,
 ) -> list[Action]:
     actions: list[Action] = []
     for node_name, notice in sorted(active.items()):
-        node = snapshot.nodes[node_name]
-        on_node = snapshot.pods_by_node.get(node_name, [])
-        remaining = [pod for pod in on_node if _doomed(pod)]
-        near = deadline_near(notice, snapshot.now, settings)
-        for pod in remaining:
-            if pod.key in surged:
-                continue  # replaced make-before-break; removed by the scale-back
-            grace = grace_for(pod, notice, snapshot.now, settings)
-            if near:
-                actions.append(Delete(pod.key, pod.uid, node_name, notice.event_id, grace))
-            else:
-                # A grace period longer than the time left is cut to fit: the pod must be gone
-                # before Azure takes the VM, not merely terminating.
-                shorter = grace if grace < pod.grace_seconds else None
-                actions.append(
-                    Evict(pod.key, pod.uid, node_name, notice.event_id, grace_seconds=shorter)
-                )
-        for pod in on_node:
-            if _terminates_too_late(pod, notice, snapshot.now, settings):
-                # Already terminating (evicted by someone else, scaled away) with a grace period
-                # that ends after the deadline: a second delete may shorten it, never lengthen it.
-                grace = grace_for(pod, notice, snapshot.now, settings)
-                actions.append(Delete(pod.key, pod.uid, node_name, notice.event_id, grace))
-        drained_for = node.annotations.get(names.DRAINED_FOR_ANNOTATION, "")
-        marked = {part.strip().upper() for part in drained_for.split(",") if part.strip()}
-        # Drained means gone, not merely terminating: Azure may take the VM once we say so.
-        terminating = any(pod.deleting and not pod.daemonset for pod in on_node)
-        if not remaining and not terminating and notice.event_id.upper() not in marked:
+        actions += contain.run(
+            "drain",
+            on_node(node_name),
+            [],
+            _drain_one,
+            snapshot,
+            settings,
+            node_name,
+            notice,
+            surged,
+        )
+    return actions
+
+
+def _drain_one(
+    snapshot: Snapshot,
+    settings: Settings,
+    node_name: str,
+    notice: Notice,
+    surged: set[tuple[str, str]],
+) -> list[Action]:
+    actions: list[Action] = []
+    node = snapshot.nodes[node_name]
+    on_node = snapshot.pods_by_node.get(node_name, [])
+    remaining = [pod for pod in on_node if _doomed(pod)]
+    near = deadline_near(notice, snapshot.now, settings)
+    for pod in remaining:
+        if pod.key in surged:
+            continue  # replaced make-before-break; removed by the scale-back
+        grace = grace_for(pod, notice, snapshot.now, settings)
+        if near:
+            actions.append(Delete(pod.key, pod.uid, node_name, notice.event_id, grace))
+        else:
+            # A grace period longer than the time left is cut to fit: the pod must be gone
+            # before Azure takes the VM, not merely terminating.
+            shorter = grace if grace < pod.grace_seconds else None
             actions.append(
-                MarkDrained(node_name, notice.event_id, basis=node.as_json(), uid=node.uid)
+                Evict(pod.key, pod.uid, node_name, notice.event_id, grace_seconds=shorter)
             )
+    for pod in on_node:
+        if _terminates_too_late(pod, notice, snapshot.now, settings):
+            # Already terminating (evicted by someone else, scaled away) with a grace period
+            # that ends after the deadline: a second delete may shorten it, never lengthen it.
+            grace = grace_for(pod, notice, snapshot.now, settings)
+            actions.append(Delete(pod.key, pod.uid, node_name, notice.event_id, grace))
+    drained_for = node.annotations.get(names.DRAINED_FOR_ANNOTATION, "")
+    marked = {part.strip().upper() for part in drained_for.split(",") if part.strip()}
+    # Drained means gone, not merely terminating: Azure may take the VM once we say so.
+    terminating = any(pod.deleting and not pod.daemonset for pod in on_node)
+    if not remaining and not terminating and notice.event_id.upper() not in marked:
+        actions.append(MarkDrained(node_name, notice.event_id, basis=node.as_json(), uid=node.uid))
     return actions
 
 

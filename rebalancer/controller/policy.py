@@ -27,6 +27,7 @@ from rebalancer.names import (
     SPREAD,
 )
 from rebalancer.names import SPARE_REPLICAS as SPARE
+from rebalancer.strict import shown, whole_number
 
 POLICY_KEYS: Final = (MIN_ON_DEMAND, SPARE, POOLS, MAX_RISK, SPREAD, FAILOVER_TO)
 SPREADS: Final = ("zone", "pool", "none")
@@ -64,6 +65,8 @@ class Policy:
             data = json.loads(text)
         except ValueError:
             raise ValueError("not JSON") from None
+        if isinstance(data, dict):
+            data.pop("seal", None)  # checked where the snapshot is built (seal.py)
         if not isinstance(data, dict) or set(data) != set(cls.__dataclass_fields__):
             raise ValueError("not a policy record")
         pools = data["pools"]
@@ -104,17 +107,18 @@ def parse(annotations: Mapping[str, str]) -> Policy:
         text = annotations.get(key)
         if text is None:
             return 0
-        if not text.strip().isdigit() or int(text) > MAX_REPLICAS:
-            problems.append(f"{key}: {text!r} is not a whole number from 0 to {MAX_REPLICAS}")
+        try:
+            return whole_number(text, high=MAX_REPLICAS)
+        except ValueError as error:
+            problems.append(f"{key}: {error}")
             return 0
-        return int(text)
 
     def word(key: str, allowed: tuple[str, ...], default: str) -> str:
         text = annotations.get(key)
         if text is None:
             return default
         if text.strip().lower() not in allowed:
-            problems.append(f"{key}: {text!r} is not one of {', '.join(allowed)}")
+            problems.append(f"{key}: {shown(text)} is not one of {', '.join(allowed)}")
             return default
         return text.strip().lower()
 
@@ -124,7 +128,7 @@ def parse(annotations: Mapping[str, str]) -> Policy:
         bad = [p for p in names if not _pool_name(p)]
         if not names or bad or len(names) > MAX_POOLS:
             problems.append(
-                f"{POOLS}: {annotations[POOLS]!r} is not a comma-separated list of 1 to "
+                f"{POOLS}: {shown(annotations[POOLS])} is not a comma-separated list of 1 to "
                 f"{MAX_POOLS} agent pool names (lower-case letters and digits)"
             )
         else:

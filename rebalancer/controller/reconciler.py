@@ -6,7 +6,7 @@
 - apply: the leader's `Executor` (or the dry-run one) applies each step's actions at once, the
   steps in order; a follower applies nothing and keeps its caches warm to take over;
 - measure: the `Recorder` turns the snapshot and each (action, outcome) into metrics, logs and
-  Kubernetes Events.
+  Kubernetes Events, and hands notifications to the `Notifier` (its own task sends them).
 A pass runs whenever an informer sees a change, and at least every `resync_seconds`, once every
 cache has listed. Nothing here decides anything, and no error stops the loop.
 """
@@ -36,6 +36,7 @@ from rebalancer.controller.cost import region_of
 from rebalancer.controller.doctor import Doctor
 from rebalancer.controller.executor import DryRunExecutor, Executor, HistoryObject
 from rebalancer.controller.history import History, history_from_configmap
+from rebalancer.controller.messages import Kind, Target
 from rebalancer.controller.model import (
     HoldInfo,
     NodeInfo,
@@ -44,17 +45,27 @@ from rebalancer.controller.model import (
     WorkloadInfo,
     replicaset_owner,
 )
-from rebalancer.controller.options import planner_settings, retry_policy, risk_settings
+from rebalancer.controller.notifier import Notifier
+from rebalancer.controller.options import (
+    notify_retry_policy,
+    planner_settings,
+    retry_policy,
+    risk_settings,
+)
 from rebalancer.controller.planner import plan
+from rebalancer.controller.record_key import UNLOADED, RecordKey
 from rebalancer.controller.recorder import Recorder
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.webhook import PlacementWebhook, serve
+from rebalancer.controller.webhook_server import Limits
 from rebalancer.controller.webhook_tls import TlsKeeper, load_into, server_context, service_names
 from rebalancer.http import Health
-from rebalancer.kube.client import KubeClient
+from rebalancer.kube.client import Requester
 from rebalancer.kube.events import EventRecorder
+from rebalancer.kube.gate import RequestGate
 from rebalancer.kube.informer import Informer
 from rebalancer.kube.leader import LeaderElector
+from rebalancer.kube.limiter import TokenBucket
 from rebalancer.kube.writes import Writer
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.process import sleep_or_stop
@@ -66,7 +77,7 @@ class Controller:
         self,
         *,
         settings: ControllerSettings,
-        client: KubeClient,
+        client: Requester,
         metrics: ControllerMetrics,
         clock: Clock,
         log: Any,
@@ -75,10 +86,31 @@ class Controller:
         self.settings, self.metrics, self.clock, self.log = settings, metrics, clock, log
         self._wake = asyncio.Event()
         history = HistoryObject(settings.namespace, f"{settings.lease_name}-history")
+        # The Lease's requests go straight to the client; everything else passes the gate: the
+        # request budget, then, for a write, the fence, as it leaves.
+        self.elector = LeaderElector(
+            client,
+            namespace=settings.namespace,
+            name=settings.lease_name,
+            identity=identity,
+            lease_duration=settings.lease_duration_seconds,
+            renew_deadline=settings.renew_deadline_seconds,
+            retry_period=settings.retry_period_seconds,
+            clock=clock,
+            log=log,
+        )
+        self.gate = RequestGate(
+            client,
+            limiter=TokenBucket(
+                settings.client_qps, settings.client_burst, monotonic=clock.monotonic
+            ),
+            fence=self.elector.fence,
+            timeout_seconds=settings.kube_timeout_seconds,
+        )
 
         def informer(path: str, project: Any, name: str, **query: str) -> Informer[Any]:
             return Informer(
-                client, path, project, name=name, query=query, log=log,
+                self.gate, path, project, name=name, query=query, log=log,
                 on_change=self._wake.set, on_skip=self._skipped,
                 watch_timeout_seconds=settings.watch_timeout_seconds,
             )  # fmt: skip
@@ -111,19 +143,13 @@ class Controller:
             self.nodes, self.pods, self.replicasets, self.deployments, self.statefulsets,
             self.history, self.holds, self.scalers,
         ]  # fmt: skip
-        self.elector = LeaderElector(
-            client,
-            namespace=settings.namespace,
-            name=settings.lease_name,
-            identity=identity,
-            lease_duration=settings.lease_duration_seconds,
-            renew_deadline=settings.renew_deadline_seconds,
-            retry_period=settings.retry_period_seconds,
-            clock=clock,
-            log=log,
-        )
-        writer = Writer(client)
+        writer = Writer(self.gate)
         self.events = EventRecorder(writer, fence=self.elector.lease_fresh)
+        self.record_key = RecordKey(
+            writer, namespace=settings.namespace, secret=f"{settings.lease_name}-records",
+            may_write=self.elector.may_write, dry_run=settings.dry_run, sleep=clock.sleep,
+            log=log,
+        )  # fmt: skip
         self.executor: Executor | DryRunExecutor = DryRunExecutor()
         if not settings.dry_run:
             self.executor = Executor(
@@ -132,6 +158,7 @@ class Controller:
                 policy=retry_policy(settings),
                 fence=self.elector.may_write,
                 sleep=clock.sleep,
+                sealer=lambda: self.record_key.sealer,
                 log=log,
             )
         self.planner_settings = planner_settings(settings)
@@ -148,15 +175,29 @@ class Controller:
             metrics=metrics, book=self.prices, interval_seconds=settings.cost_interval_seconds
         )
         self._init_risk_feeds()
+        self.notifier: Notifier | None = None
+        if settings.notify_webhook_url is not None:
+            self.notifier = Notifier(
+                url=settings.notify_webhook_url.get_secret_value(),
+                target=Target(settings.notify_target), metrics=metrics, clock=clock, log=log,
+                cluster=settings.notify_cluster_name,
+                kinds=[Kind(kind) for kind in settings.notify_on],
+                per_minute=settings.notify_rate_per_minute,
+                queue_size=settings.notify_queue_size,
+                timeout_seconds=settings.notify_timeout_seconds,
+                policy=notify_retry_policy(settings),
+                may_send=lambda: self.elector.is_leader,  # one replica tells, the one that acts
+            )  # fmt: skip
         self.recorder = Recorder(
             metrics=metrics, events=None if settings.dry_run else self.events,
             accountant=accountant, clock=clock, log=log, dry_run=settings.dry_run,
             risk=risk_settings(settings), risk_data=self._risk_data,
             risk_interval_seconds=settings.cost_interval_seconds,
             deadline_margin_seconds=settings.deadline_margin_seconds,
+            notify=self.notifier.offer if self.notifier else None,
         )  # fmt: skip
         self.doctor = Doctor(
-            client=client, settings=settings, metrics=metrics, clock=clock, log=log,
+            client=self.gate, settings=settings, metrics=metrics, clock=clock, log=log,
             events=None if settings.dry_run else self.events, leading=self.elector.may_write,
             leadership=self.elector.leading,
         )  # fmt: skip
@@ -164,7 +205,10 @@ class Controller:
         self.passes = 0
         self._dead_informers: set[str] = set()
         self.view: View | None = None  # placement reads the last pass's view
-        self.webhook = PlacementWebhook(lambda: self.view, metrics=metrics, now=clock.now, log=log)
+        self.webhook = PlacementWebhook(
+            lambda: self.view, metrics=metrics, now=clock.now, log=log,
+            limits=Limits.of(settings),
+        )  # fmt: skip
         self.tls = TlsKeeper(
             writer, namespace=settings.namespace, secret=settings.webhook_secret,
             configuration=settings.webhook_configuration,
@@ -249,10 +293,15 @@ class Controller:
         tasks = [asyncio.create_task(self._supervise(i, stop)) for i in self.informers]
         electing = asyncio.create_task(self.elector.run(stop))
         recording = asyncio.create_task(self.events.run(stop))
+        finishing = {electing, recording}
+        if self.notifier is not None:
+            finishing.add(asyncio.create_task(self.notifier.run(stop)))
         try:
             for informer in self.informers:
                 while not informer.synced.is_set() and not stop.is_set():
                     await sleep_or_stop(stop, 0.05)
+            # No record can be checked, so none obeyed, before the key is there.
+            await self.record_key.load(stop, self.settings.retry_period_seconds)
             self.metrics.cache_synced.set(1)
             tasks.append(asyncio.create_task(self.prices.run(stop, self._prices_in_use)))
             tasks.append(asyncio.create_task(self.doctor.run(stop, self.snapshot)))
@@ -282,9 +331,10 @@ class Controller:
                 await self._azure_tokens.close()
             # Not cancelled: on `stop` the elector releases the Lease by itself (a cancel landing
             # in that PUT would leave the other replica waiting a full lease duration), and the
-            # recorder writes the Events still queued, within its own short budget.
+            # recorder writes the Events still queued, within its own short budget (and the
+            # notifier sends what it still holds, within its own).
             stop.set()
-            _, late = await asyncio.wait({electing, recording}, timeout=4.0)
+            _, late = await asyncio.wait(finishing, timeout=4.0)
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
@@ -358,8 +408,12 @@ class Controller:
                 waiter.cancel()
 
     def snapshot(self) -> Snapshot:
-        workloads = {w.key: w for w in self.deployments.items.values()}
-        workloads.update({w.key: w for w in self.statefulsets.items.values()})
+        """The caches as one view, with the seal of every record of ours checked (seal.py)."""
+        sealer = self.record_key.sealer if self.record_key.loaded else UNLOADED
+        workloads = {w.key: sealer.verify_workload(w) for w in self.deployments.items.values()}
+        workloads.update(
+            {w.key: sealer.verify_workload(w) for w in self.statefulsets.items.values()}
+        )
         return Snapshot(
             now=self.clock.now(),
             nodes={node.name: node for node in self.nodes.items.values()},
@@ -368,7 +422,7 @@ class Controller:
             replicaset_owners={k: owner for k, owner in self.replicasets.items.items() if owner},
             history=next(iter(self.history.items.values()), History()),
             holds=dict(self.holds.items),
-            scalers=dict(self.scalers.items),
+            scalers={k: sealer.verify_scaler(s) for k, s in self.scalers.items.items()},
             risks=self.recorder.risks,
         )
 

@@ -6,6 +6,8 @@ Kubernetes Events. The last step of a pass; it decides nothing and writes only E
 - `applied(action, outcome)`: one log line and one count per action outcome, the latencies that
   an outcome ends (notice to cordon, to drained, surge to replacements Ready), and the Event that
   `catalogue.event_for` gives for it.
+- notifications (`messages.py`), handed to `notify` (the notifier's `offer`, which never blocks):
+  a notice acted on (its node cordoned), a blocked fail-over, a missed deadline, a risk move.
 What it keeps in memory serves measurement only (when this process first saw a notice, which
 series exist); nothing here feeds a decision. None of it grows with what others write: maps keyed
 by live objects are pruned to the snapshot every pass, and "said once" memories of text (refused
@@ -14,7 +16,7 @@ policies, log lines, blocked causes) keep digests, bounded (`bounded.py`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -37,17 +39,28 @@ from rebalancer.controller.actions import (
     ScaleBack,
     ScaleUp,
     StartReturn,
+    WorkloadKey,
 )
 from rebalancer.controller.bounded import SaidOnce, digest
 from rebalancer.controller.catalogue import (
     KubeEvent,
     event_for,
+    input_refused,
+    planning_failed,
     pod_placed,
     policy_refused,
     replacement_placed,
 )
+from rebalancer.controller.contain import Failure, Where
 from rebalancer.controller.history import WINDOWS
-from rebalancer.controller.model import NodeInfo
+from rebalancer.controller.messages import (
+    Notification,
+    deadline_missed,
+    failover_blocked,
+    notice_acted_on,
+    risk_move,
+)
+from rebalancer.controller.model import NodeInfo, Surge
 from rebalancer.controller.planner import Plan
 from rebalancer.controller.policy import in_force
 from rebalancer.controller.pools import placement_options
@@ -138,8 +151,10 @@ class Recorder:
         risk_data: RiskData | None = None,
         risk_interval_seconds: float = 10.0,
         deadline_margin_seconds: float = 5.0,
+        notify: Callable[[Notification], None] | None = None,
     ) -> None:
         self._deadline_margin = deadline_margin_seconds
+        self._notify = notify or (lambda _: None)
         self.metrics = metrics
         self._risk_settings = risk or RiskSettings()
         self._risk_data: RiskData = risk_data or (lambda: (None, None))
@@ -153,13 +168,19 @@ class Recorder:
         self._clock = clock
         self._log = log
         self._seen: dict[tuple[str, str], Seen] = {}
-        self._surge_started: dict[tuple[str, str, str], float] = {}
+        # When this process saw a workload surge, and the pool of the node under notice.
+        self._surge_started: dict[tuple[str, str, str], tuple[float, str]] = {}
+        self._blocked_workloads: set[tuple[str, str, str]] = set()
         self._logged = SaidOnce(LOGGED_ONCE_LIMIT)
         self._blocked_said = SaidOnce(SAID_ONCE_LIMIT)  # (workload, cause) of blocked failovers
         self._policy_said: dict[tuple[str, str, str], bytes] = {}  # digest of the refused text
         self._reported_pods = SaidOnce(SAID_ONCE_LIMIT)
         self._placed: set[tuple[str, str]] = set()  # (pod uid, which Event): live pods only
         self._refused_series: set[tuple[str, str]] = set()
+        # What the last pass refused or failed on: reported when it appears, not every pass.
+        # Bounded by the objects the cluster has now, never by what was ever written.
+        self._refused_inputs: set[tuple[tuple[str, str, str], tuple[str, ...]]] = set()
+        self._failures: set[Failure] = set()
         self._metric_groups: set[tuple[str, str, str, bool]] = set()
         self._deficit_workloads: set[str] = set()
         self._eviction_series: set[tuple[str, str, str]] = set()
@@ -182,11 +203,13 @@ class Recorder:
 
     def observe(self, snapshot: Snapshot, plan: Plan, elapsed: float) -> None:
         self.metrics.active_notices.set(len(plan.active))
+        self._initialise_workloads(plan.managed)
         for node, why in plan.ignored:
             self.log_once("notice ignored", why, node=node)
         self._notices(snapshot)
         self._deficit(snapshot, elapsed)
         self._placements(snapshot, plan)
+        self._contained(snapshot, plan)
         self._policies(snapshot)
         self._evictions(snapshot)
         self._risk(snapshot)
@@ -202,6 +225,7 @@ class Recorder:
         self._deficit_workloads &= workloads
         for key in [k for k in self._surge_started if k not in snapshot.workloads]:
             del self._surge_started[key]
+        self._blocked_workloads &= set(snapshot.workloads)  # series made again if it comes back
 
     def _notices(self, snapshot: Snapshot) -> None:
         now = self._clock.monotonic()
@@ -265,6 +289,9 @@ class Recorder:
                 reason = seen.missed_reason()
                 self.metrics.drain_missed_deadline.labels(seen.pool, reason).inc()
                 self._log.warning("deadline missed", node=key[0], event_id=key[1], why=reason)
+                self._notify(
+                    deadline_missed(node=key[0], pool=seen.pool, event_id=key[1], why=reason)
+                )
 
     def _deficit(self, snapshot: Snapshot, elapsed: float) -> None:
         for workload in snapshot.workloads.values():
@@ -325,6 +352,31 @@ class Recorder:
                     regarding=event.regarding, reason=event.reason, message=event.message,
                     now=self._clock.now(),
                 )  # fmt: skip
+
+    def _contained(self, snapshot: Snapshot, plan: Plan) -> None:
+        """Workloads left alone for unreadable records of ours, and objects a planning method
+        failed on: a log line, a count and a Warning Event on the object when each appears."""
+        refused = {(key, problems) for key, _, problems in plan.refused}
+        for key, uid, problems in plan.refused:
+            if (key, problems) in self._refused_inputs:
+                continue
+            self.metrics.inputs_refused.labels(key[0]).inc()
+            self._log.warning("input refused", workload="/".join(key), problems=list(problems))
+            self._emit(input_refused(key, uid, problems))
+        self._refused_inputs = refused
+        failures = set(plan.failures)
+        for failure in plan.failures:
+            if failure in self._failures:
+                continue
+            self.metrics.planning_failures.labels(failure.method).inc()
+            self._log.error(
+                "planning failed for one object; it is left alone this pass",
+                method=failure.method, subject=failure.where.subject, error=failure.error,
+            )  # fmt: skip
+            event = planning_failed(failure, _uid_of(snapshot, failure.where))
+            if event is not None:
+                self._emit(event)
+        self._failures = failures
 
     def _policies(self, snapshot: Snapshot) -> None:
         """A Warning Event, once per refused policy text, on a workload whose placement policy
@@ -395,6 +447,7 @@ class Recorder:
             settings=self._risk_settings,
             eviction_rates=rates,
             placement_scores=scores,
+            previous={key: risk.level for key, risk in self.risks.items()},
         )
         m = self.metrics
         series: set[tuple[str, ...]] = set()
@@ -456,6 +509,16 @@ class Recorder:
         )
         for reason in MISSED_REASONS:
             self.metrics.drain_missed_deadline.labels(node.pool, reason)
+        self.metrics.replacement_ready.labels(node.pool)
+
+    def _initialise_workloads(self, managed: Iterable[WorkloadKey]) -> None:
+        """Zero series for a managed workload's blocked fail-overs before the first one."""
+        for key in managed:
+            if key in self._blocked_workloads:
+                continue
+            self._blocked_workloads.add(key)
+            for reason in FAILOVER_REASONS["blocked"]:
+                self.metrics.failovers_blocked.labels(_workload_label(key), str(reason))
 
     # ---- outcomes ----------------------------------------------------------------------------
 
@@ -467,7 +530,7 @@ class Recorder:
             self._log.warning(
                 "action failed",
                 action=name,
-                subject=repr(action),
+                subject=action,
                 kind=outcome.error_kind,
                 reason=outcome.detail,
             )
@@ -497,8 +560,23 @@ class Recorder:
         self._log.warning(
             "failover blocked", workload="/".join(action.workload), detail=action.detail
         )
-        self.metrics.failovers.labels("blocked", str(action.reason)).inc()
+        self._count_blocked(action.workload, action.reason)
         tell(self._events, event_for(action, APPLIED), self._clock.now())
+        self._notify(
+            failover_blocked(
+                workload="/".join(action.workload), detail=action.detail, reason=str(action.reason)
+            )
+        )
+
+    def _count_blocked(self, workload: WorkloadKey, reason: Reason) -> None:
+        self.metrics.failovers.labels("blocked", str(reason)).inc()
+        self.metrics.failovers_blocked.labels(_workload_label(workload), str(reason)).inc()
+
+    def _pool_under_notice(self, record: Surge | None) -> str:
+        """The pool of the first node whose notice surged the workload ("" if not seen here)."""
+        events = set(record.event_ids) if record else set()
+        seen = [s for (_, event_id), s in self._seen.items() if event_id in events]
+        return min(seen, key=lambda s: s.first_seen).pool if seen else ""
 
     def _measure(self, action: Action) -> None:
         now = self._clock.monotonic()
@@ -515,8 +593,18 @@ class Recorder:
                     event_id=action.event_id,
                     event_type=action.event_type,
                 )
+                self._notify(
+                    notice_acted_on(
+                        node=action.node,
+                        pool=seen.pool if seen is not None else "",
+                        event_type=action.event_type,
+                        event_id=action.event_id,
+                    )
+                )
             case ScaleUp():
-                self._surge_started.setdefault(action.workload, now)
+                self._surge_started.setdefault(
+                    action.workload, (now, self._pool_under_notice(action.record))
+                )
                 self.metrics.failovers.labels("started", str(Reason.NOTICE)).inc()
                 log.info(
                     "surged",
@@ -526,7 +614,7 @@ class Recorder:
                 )
             case ScaleBack() if action.reason == Reason.SURGE_NOT_HELD:
                 self._surge_started.pop(action.workload, None)
-                self.metrics.failovers.labels("blocked", str(action.reason)).inc()
+                self._count_blocked(action.workload, action.reason)
                 log.warning(
                     "surge not held: replicas set back by others",
                     workload="/".join(action.workload),
@@ -534,7 +622,8 @@ class Recorder:
             case ScaleBack():
                 started = self._surge_started.pop(action.workload, None)
                 if started is not None and action.reason == Reason.REPLACEMENTS_READY:
-                    self.metrics.replacement_ready.observe(now - started)
+                    at, pool = started
+                    self.metrics.replacement_ready.labels(pool).observe(now - at)
                 self.metrics.failovers.labels("completed", str(action.reason)).inc()
                 log.info(
                     "scaled back",
@@ -567,6 +656,13 @@ class Recorder:
                     retire=action.record.retire,
                     why=action.record.why,
                 )
+                self._notify(
+                    risk_move(
+                        workload="/".join(action.workload),
+                        retire=action.record.retire,
+                        why=action.record.why,
+                    )
+                )
             case FinishReturn() if action.purpose == "risk":
                 self.metrics.risk_moves.labels(str(action.reason)).inc()
                 log.info(
@@ -597,7 +693,7 @@ class Recorder:
     def log_once(self, message: str, subject: Any, **fields: Any) -> None:
         if not self._logged.first_time((message, subject)):
             return
-        self._log.info(message, subject=repr(subject), **fields)
+        self._log.info(message, subject=subject, **fields)  # rendered by logging.plain_values
 
 
 def tell(events: EventRecorder | None, event: KubeEvent | None, now: datetime) -> None:
@@ -619,3 +715,17 @@ def free_gpus(snapshot: Snapshot) -> dict[str, int]:
         - sum(p.gpus for p in snapshot.pods_by_node.get(name, []) if not p.finished)
         for name, node in snapshot.nodes.items()
     }
+
+
+def _uid_of(snapshot: Snapshot, where: Where) -> str:
+    if where.workload is not None:
+        workload = snapshot.workloads.get(where.workload)
+        return workload.uid if workload is not None else ""
+    node = snapshot.nodes.get(where.node)
+    return node.uid if node is not None else ""
+
+
+def _workload_label(key: WorkloadKey) -> str:
+    """`namespace/name`, as `rebalancer_controller_replica_deficit_replica_seconds_total` has it."""
+    _, namespace, name = key
+    return f"{namespace}/{name}"

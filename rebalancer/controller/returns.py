@@ -39,6 +39,7 @@ from rebalancer.controller.actions import (
     StartReturn,
     WorkloadBasis,
 )
+from rebalancer.controller.contain import Containment, on_workload
 from rebalancer.controller.model import NodeInfo, PodInfo, ReturnRecord, WorkloadInfo
 from rebalancer.controller.policy import Policy, in_force
 from rebalancer.controller.pools import Pool, pools_of
@@ -80,10 +81,12 @@ def plan_returns(
     active_nodes: set[str],
     settings: ReturnSettings,
     busy: frozenset[WorkloadKey] = frozenset(),
+    contain: Containment | None = None,
 ) -> list[Action]:
     """Actions that move replicas back to spot, or finish and undo moves in progress. No return
     starts for a workload in `busy` (surged in this same pass: both would be planned from the
     same replica count)."""
+    contain = contain or Containment()
     nodes = snapshot.nodes
     pools = pools_of(nodes.values())
     actions: list[Action] = []
@@ -92,13 +95,19 @@ def plan_returns(
         record = read_record(workload)
         if record is None:
             continue
-        pods = snapshot.pods_by_workload.get(key, [])
-        if record.completed:
-            if not record.leaving(pods):
-                actions.append(ForgetReturn(key, basis=WorkloadBasis.of(workload)))
-            continue
-        in_flight += 1
-        actions += _progress(snapshot, workload, record, pods, active_nodes, settings)
+        if not record.completed:
+            in_flight += 1  # counted even if planning it fails: the budget stays honest
+        actions += contain.run(
+            "return",
+            on_workload(key),
+            [],
+            _continue,
+            snapshot,
+            workload,
+            record,
+            active_nodes,
+            settings,
+        )
     if not settings.enabled or not in_window(settings.window, snapshot.now):
         return actions
     for key, workload in sorted(snapshot.workloads.items()):
@@ -108,17 +117,53 @@ def plan_returns(
             continue
         if key in busy or RETURN_ANNOTATION in workload.annotations or workload.surge is not None:
             continue
-        backoff = parse_iso(workload.annotations.get(RETURN_BACKOFF_ANNOTATION))
-        if backoff is not None and snapshot.now < backoff:
-            continue
-        policy = in_force(workload.annotations).policy
-        start = _start_move(snapshot, workload, policy, pools, active_nodes)
-        if start is None:
-            start = _start(snapshot, workload, policy, pools, active_nodes, settings)
+        start = contain.run(
+            "return",
+            on_workload(key),
+            None,
+            _start_one,
+            snapshot,
+            workload,
+            pools,
+            active_nodes,
+            settings,
+        )
         if start is not None:
             actions.append(start)
             in_flight += 1
     return actions
+
+
+def _continue(
+    snapshot: Snapshot,
+    workload: WorkloadInfo,
+    record: ReturnRecord,
+    active_nodes: set[str],
+    settings: ReturnSettings,
+) -> list[Action]:
+    pods = snapshot.pods_by_workload.get(workload.key, [])
+    if record.completed:
+        if not record.leaving(pods):
+            return [ForgetReturn(workload.key, basis=WorkloadBasis.of(workload))]
+        return []
+    return _progress(snapshot, workload, record, pods, active_nodes, settings)
+
+
+def _start_one(
+    snapshot: Snapshot,
+    workload: WorkloadInfo,
+    pools: Mapping[str, Pool],
+    active_nodes: set[str],
+    settings: ReturnSettings,
+) -> StartReturn | None:
+    backoff = parse_iso(workload.annotations.get(RETURN_BACKOFF_ANNOTATION))
+    if backoff is not None and snapshot.now < backoff:
+        return None
+    policy = in_force(workload.annotations).policy
+    start = _start_move(snapshot, workload, policy, pools, active_nodes)
+    if start is None:
+        start = _start(snapshot, workload, policy, pools, active_nodes, settings)
+    return start
 
 
 def read_record(workload: WorkloadInfo) -> ReturnRecord | None:

@@ -20,7 +20,18 @@ evicted within the next hour").
                  24 h retention), n = the group's nodes now, or the distinct nodes it lost in
                  the history if that is more (a group a wave has emptied still has an exposure)
     estimate   = (w * prior + D) / (w + E)      w = prior weight, in node-hours
-    level      = low below `medium_rate`, high from `high_rate`, medium between
+    level      = low below `medium_rate`, high from `high_rate`, medium between; once a group
+                 has a level, it moves only when the estimate clears the threshold between the
+                 two levels by `level_band` (10 %): up from `threshold * 1.1`, down below
+                 `threshold * 0.9` (hysteresis)
+
+Why the hysteresis: the default prior (0.05) is the medium threshold itself, on purpose (an
+unknown size is assumed at the top of Azure's lowest bucket), so a quiet group sits exactly on
+the line: a record with a few node-hours reads 0.0499 (low), a record not yet started or a
+moment with no exposure reads 0.05 (medium), and the label, with every decision that reads it
+(placement, returns, moves), flipped back and forth with nothing happening. The band makes a
+quiet group leave "medium" once its record has pulled it clearly below (to 0.045) and stay
+"low"; a real eviction moves the estimate far more than 10 %.
 
 Why this shape: it is the mean of a Gamma-Poisson posterior. The prior counts as `w` node-hours of
 experience at the prior rate; the cluster's own record adds D evictions over E node-hours. A young
@@ -70,6 +81,7 @@ class RiskSettings:
     half_life_seconds: float = 6 * 3600.0
     medium_rate: float = 0.05
     high_rate: float = 0.15
+    level_band: float = 0.1  # hysteresis: a level changes when the rate clears a threshold by 10 %
     resource_graph_max_age_seconds: float = 2 * 86400.0
     placement_score_max_age_seconds: float = 3600.0
 
@@ -119,10 +131,24 @@ class Risk:
         )
 
 
-def level_of(rate: float, settings: RiskSettings) -> str:
-    if rate >= settings.high_rate:
+def level_of(rate: float, settings: RiskSettings, *, was: str | None = None) -> str:
+    """The level of an estimate; with `was` (the group's level at the last assessment) the
+    level moves only when the estimate clears the threshold it crosses by `level_band`."""
+    plain = _level(rate, settings.medium_rate, settings.high_rate)
+    if was not in LEVELS or plain == was:
+        return plain
+    up = LEVELS.index(plain) > LEVELS.index(was)
+    factor = 1.0 + settings.level_band if up else 1.0 - settings.level_band
+    strict = _level(rate, settings.medium_rate * factor, settings.high_rate * factor)
+    # `strict` lies between `was` and `plain`: the furthest the estimate has clearly gone.
+    pick = max if up else min
+    return LEVELS[pick(LEVELS.index(strict), LEVELS.index(was))]
+
+
+def _level(rate: float, medium: float, high: float) -> str:
+    if rate >= high:
         return HIGH
-    if rate >= settings.medium_rate:
+    if rate >= medium:
         return MEDIUM
     return LOW
 
@@ -160,8 +186,11 @@ def assess(
     settings: RiskSettings,
     eviction_rates: EvictionRates | None = None,
     placement_scores: PlacementScores | None = None,
+    previous: Mapping[GroupKey, str] | None = None,
 ) -> dict[GroupKey, Risk]:
-    """The risk of every spot group seen, keyed and ordered by (pool, zone, sku)."""
+    """The risk of every spot group seen, keyed and ordered by (pool, zone, sku); `previous`:
+    each group's level at the last assessment (the hysteresis of `level_of`)."""
+    was = previous or {}
     node_list = list(nodes)
     counts: dict[GroupKey, int] = {}
     for node in node_list:
@@ -179,6 +208,7 @@ def assess(
             settings=settings,
             eviction_rates=eviction_rates,
             placement_scores=placement_scores,
+            was=was.get(key),
         )
         for key in sorted(groups)
     }
@@ -194,6 +224,7 @@ def _assess_group(
     settings: RiskSettings,
     eviction_rates: EvictionRates | None,
     placement_scores: PlacementScores | None,
+    was: str | None = None,
 ) -> Risk:
     pool, zone, sku = key
     reasons: list[Reason] = []
@@ -216,7 +247,7 @@ def _assess_group(
         sku=sku,
         region=region,
         rate_per_hour=rate,
-        level=level_of(rate, settings),
+        level=level_of(rate, settings, was=was),
         base_rate=base,
         prior_rate=prior,
         observed_rate=decayed / exposure if exposure > 0 else None,

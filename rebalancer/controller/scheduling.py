@@ -6,6 +6,7 @@ fail over to ("pools that share the toleration config") and to say exactly why o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,9 +72,8 @@ def match_expression(expression: Mapping[str, Any], labels: Mapping[str, str]) -
     if operator == "DoesNotExist":
         return not present
     if operator in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
+        have, want = _integer(labels[key]), _integer(values[0])
+        if have is None or want is None:
             return False
         return have > want if operator == "Gt" else have < want
     return False
@@ -115,3 +115,12 @@ def preferred_weight(template_spec: Mapping[str, Any], labels: Mapping[str, str]
         if all(match_expression(e, labels) for e in preference.get("matchExpressions") or []):
             total += int(term.get("weight", 0))
     return total
+
+
+_INTEGER = re.compile(r"-?[0-9]{1,18}", re.ASCII)
+
+
+def _integer(text: str) -> int | None:
+    """An int64 as Kubernetes reads one for Gt and Lt: ASCII digits only (`int()` would take
+    full-width digits and thousands of them)."""
+    return int(text) if _INTEGER.fullmatch(text) else None

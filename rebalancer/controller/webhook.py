@@ -9,20 +9,50 @@ Server-side dry runs are answered alike and recorded nowhere.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from aiohttp import web
 
-from rebalancer.controller.admission import Admitted, View, recent, review
+from rebalancer.controller.admission import MAX_UID_LENGTH, Admitted, View, review
+from rebalancer.controller.webhook_server import Limits, serve_guarded
 from rebalancer.metrics import ControllerMetrics
 
 PATH = "/mutate-pods"
 RECENT_SECONDS = 30.0
-MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit is about this
+# Placements remembered at once: a burst of a few thousand pods fits; a flood of reviews keeps
+# the newest (issue 18: every cache of what others send is bounded).
+MAX_RECENT = 10_000
+
+
+class Refused(Exception):
+    """A request answered with an HTTP error: the API server then applies the failure policy
+    (Ignore: the pod is created unchanged)."""
+
+    def __init__(self, reason: str, status: int, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.status, self.message = reason, status, message
+
+
+def nested_deeper_than(value: object, limit: int) -> bool:
+    """Whether JSON `value` nests more than `limit` arrays and objects (walked without
+    recursion, stopping at the first too deep)."""
+    if not isinstance(value, dict | list):
+        return False
+    stack: list[tuple[dict[str, Any] | list[Any], int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
 
 
 class PlacementWebhook:
@@ -33,47 +63,77 @@ class PlacementWebhook:
         metrics: ControllerMetrics,
         now: Callable[[], datetime],
         log: object,
+        limits: Limits | None = None,
     ) -> None:
         self._view = view
-        self._metrics = metrics
+        self.metrics = metrics
         self._now = now
         self._log = log
-        self.admitted: list[Admitted] = []
+        self.limits = limits or Limits()
+        self.admitted: deque[Admitted] = deque(maxlen=MAX_RECENT)  # oldest first
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY)
+        app = web.Application(client_max_size=self.limits.max_body_bytes)
         app.router.add_post(PATH, self.handle)
         return app
 
     async def handle(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
-            body = json.loads(await request.read())
-        except ValueError:
-            self._metrics.webhook_reviews.labels("bad_request").inc()
-            return web.json_response({"error": "not JSON"}, status=400)
+            body = await self.read(request)
+        except Refused as refused:
+            self.metrics.webhook_reviews.labels("bad_request").inc()
+            self.metrics.webhook_requests_refused.labels(refused.reason).inc()
+            return web.json_response({"error": refused.message}, status=refused.status)
         try:
             answer = self.answer(body)
         except Exception:  # a bug must never cost a pod: allow it unchanged, count, log
-            self._metrics.webhook_reviews.labels("error").inc()
+            self.metrics.webhook_reviews.labels("error").inc()
             self._log.exception("admission review failed; pod allowed unchanged")  # type: ignore[attr-defined]
-            uid = ((body or {}).get("request") or {}).get("uid", "")
             answer = {
                 "apiVersion": "admission.k8s.io/v1",
                 "kind": "AdmissionReview",
-                "response": {"uid": uid, "allowed": True},
+                "response": {"uid": _uid_of(body), "allowed": True},
             }
-        self._metrics.webhook_seconds.observe(time.perf_counter() - started)
+        self.metrics.webhook_seconds.observe(time.perf_counter() - started)
         if not answer:
+            self.metrics.webhook_requests_refused.labels("not_review").inc()
             return web.json_response({"error": "not an AdmissionReview"}, status=400)
         return web.json_response(answer)
+
+    async def read(self, request: web.Request) -> Any:
+        """The request's JSON, or Refused: too large, too slow, too deep, not JSON."""
+        limits = self.limits
+        too_large = Refused("too_large", 413, f"body over {limits.max_body_bytes} bytes")
+        if (request.content_length or 0) > limits.max_body_bytes:
+            raise too_large  # said before a byte of it is read
+        try:
+            async with asyncio.timeout(limits.body_timeout_seconds):
+                raw = await request.read()
+        except TimeoutError:
+            raise Refused(
+                "body_timeout", 408, f"body not received within {limits.body_timeout_seconds} s"
+            ) from None
+        except web.HTTPRequestEntityTooLarge:  # chunked, or a Content-Length that lied
+            raise too_large from None
+        too_deep = Refused("too_deep", 400, f"JSON nested deeper than {limits.max_json_depth}")
+        try:
+            body = json.loads(raw)
+        except RecursionError:  # nested deeper than the interpreter's own limit (about 1000)
+            raise too_deep from None
+        except ValueError:  # not JSON, not UTF-8, or an integer of over 4300 digits
+            raise Refused("not_json", 400, "not JSON") from None
+        if nested_deeper_than(body, limits.max_json_depth):
+            raise too_deep
+        return body
 
     def answer(self, body: object) -> dict[str, object]:
         now = self._now()
         horizon = now - timedelta(seconds=RECENT_SECONDS)
-        self.admitted = recent(self.admitted, horizon=horizon)
+        while self.admitted and self.admitted[0].at < horizon:
+            self.admitted.popleft()
         result = review(body, self._view(), self.admitted)
-        self._metrics.webhook_reviews.labels(result.outcome).inc()
+        self.metrics.webhook_reviews.labels(result.outcome).inc()
         decision, workload = result.decision, result.workload
         if decision is not None and workload is not None and not result.dry_run:
             uid = str(result.response["response"]["uid"])
@@ -81,7 +141,7 @@ class PlacementWebhook:
                 Admitted(now, workload.key, decision.pool, decision.zone, decision.spot, uid)
             )
             capacity = "spot" if decision.spot else "on_demand"
-            self._metrics.placements.labels(workload.namespace, workload.name, capacity).inc()
+            self.metrics.placements.labels(workload.namespace, workload.name, capacity).inc()
             self._log.info(  # type: ignore[attr-defined]
                 "pod placed",
                 workload="/".join(workload.key),
@@ -101,7 +161,13 @@ class PlacementWebhook:
 async def serve(
     webhook: PlacementWebhook, host: str, port: int, context: ssl.SSLContext
 ) -> web.AppRunner:
-    runner = web.AppRunner(webhook.app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port, ssl_context=context).start()
-    return runner
+    """Serve the webhook over HTTPS under its limits (`webhook_server`)."""
+    return await serve_guarded(
+        webhook.app(), host, port, context=context, limits=webhook.limits, metrics=webhook.metrics
+    )
+
+
+def _uid_of(body: Any) -> str:
+    request = body.get("request") if isinstance(body, dict) else None
+    uid = request.get("uid") if isinstance(request, dict) else None
+    return uid if isinstance(uid, str) and len(uid) <= MAX_UID_LENGTH else ""

@@ -2,7 +2,8 @@
 
 kubernetes_asyncio loads kubeconfig or in-cluster credentials and keeps the connections; requests
 go through `ApiClient.call_api` with `_preload_content=False`, so answers stay raw JSON (small
-and fast to read) and every error is translated once, in `request`.
+and fast to read) and every error is translated once, in `request`. No request budget and no
+fence here: the controller's requests pass `rebalancer.kube.gate.RequestGate` on their way.
 """
 
 from __future__ import annotations
@@ -10,31 +11,42 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from rebalancer.kube.errors import KubeError, Unavailable, from_response
-from rebalancer.kube.limiter import TokenBucket
 
 STRATEGIC = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 
-class KubeClient:
-    def __init__(
+class Requester(Protocol):
+    """What `KubeClient` offers to the code above it (and what the tests' fake API offers)."""
+
+    async def request(
         self,
-        api_client: Any,
+        method: str,
+        path: str,
         *,
-        timeout_seconds: float = 10.0,
-        limiter: TokenBucket | None = None,
-    ) -> None:
+        body: Any = None,
+        content_type: str = "application/json",
+        query: Mapping[str, str] | None = None,
+        timeout_seconds: float | None = None,
+    ) -> Any: ...
+
+    def stream(
+        self, path: str, *, query: Mapping[str, str], timeout_seconds: float
+    ) -> AsyncIterator[dict[str, Any]]: ...
+
+
+class KubeClient:
+    def __init__(self, api_client: Any, *, timeout_seconds: float = 10.0) -> None:
         self._api = api_client
         self._timeout = timeout_seconds
-        self.limiter = limiter
 
     @classmethod
     async def connect(
@@ -43,8 +55,6 @@ class KubeClient:
         *,
         context: str | None = None,
         timeout_seconds: float = 10.0,
-        qps: float | None = None,
-        burst: int | None = None,
         user_agent: str = "",
     ) -> KubeClient:
         """In-cluster credentials in a pod, else the kubeconfig given or $KUBECONFIG (its
@@ -60,11 +70,10 @@ class KubeClient:
             await k8s_config.load_kube_config(
                 config_file=kubeconfig, context=context, client_configuration=configuration
             )
-        limiter = TokenBucket(qps, burst or max(1, int(2 * qps))) if qps else None
         api = k8s_client.ApiClient(configuration)
         if user_agent:
             api.user_agent = user_agent
-        return cls(api, timeout_seconds=timeout_seconds, limiter=limiter)
+        return cls(api, timeout_seconds=timeout_seconds)
 
     async def close(self) -> None:
         await self._api.close()
@@ -78,15 +87,8 @@ class KubeClient:
         content_type: str = "application/json",
         query: Mapping[str, str] | None = None,
         timeout_seconds: float | None = None,
-        limited: bool = True,
     ) -> Any:
-        """One API call; returns the decoded JSON answer or raises a `KubeError`.
-
-        `limited=False` bypasses the request budget (for low-priority traffic with a budget of
-        its own, such as Kubernetes Events).
-        """
-        if limited and self.limiter is not None:
-            await self.limiter.take()
+        """One API call; returns the decoded JSON answer or raises a `KubeError`."""
         response = await self._send(method, path, body, content_type, query, timeout_seconds)
         try:
             payload = await response.read()

@@ -97,6 +97,13 @@ class Unavailable(KubeError):
         return True
 
 
+class Fenced(KubeError):
+    """Not sent: this replica may no longer hold the Lease by the time the write would land
+    (`rebalancer.kube.fence`). Sending it again cannot help; a new leader plans it afresh."""
+
+    kind = "fenced"
+
+
 _BY_STATUS: dict[int, type[KubeError]] = {
     403: Forbidden,
     404: NotFound,

@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-from rebalancer.kube.client import KubeClient
+from rebalancer.kube.client import Requester
 from rebalancer.kube.errors import Gone, KubeError
 from rebalancer.process import sleep_or_stop
 from rebalancer.retry import Backoff
@@ -34,7 +34,7 @@ def object_key(obj: Mapping[str, Any]) -> Key:
 class Informer(Generic[T]):
     def __init__(
         self,
-        client: KubeClient,
+        client: Requester,
         path: str,
         project: Callable[[Mapping[str, Any]], T],
         *,

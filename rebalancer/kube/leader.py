@@ -8,7 +8,11 @@
 - Fencing: `may_write()` is true only while this replica leads and its last successful renewal
   started less than `renew_deadline` ago by its own clock (the others wait `lease_duration` from
   when they saw that renewal, which is later). A process that was paused, or whose renewals
-  fail, stops writing before anyone else may start, whatever its loop was doing.
+  fail, stops writing before anyone else may start, whatever its loop was doing. `fence` asks
+  the same of each write at the moment it leaves (`rebalancer.kube.fence`, through
+  `rebalancer.kube.gate`): only a write that can be over before the renew deadline is sent.
+- Its own requests go straight to the client, outside the controller's request budget: a
+  renewal never waits behind the writes it keeps safe.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rebalancer.clock import Clock, SystemClock
-from rebalancer.kube.client import KubeClient
+from rebalancer.kube.client import Requester
 from rebalancer.kube.errors import Conflict, KubeError, NotFound
+from rebalancer.kube.fence import WRITE_MARGIN_SECONDS, WriteFence
 from rebalancer.process import sleep_or_stop
 
 
@@ -30,7 +35,7 @@ def micro_time(moment: datetime) -> str:
 class LeaderElector:
     def __init__(
         self,
-        client: KubeClient,
+        client: Requester,
         *,
         namespace: str,
         name: str,
@@ -60,6 +65,12 @@ class LeaderElector:
         self.leading = asyncio.Event()
         self.transitions = 0
         self.holder: str = ""
+        # A leader renewing on time has about renew_deadline - retry_period left at worst: the
+        # margin stays well inside that, or short settings would fence a healthy leader.
+        margin = min(WRITE_MARGIN_SECONDS, (renew_deadline - retry_period) / 2)
+        self.fence = WriteFence(
+            self.renew_deadline_at, monotonic=self._clock.monotonic, margin_seconds=margin
+        )
 
     @property
     def is_leader(self) -> bool:
@@ -69,6 +80,11 @@ class LeaderElector:
         """This replica renewed the lease recently enough that nobody else can hold it yet."""
         renewed = self._renewed_at
         return renewed is not None and self._clock.monotonic() - renewed < self._renew_deadline
+
+    def renew_deadline_at(self) -> float | None:
+        """The monotonic time by which this replica stops writing; None: it holds no Lease."""
+        renewed = self._renewed_at
+        return None if renewed is None else renewed + self._renew_deadline
 
     def may_write(self) -> bool:
         return self.is_leader and self.lease_fresh()

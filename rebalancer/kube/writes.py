@@ -3,7 +3,8 @@
 Read-modify-write of a Node goes through `update_node`: GET (or take the copy given), build a merge
 patch from it, send it with that resourceVersion (a merge patch carrying `metadata.resourceVersion`
 fails with 409 if the object changed meanwhile). Each method is one attempt: retries are the
-caller's (`rebalancer.retry`).
+caller's (`rebalancer.retry`). Every write passes the client's gate, which fences it as it leaves
+(`Fenced`: not sent).
 Pods are evicted through `pods/eviction` (PodDisruptionBudgets apply) or deleted with a UID
 precondition, so a replacement that reuses the name is never hit. "Already gone" is success.
 """
@@ -15,8 +16,9 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from rebalancer.kube.client import MERGE, KubeClient
+from rebalancer.kube.client import MERGE
 from rebalancer.kube.errors import Conflict, NotFound
+from rebalancer.kube.gate import RequestGate
 
 WORKLOAD_PATHS = {
     "Deployment": "/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
@@ -29,7 +31,7 @@ def _q(value: str) -> str:
 
 
 class Writer:
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: RequestGate) -> None:
         self._client = client
 
     async def update_node(

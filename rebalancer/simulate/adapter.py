@@ -199,7 +199,12 @@ def risks(
 ) -> dict[GroupKey, Risk]:
     """What the controller's recorder assesses: every spot group on the Nodes or in the history."""
     history = world.history if world.history is not None else History()
-    return assess(nodes=nodes.values(), history=history, now=at(world.now), settings=settings)
+    assessed = assess(
+        nodes=nodes.values(), history=history, now=at(world.now), settings=settings,
+        previous=world.risk_levels,
+    )  # fmt: skip
+    world.risk_levels = {key: risk.level for key, risk in assessed.items()}
+    return assessed
 
 
 class Webhook:

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rebalancer.simulate import InputError
-from rebalancer.simulate.policies import POLICIES, build, check_scenario
+from rebalancer.simulate.oracle import oracle_samples
+from rebalancer.simulate.policies import ORACLE, POLICIES, REFERENCE, build, check_scenario
 from rebalancer.simulate.trace import Trace
 from rebalancer.simulate.workload import Prices, Scenario, check_fit
 from rebalancer.simulate.world import Counters, Sample
@@ -28,7 +29,7 @@ class Result:
     all_on_demand_cost: float  # USD: the needed replicas' nodes on demand for the horizon
     wall_seconds: float
 
-    def _intervals(self) -> list[tuple[float, float, Sample]]:
+    def intervals(self) -> list[tuple[float, float, Sample]]:
         out = []
         for index, sample in enumerate(self.samples):
             end = self.samples[index + 1].at if index + 1 < len(self.samples) else self.horizon
@@ -39,20 +40,18 @@ class Result:
 
     @property
     def availability(self) -> float:
-        full = sum(end - start for start, end, s in self._intervals() if s.ready >= self.needed)
+        full = sum(end - start for start, end, s in self.intervals() if s.ready >= self.needed)
         return full / self.horizon
 
     @property
     def any_ready(self) -> float:
-        some = sum(end - start for start, end, s in self._intervals() if s.ready >= 1)
+        some = sum(end - start for start, end, s in self.intervals() if s.ready >= 1)
         return some / self.horizon
 
     @property
     def deficit_replica_hours(self) -> float:
         return (
-            sum(
-                max(0, self.needed - s.ready) * (end - start) for start, end, s in self._intervals()
-            )
+            sum(max(0, self.needed - s.ready) * (end - start) for start, end, s in self.intervals())
             / 3600.0
         )
 
@@ -61,7 +60,7 @@ class Result:
         """Lengths in seconds of the periods with fewer than the needed Ready replicas."""
         lengths: list[float] = []
         current: float | None = None
-        for start, end, sample in self._intervals():
+        for start, end, sample in self.intervals():
             if sample.ready < self.needed:
                 current = (current or 0.0) + (end - start)
             elif current is not None:
@@ -73,12 +72,12 @@ class Result:
 
     @property
     def cost(self) -> float:
-        return sum(s.cost_rate * (end - start) for start, end, s in self._intervals()) / 3600.0
+        return sum(s.cost_rate * (end - start) for start, end, s in self.intervals()) / 3600.0
 
     def cumulative_cost(self) -> list[tuple[float, float]]:
         total = 0.0
         points = [(0.0, 0.0)]
-        for start, end, sample in self._intervals():
+        for start, end, sample in self.intervals():
             total += sample.cost_rate * (end - start) / 3600.0
             points.append((end, total))
         return points
@@ -88,6 +87,7 @@ class Result:
         return {
             "policy": self.policy,
             "label": self.label,
+            "reference": self.policy in REFERENCE,
             "availability": self.availability,
             "anyReady": self.any_ready,
             "deficitReplicaHours": self.deficit_replica_hours,
@@ -109,6 +109,18 @@ class Result:
 def common_horizon(traces: Sequence[Trace]) -> float:
     """The span every trace covers: a pool whose record ended has no known capacity."""
     return min(trace.seconds for trace in traces)
+
+
+def check_one_region(traces: Sequence[Trace]) -> None:
+    """An AKS cluster is in one region: pools of several (from the traces' names) are not one
+    cluster unless the scenario says so (`--multi-region`)."""
+    regions = sorted({trace.region for trace in traces} - {""})
+    if len(regions) > 1:
+        raise InputError(
+            f"traces of {len(regions)} regions ({', '.join(regions)}): a cluster is in one "
+            "region; give the traces of one region, or --multi-region to treat them as one "
+            "cluster across regions"
+        )
 
 
 def check_traces(traces: Sequence[Trace]) -> None:
@@ -134,9 +146,20 @@ def run_policy(
     world, controller = build(
         policy, traces=traces, scenario=scenario, prices=prices, horizon=horizon
     )
-    world.run(controller)
     replicas_per_node = max(1, scenario.node_gpus() // scenario.gpus_per_replica)
     nodes = -(-scenario.replicas // replicas_per_node)
+    if policy == ORACLE:
+        spot_pools = [pool for pool in world.pools.values() if pool.timeline is not None]
+        world.samples = oracle_samples(
+            timelines=[pool.timeline for pool in spot_pools if pool.timeline is not None],
+            scenario=scenario,
+            horizon=horizon,
+            per_node=replicas_per_node,
+            on_demand_price=prices.on_demand,
+            cheapest_spot_price=min(pool.price for pool in spot_pools),
+        )
+    else:
+        world.run(controller)
     return Result(
         policy=policy,
         label=POLICIES[policy],
@@ -162,6 +185,8 @@ def simulate(
     if not traces:
         raise InputError("no trace given: --trace FILE (repeatable) or a folder of traces")
     check_traces(traces)
+    if not scenario.multi_region:
+        check_one_region(traces)
     span = common_horizon(traces) if horizon is None else horizon
     for policy in policies:  # every bad name before any work
         build(policy, traces=traces, scenario=scenario, prices=prices, horizon=span)

@@ -99,6 +99,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region")
     parser.add_argument("--gpus-per-node", type=int)
     parser.add_argument("--hedge-spare", type=int, help="spothedge: spare spot replicas (k)")
+    parser.add_argument(
+        "--fallback-spare", type=int, help="dynamic-fallback: k in N + k spot replicas (default 2)"
+    )
+    parser.add_argument(
+        "--spot-pool-min-nodes", type=int, help="each spot pool's minimum node count (default 0)"
+    )
+    parser.add_argument(
+        "--on-demand-pool-min-nodes", type=int, help="the on-demand pool's minimum (default 0)"
+    )
+    parser.add_argument(
+        "--max-node-provision-seconds",
+        type=float,
+        help="a spot request without capacity fails after this (autoscaler default 900)",
+    )
+    for bound, seconds in (("initial", 300), ("max", 1800)):
+        parser.add_argument(
+            f"--{bound}-backoff-seconds",
+            type=float,
+            help=f"autoscaler's {bound}-node-group-backoff-duration (default {seconds})",
+        )
+    parser.add_argument(
+        "--spot-capacity-known",
+        action="store_true",
+        default=None,
+        help="the autoscaler asks only spot pools with capacity (default: a request finds out)",
+    )
+    parser.add_argument(
+        "--multi-region",
+        action="store_true",
+        default=None,
+        help="pools of several regions (from the trace names) as one cluster",
+    )
+    parser.add_argument(
+        "--price-region",
+        action="append",
+        default=[],
+        metavar="TRACE_REGION=REGION",
+        help="price a trace region's spot pools as this price-table region (repeatable)",
+    )
     policy = "eviction-aware: the workload's spot-rebalancer.io/"
     for name, default in (("max-risk", "low"), ("spread", "zone"), ("failover-to", "on-demand")):
         words = "|".join(CHOICES[name.replace("-", "_")])
@@ -127,6 +166,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+
+
+def _price_regions(pairs: Sequence[str]) -> dict[str, str]:
+    regions = {}
+    for pair in pairs:
+        trace_region, equals, region = pair.partition("=")
+        if not equals or not trace_region or not region:
+            raise InputError(f"--price-region {pair!r}: expected TRACE_REGION=REGION")
+        regions[trace_region] = region
+    return regions
 
 
 def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
@@ -171,7 +220,7 @@ def _run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         if price_file
         else BUNDLED
     )
-    prices = prices_for(scenario, table_source)
+    prices = prices_for(scenario, table_source, regions=_price_regions(args.price_region))
     traces = load_traces(trace_paths)
     horizon = None
     if args.days is not None:

@@ -5,14 +5,19 @@
   Preempt -> cordon and evict at once, no replacement before, no return to spot. Replicas
   prefer spot and may fall back to on-demand through the autoscaler (cheapest pool first).
 - `failover`: today's product with its default settings: make-before-break surge at the notice,
-  drain, cool-down, return to spot. Spot pools are kept at their minimum size (replicas spread
-  over the spot pools) when capacity allows, which a return needs: room on a Ready spot node.
-- `spothedge`: a REFERENCE written from the SpotHedge paper (SkyServe, EuroSys '25) and its
-  documentation, not the product and not SkyServe's code: N + k spot replicas spread over the
-  spot pools (the active pool with the fewest replicas first; a pool is marked preempted on a
-  notice or when it cannot grow, and all are reset once at most one stays active), plus
-  on-demand replicas for whatever Ready spot replicas are missing (dynamic on-demand fallback),
-  scaled down as spot replicas become Ready. It acts on notices like on preemptions.
+  drain, cool-down, return to spot. A return needs room on a Ready spot node: only the pools'
+  configured minimum counts (default 0) keep one.
+- `spothedge`: a REFERENCE written from the SpotHedge paper (SkyServe, EuroSys '25) and
+  SkyServe's published rules, not the product: N + k spot replicas spread over the spot pools
+  (the active pool with the fewest replicas first; a pool is marked preempted on a notice or a
+  failed launch, and all are reset once at most one stays active), plus on-demand replicas =
+  min(N, N + k - Ready spot replicas) (dynamic on-demand fallback), scaled down as spot
+  replicas become Ready. It acts on notices like on preemptions.
+- `dynamic-fallback`: a REFERENCE, the N + k baseline of issue 22: N + k spot replicas spread
+  over distinct zones (the zone with the fewest first), on-demand replicas = max(0, N + k -
+  Ready spot replicas not under notice), removed as soon as spot replicas are Ready again.
+- `oracle`: a REFERENCE that knows the trace: the cost lower bound at 100 % all-Ready
+  availability (`oracle.py`); nothing of it runs in the world.
 - `eviction-aware`: `failover`'s cluster and controller, plus the placement of issue 14: the
   Deployment carries a placement policy (the scenario's `maxRisk`, `minOnDemand`, `spread`,
   `failoverTo`, as `spot-rebalancer.io/...` annotations), every new pod goes through the
@@ -22,7 +27,8 @@
   moves off risky groups before any notice, and its returns only to accepted groups, run as in
   the product.
 
-Every policy but `spothedge` runs the controller's own planner through `adapter.py`.
+`spot-drain`, `failover` and `eviction-aware` run the controller's own planner through
+`adapter.py`; the references (`REFERENCE`) are not the product.
 """
 
 from __future__ import annotations
@@ -50,13 +56,18 @@ from rebalancer.simulate.world import SPOT_TOLERATION, Deployment, PoolModel, Wo
 ON_DEMAND_POOL = "ondemand"
 SERVICE = "inference"
 
+ORACLE = "oracle"
 POLICIES: Mapping[str, str] = {
     "on-demand": "all on-demand",
     "spot-drain": "spot, plain cordon and drain",
     "failover": "reactive fail-over + return (product defaults)",
     "spothedge": "SpotHedge-like (reference from the paper)",
     "eviction-aware": "placement by policy and eviction risk + fail-over + moves",
+    "dynamic-fallback": "N+k spot on distinct zones, on-demand for missing Ready spot (reference)",
+    ORACLE: "clairvoyant cost lower bound at 100% all Ready (reference)",
 }
+# Yardsticks, not the product: marked `"reference": true` in --json.
+REFERENCE = frozenset({"on-demand", "spothedge", "dynamic-fallback", ORACLE})
 # Policies a simulation names but cannot run yet, with why (none today).
 UNAVAILABLE: Mapping[str, str] = {}
 DEFAULT_POLICIES = tuple(POLICIES)
@@ -126,14 +137,28 @@ class _Idle:
 
 
 @dataclass
-class _SpotHedge:
-    """Reference policy written from the SpotHedge paper (see the module docstring)."""
+class _Fallback:
+    """A controller that sizes one spot Deployment per pool and an on-demand one itself.
+
+    `spothedge` (the reference from the paper, see the module docstring) and
+    `dynamic-fallback` (the N + k baseline of issue 22) differ in three rules, named here.
+    Neither knows where capacity is: a launch in a pool whose request failed (the pool backs
+    off) is relaunched elsewhere, as SkyServe relaunches a failed launch.
+    """
 
     name: str
     spot_pools: Sequence[str]
+    zones: Mapping[str, str]  # pool -> zone
     needed: int
     spare: int
+    # SkyServe's rule (sky/serve/autoscalers.py): on-demand = min(N, N + k - Ready spot);
+    # the baseline's: N + k - Ready spot, uncapped.
+    cap_on_demand_at_needed: bool
+    # SkyServe's placer marks a pool preempted and launches in active pools first; the
+    # baseline spreads over zones (the zone with the fewest replicas first), then pools.
+    mark_preempted: bool
     preempted: set[str] = field(default_factory=set)
+    counts_first = True  # see World.settle
 
     def _deployment(self, pool: str) -> str:
         return f"{SERVICE}-{pool}"
@@ -151,23 +176,32 @@ class _SpotHedge:
             provisioning = sum(
                 1 for n in world.live_nodes(pool) if not n.ready(world.now) and n.notice is None
             )
-            # Launches that cannot happen here (no capacity): relaunch them elsewhere.
-            failed = 0 if world.can_grow(pool) else max(0, pending - provisioning)
+            # Launches whose request failed (the pool backs off): relaunch them elsewhere.
+            failed = max(0, pending - provisioning) if world.in_backoff(pool) else 0
             if on_doomed or failed:
                 self.preempted.add(name)
             doomed[name] = len(on_doomed)
             keep[name] = len(pods) - len(on_doomed) - failed
             ready_spot += sum(1 for p in pods if world.pod_ready(p) and p not in on_doomed)
-        active = [p for p in self.spot_pools if p not in self.preempted]
-        if len(active) <= 1 < len(self.spot_pools):
-            self.preempted.clear()
-        # Where a launch can succeed: active pools first, then the fewest replicas.
+        if self.mark_preempted:
+            active = [p for p in self.spot_pools if p not in self.preempted]
+            if len(active) <= 1 < len(self.spot_pools):
+                self.preempted.clear()
+        # Where a launch may be asked for: pools not backing off.
         room = [p for p in self.spot_pools if world.can_grow(world.pools[p])]
+        per_zone: dict[str, int] = {}
+        for pool_name, count in keep.items():
+            zone = self.zones[pool_name]
+            per_zone[zone] = per_zone.get(zone, 0) + count
         for _ in range(self.needed + self.spare - sum(keep.values())):
             if not room:
                 break
-            target = min(room, key=lambda p: (p in self.preempted, keep[p], p))
+            if self.mark_preempted:
+                target = min(room, key=lambda p: (p in self.preempted, keep[p], p))
+            else:
+                target = min(room, key=lambda p: (per_zone[self.zones[p]], keep[p], p))
             keep[target] += 1
+            per_zone[self.zones[target]] += 1
         for name in self.spot_pools:
             deployment = world.deployments[self._deployment(name)]
             # Replicas on a doomed node are replaced now and go when the node goes.
@@ -176,15 +210,13 @@ class _SpotHedge:
                 deployment.replicas = wanted
                 changed = True
         fallback = world.deployments[self._deployment(ON_DEMAND_POOL)]
-        wanted_on_demand = max(0, self.needed - ready_spot)
+        wanted_on_demand = max(0, self.needed + self.spare - ready_spot)
+        if self.cap_on_demand_at_needed:
+            wanted_on_demand = min(self.needed, wanted_on_demand)
         if fallback.replicas != wanted_on_demand:
             fallback.replicas = wanted_on_demand
             changed = True
         return changed
-
-    @staticmethod
-    def _provisioning(world: World, pool: str) -> bool:
-        return any(n.pool.name == pool and not n.ready(world.now) for n in world.nodes.values())
 
     def next_wakeup(self, world: World) -> float | None:
         del world
@@ -225,6 +257,7 @@ def build(
     )
     replicas_per_node = max(1, scenario.node_gpus() // scenario.gpus_per_replica)
     if policy == "on-demand":
+        on_demand.min_nodes = scenario.on_demand_pool_min_nodes
         wanted_nodes = math.ceil(needed / replicas_per_node)
         if limit is not None and limit < wanted_nodes:
             raise InputError(
@@ -250,22 +283,17 @@ def build(
                 f"--policy {policy} cannot be met: at most {most} replicas ever fit (the spot "
                 f"pools' largest capacity and --on-demand-limit {limit}), {needed} are needed"
             )
-    spare = scenario.hedge_spare if policy == "spothedge" else 0
-    on_spot = needed + spare
-    if policy == "eviction-aware":
-        on_spot = max(0, needed + scenario.spare_replicas - scenario.min_on_demand)
-    home = math.ceil(on_spot / len(traces) / replicas_per_node)
-    # Spot pools kept at a minimum size: what a return to spot (and a move) needs, room on a
-    # Ready spot node.
-    kept = policy in ("failover", "eviction-aware")
+    # Every pool at the minimum count the user configured (default 0), whatever the policy:
+    # idle spot nodes kept for returns are paid for, and counted.
+    on_demand.min_nodes = scenario.on_demand_pool_min_nodes
     spot_pools = [
         PoolModel(
             name=trace.name,
             spot=True,
             zone=trace.zone,
-            price=prices.spot,
+            price=prices.spot_in(trace.region),
             provision=scenario.spot_provision_seconds,
-            min_nodes=home if kept else 0,
+            min_nodes=scenario.spot_pool_min_nodes,
             timeline=slot_timeline(
                 trace, seed=scenario.seed, notice=scenario.notice_seconds, until=horizon
             ),
@@ -273,7 +301,7 @@ def build(
         for trace in traces
     ]
     pools = [*spot_pools, on_demand]
-    if policy == "spothedge":
+    if policy in ("spothedge", "dynamic-fallback"):
         deployments = [
             Deployment(
                 f"{SERVICE}-{pool.name}",
@@ -294,9 +322,19 @@ def build(
                 scenario.gpus_per_replica,
             )
         )
-        controller: Any = _SpotHedge(
-            policy, [p.name for p in spot_pools], needed, scenario.hedge_spare
+        hedge = policy == "spothedge"
+        controller: Any = _Fallback(
+            policy,
+            [p.name for p in spot_pools],
+            {p.name: p.zone for p in spot_pools},
+            needed,
+            scenario.hedge_spare if hedge else scenario.fallback_spare,
+            cap_on_demand_at_needed=hedge,
+            mark_preempted=hedge,
         )
+    elif policy == ORACLE:
+        deployments = []  # nothing runs: the engine reads the pools' timelines
+        controller = _Idle(policy)
     else:
         # The same Deployment for every planner policy; with eviction-aware it declares a
         # placement policy too.

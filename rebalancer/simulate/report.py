@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
 from rebalancer.simulate.engine import Result
+from rebalancer.simulate.policies import REFERENCE
 from rebalancer.simulate.trace import Trace
 from rebalancer.simulate.workload import Prices, Scenario, camel
 
-COLOURS = ("#1b6ca8", "#d1495b", "#2a9d4b", "#e08a00", "#7a4fb0", "#00a0a0")
+COLOURS = ("#1b6ca8", "#d1495b", "#2a9d4b", "#e08a00", "#7a4fb0", "#00a0a0", "#8c564b", "#555")
 
 
 def _duration(seconds: float) -> str:
@@ -102,7 +104,15 @@ def describe(
         f"load {scenario.load_seconds}s, notices {scenario.notice_seconds}s, on-demand nodes in "
         f"{scenario.on_demand_provision_seconds}s, spot nodes in "
         f"{scenario.spot_provision_seconds}s, "
-        f"seed {scenario.seed}."
+        f"pools at least {scenario.spot_pool_min_nodes} spot / "
+        f"{scenario.on_demand_pool_min_nodes} on-demand nodes, "
+        + (
+            "spot capacity known in advance, "
+            if scenario.spot_capacity_known
+            else f"a spot request without capacity fails after "
+            f"{scenario.max_node_provision_seconds:.0f}s, "
+        )
+        + f"seed {scenario.seed}."
     )
     if "eviction-aware" in policies:
         text += (
@@ -133,7 +143,11 @@ def to_json(
     document: dict[str, Any] = {
         "horizonSeconds": horizon,
         "scenario": settings,
-        "prices": {"onDemand": prices.on_demand, "spot": prices.spot},
+        "prices": {
+            "onDemand": prices.on_demand,
+            "spot": prices.spot,
+            "spotByRegion": dict(prices.spot_by_region),
+        },
         "traces": [
             {
                 "name": t.name,
@@ -141,6 +155,8 @@ def to_json(
                 "gapSeconds": t.gap_seconds,
                 "ticks": len(t.data),
                 "slots": max(t.data),
+                "zone": t.zone,
+                "region": t.region,
             }
             for t in traces
         ],
@@ -365,6 +381,85 @@ def _outage_svg(results: Sequence[Result]) -> str:
     )
 
 
+# The availability axis in "nines": 90% is 1, 99.9% is 3; 100% sits on the top line.
+NINES_TOP = 5
+
+
+def _nines(availability: float) -> float:
+    return min(NINES_TOP, -math.log10(max(1e-12, 1 - availability)))
+
+
+def _frontier_svg(results: Sequence[Result]) -> str:
+    """Every policy as one point: cost share of on-demand across, availability (all Ready)
+    up; references as rings, the product's policies as discs."""
+    height, width = 300, 640
+    top_cost = max(1.0, *(r.cost / r.all_on_demand_cost for r in results)) * 1.05
+
+    def xpos(share: float) -> float:
+        return LEFT + share / top_cost * width
+
+    def ypos(availability: float) -> float:
+        return 10 + height - _nines(availability) / NINES_TOP * height
+
+    parts = [
+        f'<rect x="{LEFT}" y="10" width="{width}" height="{height}" fill="#fafafa" stroke="#ddd"/>'
+    ]
+    for nines, label in ((0, "0%"), (1, "90%"), (2, "99%"), (3, "99.9%"), (4, "99.99%")):
+        y = 10 + height - nines / NINES_TOP * height
+        parts.append(f'<line x1="{LEFT}" x2="{LEFT + width}" y1="{y}" y2="{y}" stroke="#e4e4e4"/>')
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 4}" text-anchor="end">{label}</text>')
+    parts.append(f'<text x="{LEFT - 6}" y="14" text-anchor="end">100%</text>')
+    for share in (0.0, 0.25, 0.5, 0.75, 1.0):
+        x = xpos(share)
+        parts.append(
+            f'<text x="{x:.1f}" y="{height + 26}" text-anchor="middle">{share * 100:.0f}%</text>'
+        )
+    parts.append(
+        f'<text x="{LEFT + width / 2}" y="{height + 42}" text-anchor="middle">'
+        "cost, share of on-demand</text>"
+    )
+    for index, result in enumerate(results):
+        colour = COLOURS[index % len(COLOURS)]
+        share = result.cost / result.all_on_demand_cost
+        x, y = xpos(share), ypos(result.availability)
+        fill = "none" if result.policy in REFERENCE else colour
+        parts.append(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{fill}" stroke="{colour}" '
+            f'stroke-width="2"><title>{html.escape(result.policy)}: '
+            f"{result.availability * 100:.3f}% all Ready at {share * 100:.1f}% of on-demand"
+            f"</title></circle>"
+        )
+        parts.append(
+            f'<text x="{x + 8:.1f}" y="{y + 4 + (index % 2) * 10:.1f}" fill="{colour}">'
+            f"{html.escape(result.policy)}</text>"
+        )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{LEFT + width + 120}" '
+        f'height="{height + 50}" font-family="sans-serif" font-size="11" role="img" '
+        f'aria-label="Availability against cost, every policy">{"".join(parts)}</svg>'
+    )
+
+
+def drain_note(result: Result) -> str:
+    """Why `spot-drain` costs what it does: nothing brings a replica back to spot."""
+    on_demand = spot = 0.0
+    last_spot = 0.0
+    for start, end, sample in result.intervals():
+        on_demand += sample.on_demand_nodes * (end - start)
+        spot += sample.spot_nodes * (end - start)
+        if sample.spot_nodes:
+            last_spot = end
+    total = on_demand + spot
+    share = on_demand / total if total else 0.0
+    return (
+        f"spot-drain costs {result.cost / result.all_on_demand_cost * 100:.1f}% of on-demand "
+        "because nothing returns a replica to spot: a replica evicted by a Preempt (or started "
+        "while spot had no capacity) goes to an on-demand node and stays there. "
+        f"{share * 100:.0f}% of its node-hours were on demand; its last spot node was gone "
+        f"at day {last_spot / 86400:.1f} of {result.horizon / 86400:.1f}."
+    )
+
+
 def to_html(
     results: Sequence[Result],
     *,
@@ -384,6 +479,11 @@ def to_html(
     )
     head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADERS)
     policies = [r.policy for r in results]
+    drain = "".join(
+        f'<p class="note">{html.escape(drain_note(r))}</p>'
+        for r in results
+        if r.policy == "spot-drain"
+    )
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -399,7 +499,13 @@ th:first-child, td:first-child {{ text-align: left; }}
 </head>
 <body>
 <h1>Spot vs on-demand: availability and cost per policy</h1>
+{_frontier_svg(results)}
+<p class="note">Each policy at its availability (all {scenario.replicas} replicas Ready, on a
+scale of nines) and its cost as a share of on-demand; rings are reference policies (not the
+product), discs the product's. Up and to the left is better; <code>oracle</code> is the least
+any plan can pay for 100%.</p>
 <p class="note">{html.escape(describe(traces, scenario, prices, horizon, policies))}</p>
+{drain}
 <table><thead><tr>{head}</tr></thead><tbody>
 {rows}
 </tbody></table>

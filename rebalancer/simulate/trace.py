@@ -51,6 +51,19 @@ class Trace:
         head, underscore, _ = self.name.partition("_")
         return head if underscore and "-" in head else self.name
 
+    @property
+    def region(self) -> str:
+        """The region of the trace's zone: `us-west-2a` -> `us-west-2` (AWS: the zone is the
+        region and a letter), `eastus-1` -> `eastus` (Azure: the region, `-`, a number); ""
+        when the zone is neither shape (a pool of the cluster's region)."""
+        zone = self.zone
+        if "-" in zone and len(zone) > 1 and zone[-1].isalpha() and zone[-2].isdigit():
+            return zone[:-1]
+        head, dash, tail = zone.rpartition("-")
+        if dash and tail.isdigit() and head.isalpha():
+            return head
+        return ""
+
     def capacity_at(self, seconds: float) -> int:
         index = min(len(self.data) - 1, max(0, int(seconds // self.gap_seconds)))
         return self.data[index]

@@ -65,6 +65,16 @@ class Distribution:
         values, weights = p[0::2], p[1::2]
         return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
 
+    @property
+    def minimum(self) -> float:
+        """The least value a sample can take (normal and lognormal reach down to 0)."""
+        p = self.params
+        if self.kind in ("constant", "uniform"):
+            return p[0]
+        if self.kind == "choice":
+            return min(v for v, w in zip(p[0::2], p[1::2], strict=True) if w > 0)
+        return 0.0
+
     def __str__(self) -> str:
         return self.text
 
@@ -119,10 +129,23 @@ class Scenario:
     )
     on_demand_limit: int | None = None  # on-demand nodes at most (quota); None: no limit
     scale_down_seconds: float = 600.0  # cluster autoscaler's scale-down-unneeded-time
+    # Node pools' minimum counts (the user's `--min-count`): each spot pool, the on-demand pool.
+    spot_pool_min_nodes: int = 0
+    on_demand_pool_min_nodes: int = 0
+    # The cluster autoscaler's defaults (docs/simulate.md cites them): a spot request without
+    # capacity fails after max-node-provision-time (15m), then the pool backs off 5m, doubling per
+    # failure in a row, at most 30m (initial-/max-node-group-backoff-duration).
+    # True: the autoscaler asks only pools with capacity (a pool the trace alone resizes, as the
+    # cluster emulator's); the simulator's default is a cloud that tells only when asked.
+    spot_capacity_known: bool = False
+    max_node_provision_seconds: float = 900.0
+    initial_backoff_seconds: float = 300.0
+    max_backoff_seconds: float = 1800.0
     vm_size: str = "Standard_NC24ads_A100_v4"
     region: str = "eastus"
     gpus_per_node: int | None = None  # None: from the VM size
     hedge_spare: int = 1  # SpotHedge reference: spare spot replicas (num_overprovision)
+    fallback_spare: int = 2  # dynamic-fallback baseline: k in N + k
     # eviction-aware: the workload's placement policy (spot-rebalancer.io/... annotations).
     max_risk: str = "low"
     min_on_demand: int = 0
@@ -130,6 +153,8 @@ class Scenario:
     spread: str = "zone"
     failover_to: str = "on-demand"
     seed: int = 1
+    # Pools of several regions (from the traces' names) as one cluster; off: one region only.
+    multi_region: bool = False
     warmup_seconds: float = 1800.0  # before t=0, not counted: the service starts settled
     # The controller's settings of the same names (REBALANCER_...); None: its default.
     deadline_margin_seconds: float | None = None
@@ -165,6 +190,9 @@ _INTS = {
     "on_demand_limit",
     "gpus_per_node",
     "hedge_spare",
+    "fallback_spare",
+    "spot_pool_min_nodes",
+    "on_demand_pool_min_nodes",
     "min_on_demand",
     "spare_replicas",
     "seed",
@@ -180,7 +208,14 @@ _CONTROLLER = {
     "risk_medium_rate_per_hour",
     "risk_high_rate_per_hour",
 }
-_FLOATS = {"scale_down_seconds", "warmup_seconds", *_CONTROLLER}
+_FLOATS = {
+    "scale_down_seconds",
+    "warmup_seconds",
+    "max_node_provision_seconds",
+    "initial_backoff_seconds",
+    "max_backoff_seconds",
+    *_CONTROLLER,
+}
 _STRINGS = {"vm_size", "region"}
 # The placement policy's words (rebalancer/controller/policy.py and risk.py; a test keeps these
 # equal to the controller's).
@@ -222,6 +257,10 @@ def scenario_from(
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise InputError(f"{where}: expected a number of seconds >= 0, not {value!r}")
             changes[name] = float(value)
+        elif name in ("multi_region", "spot_capacity_known"):
+            if not isinstance(value, bool):
+                raise InputError(f"{where}: expected true or false, not {value!r}")
+            changes[name] = value
         elif name in _STRINGS:
             if not isinstance(value, str) or not value:
                 raise InputError(f"{where}: expected a name, not {value!r}")
@@ -236,6 +275,12 @@ def scenario_from(
         raise InputError(f"{source}: replicas must be at least 1")
     if scenario.gpus_per_replica < 1:
         raise InputError(f"{source}: gpusPerReplica must be at least 1 (a GPU workload)")
+    for positive in ("max_node_provision_seconds", "initial_backoff_seconds"):
+        # Both 0: a failed request would be retried and fail again at the same instant, forever.
+        if getattr(scenario, positive) == 0:
+            raise InputError(f"{source}: {camel(positive)} must be above 0")
+    if scenario.initial_backoff_seconds > scenario.max_backoff_seconds:
+        raise InputError(f"{source}: initialBackoffSeconds is above maxBackoffSeconds")
     if scenario.return_pending_timeout_seconds == 0:
         raise InputError(f"{source}: returnPendingTimeoutSeconds must be above 0")
     for rate in (
@@ -258,11 +303,23 @@ def scenario_from(
 
 @dataclass(frozen=True)
 class Prices:
-    on_demand: float  # USD per node-hour
-    spot: float
+    on_demand: float  # USD per node-hour, in the cluster's region
+    spot: float  # in the cluster's region
+    # Spot prices of pools in other regions (a cluster across regions): trace region -> USD.
+    spot_by_region: Mapping[str, float] = field(default_factory=dict)
+
+    def spot_in(self, region: str) -> float:
+        return self.spot_by_region.get(region, self.spot)
 
 
-def prices_for(scenario: Scenario, table: PriceTable = BUNDLED) -> Prices:
+def prices_for(
+    scenario: Scenario,
+    table: PriceTable = BUNDLED,
+    *,
+    regions: Mapping[str, str] | None = None,
+) -> Prices:
+    """The cluster's prices (`--region`), and the spot price of every trace region that
+    `regions` maps to a region of the table (`--price-region us-west-2=westus2`)."""
     on_demand = table.price(scenario.vm_size, scenario.region, spot=False)
     spot = table.price(scenario.vm_size, scenario.region, spot=True)
     if on_demand is None or spot is None:
@@ -270,7 +327,16 @@ def prices_for(scenario: Scenario, table: PriceTable = BUNDLED) -> Prices:
             f"--vm-size {scenario.vm_size} --region {scenario.region}: no on-demand and spot "
             f"price in the {table.source} price table; give --prices FILE"
         )
-    return Prices(on_demand=on_demand, spot=spot)
+    by_region = {}
+    for trace_region, region in (regions or {}).items():
+        price = table.price(scenario.vm_size, region, spot=True)
+        if price is None:
+            raise InputError(
+                f"--price-region {trace_region}={region}: no {scenario.vm_size} spot price in "
+                f"the {table.source} price table; give --prices FILE"
+            )
+        by_region[trace_region] = price
+    return Prices(on_demand=on_demand, spot=spot, spot_by_region=by_region)
 
 
 def check_fit(scenario: Scenario) -> None:

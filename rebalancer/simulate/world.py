@@ -8,10 +8,13 @@ Kept deliberately small; what it leaves out is listed in docs/simulate.md. The m
   gives its node a Preempt notice and takes the node at the deadline;
 - on-demand pool: never evicted, at most `on_demand_limit` nodes;
 - cluster autoscaler: a pending pod that fits no node gets a new node in the cheapest pool that
-  fits it and has room (balanced across equal pools), Ready after the pool's provisioning time;
-  like the real one it reads required placement only, never preferred node affinity;
-  keeps each pool at its minimum when capacity allows; removes a node without pods after
-  `scale_down_seconds`; a node is paid from the start of provisioning until it is gone;
+  fits it, is below its maximum and is not backing off (balanced across equal pools), Ready
+  after the pool's provisioning time; it does not know spot capacity before it asks: a request
+  in a spot pool without a free alive slot fails after `max_node_provision_seconds` and the pool
+  backs off (5 minutes doubling up to 30, the autoscaler's defaults); like the real one it reads
+  required placement only, never preferred node affinity; keeps each pool at the minimum count
+  the user gave (default 0); removes a node without pods after `scale_down_seconds`; a node is
+  paid from the start of provisioning until it is gone (a failed request is not);
 - admission: an optional mutating webhook (the controller's placement, through the adapter)
   that rewrites a new pod's node affinity, so a pod may carry its own spec, not its template's;
 - scheduler: taints and tolerations, nodeSelector and required node affinity, free GPUs;
@@ -70,6 +73,9 @@ class PoolModel:
     alive: set[int] = field(default_factory=set)
     occupied: dict[int, str] = field(default_factory=dict)  # slot -> node name
     preempts: list[float] = field(default_factory=list)  # times of notices on our nodes
+    # The autoscaler's back-off after a request that found no capacity (see `_request_failed`).
+    backoff_until: float = float("-inf")
+    failed_requests: int = 0  # in a row; a request that gets a VM resets it
 
     def labels(self, scenario: Scenario) -> dict[str, str]:
         labels = {
@@ -112,6 +118,9 @@ class Node:
     notice: Notice | None = None
     gone: bool = False
     empty_since: float | None = None
+    # A spot request that found no capacity: never Ready, given up (and not billed: Azure bills
+    # no VM it could not allocate) at this time.
+    fails_at: float | None = None
 
     def ready(self, now: float) -> bool:
         return not self.gone and now >= self.ready_at
@@ -216,6 +225,8 @@ class World:
         self._wake_at: float | None = None
         # The eviction history the controller keeps on the cluster (set by the adapter).
         self.history: Any = None
+        # The level of each spot group at the last assessment (the risk model's hysteresis).
+        self.risk_levels: dict[Any, str] = {}
         for pool in pools:
             if pool.timeline is not None:
                 pool.alive = set(pool.timeline.initially_alive)
@@ -257,8 +268,14 @@ class World:
             pod = self.pods.get(payload)
             if pod is not None and not pod.gone:
                 self._pod_gone(pod)
+        elif kind == "request_failed":
+            node = self.nodes.get(payload)
+            if node is not None and not node.gone:
+                self._request_failed(node)
         elif kind in ("node_ready", "pod_ready"):
             self.touch()  # readiness is a function of the clock: it changed now
+        elif kind == "backoff_over":
+            self.touch()  # the autoscaler may ask this pool again
         elif kind == "wake" and self._wake_at is not None and self.now >= self._wake_at:
             self._wake_at = None
 
@@ -285,6 +302,11 @@ class World:
         """Run the controllers at this instant until none changes anything."""
         for _ in range(100):
             before = self.version
+            # A controller that sets its Deployments' counts itself sees a lost node before the
+            # ReplicaSet replaces its pods (else the ReplicaSet creates, and the autoscaler asks
+            # a node for, a pod the controller deletes at once).
+            if getattr(policy, "counts_first", False) and policy.react(self):
+                self.touch()
             self._replicasets()
             self._schedule()
             self._autoscale()
@@ -326,13 +348,24 @@ class World:
         return node.gpus - used
 
     def can_grow(self, pool: PoolModel) -> bool:
-        """Room for one more node: a free alive slot (spot), the limit (on-demand), max size."""
+        """What the autoscaler knows before it asks: the pool is below its maximum size (the
+        on-demand limit) and not backing off after a failed request. Whether a spot pool has
+        capacity is not known in advance: the request tells (`add_node`)."""
         live = self.live_nodes(pool)
         if pool.max_nodes is not None and len(live) >= pool.max_nodes:
             return False
-        if pool.timeline is not None:
-            return bool(pool.alive - set(pool.occupied))
-        return True
+        if self.scenario.spot_capacity_known and not self.has_capacity(pool):
+            return False
+        return self.now >= pool.backoff_until
+
+    def in_backoff(self, pool: PoolModel) -> bool:
+        return self.now < pool.backoff_until
+
+    def has_capacity(self, pool: PoolModel) -> bool:
+        """A free alive slot: the cloud's side, which only a request finds out."""
+        if pool.timeline is None:
+            return True
+        return bool(pool.alive - set(pool.occupied))
 
     def spec_of(self, pod: Pod) -> dict[str, Any]:
         """The placement the pod was created with: its template's, or what admission made."""
@@ -350,9 +383,17 @@ class World:
     # ---- nodes ---------------------------------------------------------------------------------
 
     def add_node(self, pool: PoolModel) -> Node:
+        """The autoscaler's request for one node. In a spot pool without a free alive slot the
+        request hangs and fails after `max_node_provision_seconds` (the cluster autoscaler's
+        max-node-provision-time), then the pool backs off."""
         slot = None
+        fails_at = None
         if pool.timeline is not None:
-            slot = min(pool.alive - set(pool.occupied))
+            free = pool.alive - set(pool.occupied)
+            if free:
+                slot = min(free)
+            else:
+                fails_at = self.now + self.scenario.max_node_provision_seconds
         number = next(self._names)
         name = f"aks-{pool.name}-{number:06d}"
         delay = max(0.0, pool.provision.sample(self.rng))
@@ -361,16 +402,36 @@ class World:
             pool=pool,
             slot=slot,
             created=self.now,
-            ready_at=self.now + delay,
+            ready_at=self.now + delay if fails_at is None else float("inf"),
             gpus=self.scenario.node_gpus(),
             labels=pool.labels(self.scenario),
+            fails_at=fails_at,
         )
         if slot is not None:
             pool.occupied[slot] = name
+            pool.failed_requests = 0
         self.nodes[name] = node
-        self._push(node.ready_at, "node_ready", name)
+        if fails_at is None:
+            self._push(node.ready_at, "node_ready", name)
+        else:
+            self._push(fails_at, "request_failed", name)
         self.touch()
         return node
+
+    def _request_failed(self, node: Node) -> None:
+        """The cluster autoscaler's exponential back-off of a node group whose scale-up failed
+        (initial-node-group-backoff-duration, doubled per failure in a row up to
+        max-node-group-backoff-duration); its pending pods wait or go to another group."""
+        pool = node.pool
+        pool.failed_requests += 1
+        scenario = self.scenario
+        doublings = min(pool.failed_requests - 1, 60)  # past the maximum long before
+        backoff = min(
+            scenario.max_backoff_seconds, scenario.initial_backoff_seconds * 2.0**doublings
+        )
+        pool.backoff_until = self.now + backoff
+        self._push(pool.backoff_until, "backoff_over", pool.name)
+        self.remove_node(node)
 
     def remove_node(self, node: Node) -> None:
         node.gone = True
@@ -549,15 +610,20 @@ class World:
     # ---- accounting ----------------------------------------------------------------------------
 
     def cost_rate(self) -> float:
-        return sum(node.pool.price for node in self.nodes.values() if not node.gone)
+        return sum(
+            node.pool.price
+            for node in self.nodes.values()
+            if not node.gone and node.fails_at is None
+        )
 
     def _sample(self) -> None:
-        spot = sum(1 for n in self.nodes.values() if n.pool.spot)
+        billed = [n for n in self.nodes.values() if n.fails_at is None]
+        spot = sum(1 for n in billed if n.pool.spot)
         sample = Sample(
             at=max(0.0, self.now),
             ready=self.ready_count(),
             cost_rate=self.cost_rate(),
-            on_demand_nodes=len(self.nodes) - spot,
+            on_demand_nodes=len(billed) - spot,
             spot_nodes=spot,
         )
         last = self.samples[-1] if self.samples else None

@@ -1,7 +1,7 @@
 """Files generated from the chart, and the code that generates them.
 
 Two files are derived from one source each, so they cannot drift from it; the tests in
-test_chart.py regenerate them in memory and fail when the committed copy differs:
+test_alerts.py regenerate them in memory and fail when the committed copy differs:
 
 - the values table in charts/spot-rebalancer/README.md, from the `# --` comments of values.yaml
   (a comment block starting `# --` documents the key below it; a documented map is one row);

@@ -91,7 +91,10 @@ CONTROLLER_ALERTS = {
     "SpotRebalancerDrainMissedDeadline",
     "SpotRebalancerReplicaDeficit",
     "SpotRebalancerFallbackCostHigh",
+    "SpotRebalancerFailoverSlow",
+    "SpotRebalancerDoctorFindings",
 }
+RUNBOOKS = ALERTS_FILE.parents[2] / "docs" / "runbooks.md"
 
 
 def test_the_plain_file_has_every_alert() -> None:
@@ -119,6 +122,12 @@ def test_thresholds_and_switches_come_from_values(tools: Tools) -> None:
         "--set",
         "prometheusRule.rules.drainMissedDeadline.enabled=false",
         "--set",
+        "prometheusRule.rules.failoverSlow.seconds=300",
+        "--set-json",  # --set would make 0.5 a string
+        "prometheusRule.rules.failoverSlow.quantile=0.5",
+        "--set",
+        "prometheusRule.rules.doctorFindings.for=1h",
+        "--set",
         "prometheusRule.alertLabels.team=inference",
     )
     alerts = alerts_of(rule_groups(objects))
@@ -131,8 +140,55 @@ def test_thresholds_and_switches_come_from_values(tools: Tools) -> None:
     eviction = alerts["SpotRebalancerEvictionRateHigh"]["expr"]
     assert eviction.endswith("> 25") and 'event_type=~"Preempt|Terminate"' in eviction
     assert "[10m]" in alerts["SpotRebalancerReplicaDeficit"]["expr"]
+    slow = alerts["SpotRebalancerFailoverSlow"]["expr"]
+    assert slow.startswith("histogram_quantile(0.5,") and slow.endswith("> 300")
+    assert alerts["SpotRebalancerDoctorFindings"]["for"] == "1h"
     for rule in alerts.values():
         assert rule["labels"]["team"] == "inference"
+
+
+def runbook_anchors() -> set[str]:
+    """GitHub's anchors of the runbooks' section headings (lower case, spaces to dashes)."""
+    headings = re.findall(r"^#+ (.+)$", RUNBOOKS.read_text(), flags=re.MULTILINE)
+    return {re.sub(r"[^a-z0-9 _-]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_alert_has_a_runbook_section() -> None:
+    anchors = runbook_anchors()
+    for name, rule in alerts_of(yaml.safe_load(ALERTS_FILE.read_text())).items():
+        url = rule["annotations"]["runbook_url"]
+        page, _, anchor = url.partition("#")
+        assert page.startswith("https://") and page.endswith("/docs/runbooks.md"), url
+        assert anchor == name.lower() and anchor in anchors, f"{name}: no section #{anchor}"
+
+
+def test_runbook_url_comes_from_values(tools: Tools) -> None:
+    objects = tools.template(
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "prometheusRule.runbookURL=https://wiki.example.com/spot/runbooks",
+    )
+    for name, rule in alerts_of(rule_groups(objects)).items():
+        assert rule["annotations"]["runbook_url"] == (
+            f"https://wiki.example.com/spot/runbooks#{name.lower()}"
+        )
+
+
+def test_controller_alerts_keep_the_cluster_apart() -> None:
+    """A shared Prometheus: every aggregation of a controller alert keeps `cluster` (agent alerts
+    aggregate `without`, which keeps it); promtool's cases show the leaderless cluster firing."""
+    for name, rule in alerts_of(yaml.safe_load(ALERTS_FILE.read_text())).items():
+        if name in AGENT_ALERTS:
+            assert " by (" not in rule["expr"], name
+            continue
+        groupings = re.findall(r"\b(?:by|on) \(([^)]*)\)", rule["expr"])
+        assert groupings, name
+        for grouping in groupings:
+            assert "cluster" in [label.strip() for label in grouping.split(",")], (name, grouping)
+        assert not re.search(r"\b(max|sum|min|count)\s*\(", rule["expr"]), (
+            f"{name}: an aggregation without `by (cluster, ...)`"
+        )
 
 
 def test_no_controller_alerts_without_the_controller(tools: Tools) -> None:

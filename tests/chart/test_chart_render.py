@@ -139,6 +139,7 @@ def test_kinds_per_scenario(rendered: dict[str, list[dict[str, Any]]]) -> None:
         "ConfigMap",
         "NetworkPolicy",
         "MutatingWebhookConfiguration",  # the placement webhook (and a second Service for it)
+        "ResourceQuota",  # priorityClassQuota
     }
 
 
@@ -196,7 +197,7 @@ def test_agent_daemonset(rendered: dict[str, list[dict[str, Any]]], scenario: st
     account = of_component(rendered[scenario], "ServiceAccount", "agent")
     assert spec["serviceAccountName"] == account["metadata"]["name"]
     assert spec.get("nodeSelector", {}) == values["agent"]["nodeSelector"]
-    assert spec["tolerations"] == values["tolerations"]
+    assert spec["tolerations"] == values["agent"]["tolerations"]
     (port,) = container["ports"]
     assert port == {"name": "http-metrics", "containerPort": 9101, "protocol": "TCP"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
@@ -220,7 +221,7 @@ def test_aks_profile_writes_the_tolerations_once(rendered: dict[str, list[dict[s
     """values-aks-spot.yaml: one anchored list, used as the chart's only tolerations list."""
     text = AKS_SPOT.read_text()
     assert text.count("key: kubernetes.azure.com/scalesetpriority") == 1
-    assert "tolerations: *spotGpuTolerations" in text
+    assert "  tolerations: *spotGpuTolerations" in text  # agent.tolerations
     anchored = yaml.safe_load(text)["x-spot-gpu-tolerations"]
     assert SPOT_TOLERATION in anchored
     spec = one(rendered["aks-spot"], "DaemonSet")["spec"]["template"]["spec"]
@@ -229,8 +230,22 @@ def test_aks_profile_writes_the_tolerations_once(rendered: dict[str, list[dict[s
 
 def test_custom_tolerations_replace_the_defaults(tools: Tools) -> None:
     custom = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
-    objects = tools.template("--set-json", f"tolerations={json.dumps(custom)}")
+    objects = tools.template("--set-json", f"agent.tolerations={json.dumps(custom)}")
     assert one(objects, "DaemonSet")["spec"]["template"]["spec"]["tolerations"] == custom
+
+
+@pytest.mark.parametrize("old", [[{"key": "dedicated", "operator": "Exists"}], []])
+def test_the_old_top_level_tolerations_still_work_for_one_release(
+    tools: Tools, old: list[dict[str, str]]
+) -> None:
+    """Chart 0.2's `tolerations` (a values file written for it) is the agent's, over
+    `agent.tolerations`, even when empty (it replaced the defaults then too); NOTES say to move
+    it."""
+    objects = tools.template("--set-json", f"tolerations={json.dumps(old)}")
+    assert one(objects, "DaemonSet")["spec"]["template"]["spec"].get("tolerations", []) == old
+    notes = install_notes(tools, "--set-json", f"tolerations={json.dumps(old)}")
+    assert "top-level `tolerations` is deprecated" in notes and "agent.tolerations" in notes
+    assert "deprecated" not in install_notes(tools)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -242,7 +257,7 @@ def test_standard_labels(rendered: dict[str, list[dict[str, Any]]], scenario: st
         assert labels["app.kubernetes.io/version"] == __version__
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["helm.sh/chart"] == f"spot-rebalancer-{chart_meta()['version']}"
-        if obj["kind"] == "PrometheusRule" or (  # shared by all components
+        if obj["kind"] in ("PrometheusRule", "ResourceQuota") or (  # shared by all components
             obj["kind"] == "ConfigMap" and not obj["metadata"]["name"].endswith("-prices")
         ):
             assert "app.kubernetes.io/component" not in labels
@@ -483,6 +498,30 @@ def test_network_policies_admit_only_the_given_peers_to_the_metrics_port(
             assert ports == ["http-metrics"]
 
 
+def test_the_webhook_port_admits_only_the_given_peers(tools: Tools) -> None:
+    """The README's AKS example: the konnectivity agents and the API server's subnet."""
+    peers = [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"app": "konnectivity-agent"}},
+        },
+        {"ipBlock": {"cidr": "10.225.0.0/28"}},
+    ]
+    objects = tools.template(
+        "--set", "networkPolicy.enabled=true", "--set", "controller.webhook.enabled=true",
+        "--set-json", f"networkPolicy.webhookFrom={json.dumps(peers)}",
+    )  # fmt: skip
+    (policy,) = [
+        obj
+        for obj in objects
+        if obj["kind"] == "NetworkPolicy"
+        and obj["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"
+    ]
+    assert policy["spec"]["ingress"] == [
+        {"from": peers, "ports": [{"port": "webhook", "protocol": "TCP"}]}
+    ]
+
+
 def test_network_policies_without_peers_admit_nothing(tools: Tools) -> None:
     """No peers means no ingress rule at all: a rule without `from` would admit every source."""
     policies = [
@@ -535,3 +574,12 @@ def test_notes(tools: Tools, helm: str) -> None:
         "image.repository=myregistry.example/spot-rebalancer",
     )
     assert "placeholder" not in pinned.stdout.split("NOTES:", 1)[1]
+
+
+def install_notes(tools: Tools, *args: str) -> str:
+    """NOTES.txt as `helm install` prints it (helm 4's client-side dry run: no cluster)."""
+    result = tools.helm(
+        "helm4", "install", "spot-rebalancer", str(CHART), "-n", "spot", "--dry-run=client", *args
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("NOTES:", 1)[1]

@@ -163,6 +163,11 @@ NOT_IN_SETTINGS = {
     "webhook_secret": "the chart's webhook Secret: named by the chart",
     "webhook_configuration": "the chart's MutatingWebhookConfiguration: named by the chart",
     "webhook_cert_manager": "controller.webhook.certManager.enabled: installs its Certificate too",
+    **{
+        name: "notifications.*: the URL from a Secret (test_chart_options.py reads them back)"
+        for name in ControllerSettings.model_fields
+        if name.startswith("notify_")
+    },
 }
 DIFFERENT_DEFAULTS = {
     "log_format": ("json", "a pod has no terminal, so auto means json anyway; say it plainly"),
@@ -245,6 +250,12 @@ SETTING_CASES = [
     ("returnMaxConcurrent", -1),
     ("pricesRefreshSeconds", 30),
     ("costIntervalSeconds", 0),
+    ("webhookHandshakeTimeoutSeconds", 0),
+    ("webhookRequestTimeoutSeconds", 301),
+    ("webhookMaxConnections", 0),
+    ("webhookMaxConnections", 1.5),
+    ("webhookMaxBodyBytes", 1024),
+    ("webhookMaxJsonDepth", 501),
 ]
 
 

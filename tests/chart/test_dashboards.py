@@ -58,6 +58,11 @@ def targets(board: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, A
             yield panel, target
 
 
+def annotations(board: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Prometheus annotation queries (Grafana's built-in one has no expression)."""
+    return [a for a in board["annotations"]["list"] if a.get("expr")]
+
+
 # ---- generated, consistent, named from the code ----------------------------------------------
 
 
@@ -90,6 +95,22 @@ def test_variables_and_data_source(name: str) -> None:
     for panel in panels(board):
         refs = [target["refId"] for target in panel["targets"]]
         assert refs and len(refs) == len(set(refs)), panel["title"]
+    assert {a["name"] for a in annotations(board)} == {"Eviction notices", "Fail-overs blocked"}
+    for annotation in annotations(board):
+        assert annotation["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert 'cluster=~"$cluster"' in annotation["expr"], annotation["name"]
+        assert annotation["enable"] and annotation["titleFormat"] and annotation["tagKeys"]
+
+
+def test_each_dashboard_links_to_the_others_keeping_time_and_variables() -> None:
+    uids = {name: load(name)["uid"] for name in DASHBOARDS}
+    for name in DASHBOARDS:
+        links = load(name)["links"]
+        assert {link["url"] for link in links} == {
+            f"/d/{uid}" for other, uid in uids.items() if other != name
+        }
+        for link in links:
+            assert link["type"] == "link" and link["keepTime"] and link["includeVars"], link
 
 
 def test_every_metric_named_exists_in_the_code() -> None:
@@ -97,6 +118,7 @@ def test_every_metric_named_exists_in_the_code() -> None:
     for name in DASHBOARDS:
         board = load(name)
         expressions = [target["expr"] for _, target in targets(board)]
+        expressions += [annotation["expr"] for annotation in annotations(board)]
         expressions += [v["query"] for v in board["templating"]["list"] if v["type"] == "query"]
         for expr in expressions:
             used = metric_names_in(expr)
@@ -330,6 +352,17 @@ async def test_every_panel_query_returns_data_from_a_real_run(tools: Tools, tmp_
                             assert response.status == 200, f"{panel['title']}: {expr}: {body}"
                         if not has_value(body):
                             empty.append(f"{panel['title']} [{target['refId']}]: {expr}")
+                    for annotation in annotations(board):  # a range query, as Grafana asks
+                        expr = as_grafana_would(annotation["expr"], range_seconds=span)
+                        params = {"query": expr, "start": str(started), "end": str(end),
+                                  "step": "1"}  # fmt: skip
+                        async with session.get(
+                            f"{url}/api/v1/query_range", params=params
+                        ) as response:
+                            body = await response.json()
+                            assert response.status == 200, f"{annotation['name']}: {body}"
+                        if not has_value(body):
+                            empty.append(f"annotation {annotation['name']}: {expr}")
     elapsed = time.time() - started
     unexpected = [line for line in empty if line.split(" [")[0] not in MAY_BE_EMPTY]
     assert not unexpected, "panels without data:\n" + "\n".join(unexpected)

@@ -133,8 +133,9 @@ async def test_a_wave_of_twenty_nodes_through_the_npd_conditions(tmp_path: Path)
                 lambda: all(rig.node(n) is None for n in doomed), timeout=45, what="the VMs gone"
             )
             await rig.wait_for(lambda: rig.ready_count() == 20, timeout=20, what="20 Ready again")
-        slowest_cordon = max(cordoned_at[n] - noticed_at[n] for n in doomed)
-        assert slowest_cordon < 5.0, f"a node was cordoned {slowest_cordon:.1f}s after its notice"
+        # How fast is a benchmark's business (bench/bench_controller.py: notice to cordon); here,
+        # what must hold on a loaded machine too: every node cordoned before it was drained.
+        assert all(noticed_at[n] <= cordoned_at[n] <= drained_at[n] for n in doomed)
         assert all(drained_at[n] < deadlines[n] for n in doomed), (
             "a node was drained after its deadline"
         )

@@ -265,7 +265,7 @@ async def test_a_pool_at_zero_is_declared_through_the_chart(tmp_path: Path) -> N
             ("on-demand-pool-undeclared", f"NodePool {zero.name}"),
         })  # fmt: skip
 
-        # The chart, as README installs it, with the pool declared and the scenario's prices.
+        # The chart, as the README installs it, with the pool declared and the scenario's prices.
         declared = [
             {
                 "name": zero.name,

@@ -280,7 +280,7 @@ async def test_when_aks_drains_before_our_agent_sees_the_notice_a_standing_hold_
     hold does not take it for an upgrade and stays); the doomed replica serves until the
     controller deletes it near the deadline, and the deficit is the unavoidable one. (Without
     the setting, the default, AKS evicts the replica at notice time and it is missing for the
-    whole load: README, "Known limits".)"""
+    whole load: docs/status.md, the demo in full.)"""
     async with running(tmp_path, _aks_first()) as rig:
         await _failover_with_auto_drain(
             rig, notice=15.0, load=45.0, REBALANCER_HOLD_BEFORE_NOTICE="true"

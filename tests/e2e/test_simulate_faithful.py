@@ -104,6 +104,9 @@ def simulated(**changes: object) -> tuple[Result, Trace]:
         "cooldownSeconds": COOLDOWN,
         "returnQuietSeconds": QUIET,
         "returnPendingTimeoutSeconds": PENDING_TIMEOUT,
+        # The emulator's spot pool is the trace's: its VMs come back with the capacity.
+        "spotPoolMinNodes": REPLICAS,
+        "spotCapacityKnown": True,
     }
     values.update(changes)
     workload: Scenario = scenario_from(values, source="test")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from rebalancer.clock import ManualClock
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.informer import Informer
 from rebalancer.kube.leader import LeaderElector
@@ -98,7 +99,16 @@ async def test_informer_lists_again_after_410(cluster: ClusterEmulator, client: 
         assert informer.relists >= 1
 
 
-def elector(client: KubeClient, identity: str, duration: float = 2.0) -> LeaderElector:
+def elector(
+    client: KubeClient,
+    identity: str,
+    duration: float = 30.0,
+    *,
+    retry: float = 0.2,
+    clock: ManualClock | None = None,
+) -> LeaderElector:
+    # A long lease and short retries: a loaded machine that delays a renewal by seconds never
+    # costs the leader its lease, and a released lease is taken within a retry or two.
     return LeaderElector(
         client,
         namespace="default",
@@ -106,19 +116,21 @@ def elector(client: KubeClient, identity: str, duration: float = 2.0) -> LeaderE
         identity=identity,
         lease_duration=duration,
         renew_deadline=duration * 0.7,
-        retry_period=duration * 0.2,
+        retry_period=retry,
+        clock=clock,
     )
 
 
 async def test_one_leader_and_release_hands_over_at_once(client: KubeClient) -> None:
     first, second = elector(client, "a"), elector(client, "b")
     async with running(first.run) as stop_first:
-        await asyncio.wait_for(first.leading.wait(), 5)
+        await asyncio.wait_for(first.leading.wait(), 10)
         async with running(second.run):
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # five of the second's attempts, refused: the first renews
             assert first.is_leader and not second.is_leader
             stop_first.set()  # releases the lease
-            await asyncio.wait_for(second.leading.wait(), 1.5)
+            # Taken at the next attempt, long before the 30 s lease would have run out.
+            await asyncio.wait_for(second.leading.wait(), 10)
     lease = await client.request(
         "GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/test-lease"
     )
@@ -126,13 +138,14 @@ async def test_one_leader_and_release_hands_over_at_once(client: KubeClient) -> 
 
 
 async def test_a_silent_holder_loses_the_lease_after_its_duration(client: KubeClient) -> None:
-    holder = elector(client, "a")
+    holder = elector(client, "a", duration=2.0)
     assert await holder.try_acquire_or_renew()  # takes the lease, then goes silent (no release)
-    waiting = elector(client, "b")
+    clock = ManualClock()  # the waiting replica's own clock, moved by hand
+    waiting = elector(client, "b", duration=2.0, clock=clock)
     assert not await waiting.try_acquire_or_renew()  # held and fresh: no
-    await asyncio.sleep(1.0)
+    clock.advance(1.0)
     assert not await waiting.try_acquire_or_renew()  # still within the 2 s it observed
-    await asyncio.sleep(1.2)
+    clock.advance(1.2)
     assert await waiting.try_acquire_or_renew()  # expired by its own observation: taken
     lease = await client.request(
         "GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/test-lease"

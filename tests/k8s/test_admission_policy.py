@@ -338,12 +338,12 @@ async def test_the_agents_own_writes_pass(guarded: Guarded, tmp_path: Path) -> N
     assert node.conditions[names.CONDITION_TYPE]["status"] == "True"
 
 
-# ---- the README's example: who may request a drain ----------------------------------------------
+# ---- docs/permissions.md's example: who may request a drain -------------------------------------
 
 
 def readme_drain_policy() -> list[dict[str, Any]]:
-    """The example policy of the README, exactly as a reader would copy it."""
-    text = (Path(__file__).parents[2] / "README.md").read_text()
+    """The example policy of docs/permissions.md, exactly as a reader would copy it."""
+    text = (Path(__file__).parents[2] / "docs" / "permissions.md").read_text()
     section = text[text.index("**Who can drain a Node with `spot-rebalancer.io/drain`.**") :]
     start = section.index("```yaml\n") + len("```yaml\n")
     block = section[start : section.index("\n```", start)]

@@ -9,6 +9,8 @@ the test deletes the VM's pods and Node at the event's NotBefore, as a spot evic
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import signal
 import time
 
@@ -16,7 +18,9 @@ import pytest
 
 from rebalancer import names
 from tests.e2e.rig import ready, sampling
-from tests.k8s.rig import KubeRig
+from tests.helpers import serve
+from tests.k8s.rig import RELEASE_NAMESPACE, KubeRig, render_chart
+from tests.receiver import SECRET_PATH, Receiver
 
 pytestmark = pytest.mark.k8s
 
@@ -34,14 +38,42 @@ def spot_node_of_a_replica(rig: KubeRig, prefix: str = "llm") -> str:
     )[0]
 
 
+def notify_url_as_the_kubelet_gives_it(rig: KubeRig, url: str) -> str:
+    """Put `url` in a real Secret, render the chart pointing `notifications` at it, and resolve
+    the Deployment's `secretKeyRef` against the API server, as the kubelet does for the pod."""
+    manifest = {
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "notify", "namespace": RELEASE_NAMESPACE},
+        "stringData": {"url": url},
+    }  # fmt: skip
+    rig.plane.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+    objects = render_chart("notifications.webhookURLSecretName=notify")
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (ref,) = [e for e in container["env"] if e["name"] == "REBALANCER_NOTIFY_WEBHOOK_URL"]
+    key = ref["valueFrom"]["secretKeyRef"]
+    data = rig.plane.kubectl(
+        "get", "secret", key["name"], "-n", RELEASE_NAMESPACE,
+        "-o", f"jsonpath={{.data.{key['key']}}}",
+    )  # fmt: skip
+    return base64.b64decode(data).decode()
+
+
 def http_date(moment: float) -> str:
     return time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(moment))
 
 
 async def test_single_preempt_fails_over_before_the_node_goes(rig: KubeRig) -> None:
+    receiver = Receiver()
+    async with serve(receiver.app()) as base:
+        url = notify_url_as_the_kubelet_gives_it(rig, base + SECRET_PATH)
+        await single_preempt(rig, receiver, url)
+
+
+async def single_preempt(rig: KubeRig, receiver: Receiver, notify_url: str) -> None:
     await rig.deploy()
     rig.start_agents()
-    rig.start_controller()
+    rig.start_controller(REBALANCER_NOTIFY_WEBHOOK_URL=notify_url, REBALANCER_NOTIFY_TARGET="teams")
     await rig.until_ready()
     doomed = spot_node_of_a_replica(rig)
     async with sampling(rig):
@@ -81,6 +113,11 @@ async def test_single_preempt_fails_over_before_the_node_goes(rig: KubeRig) -> N
     assert "SpotRebalancerSurge" in described and "SpotRebalancerScaleBack" in described
     # The hold against others' evictions was taken and given back under the chart's RBAC.
     assert "spot-rebalancer-hold-llm" not in rig.plane.kubectl("get", "pdb", "-A")
+    # The channel heard of it once, as a Teams card naming the node and the event.
+    (card,) = [b["attachments"][0]["content"] for b in receiver.bodies]
+    assert card["body"][0]["text"] == f"Preempt notice on {doomed}: acting"
+    assert {"title": "event id", "value": event.event_id} in card["body"][2]["facts"]
+    assert "s3cr3t" not in rig.log("controller-0")
 
 
 async def test_a_wave_through_the_npd_conditions(rig: KubeRig) -> None:

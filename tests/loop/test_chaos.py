@@ -6,6 +6,11 @@ one of the controller's writes has been applied (the k-th, k drawn from all the 
 scenario makes without a kill), and nothing the process sends afterwards arrives: no Lease
 release, no queued Event. The next controller has to wait for the Lease to expire, and must
 finish the job from what is on the cluster alone.
+
+Each run proves its kill happened, at the write it was meant for. Throughout each run (after
+every write and every step of the world, the moment of the kill included) the owner keeps
+N - 1 Ready replicas at least, N its replicas before the notice; at the end nothing of ours is
+left: no hold PodDisruptionBudget, no lowered pod-deletion-cost.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -54,19 +60,38 @@ def controller(client: Any, identity: str, **overrides: Any) -> Any:
     return running(client, identity, **FAST_LEASE, **overrides)
 
 
+@dataclass
+class Run:
+    api: FakeApi
+    writes: list[Write] = field(default_factory=list)
+    base_replicas: int = 0  # the owner's replicas before the notice (N)
+    killed_after: int | None = None  # writes applied when the kill landed
+    ready_at_kill: int | None = None
+    fewest_ready: int | None = None  # Ready replicas, fewest seen after any write or world step
+
+
 async def play(
     scenario: Callable[[FakeApi, World], Awaitable[None]], kill_after: int | None, **overrides: Any
-) -> tuple[FakeApi, list[Write]]:
+) -> Run:
     """The scenario, with the first controller killed after its `kill_after`-th write (None:
     never); a second controller (a new process) takes over as soon as the first is dead."""
     api = cluster()
-    world = World(api)
+    run = Run(api, base_replicas=replicas(api))
     first = Killable(api)
     killed = asyncio.Event()
 
+    def count_ready() -> None:
+        ready = len(world.ready_pods())
+        run.fewest_ready = ready if run.fewest_ready is None else min(run.fewest_ready, ready)
+
+    world = World(api, after_step=count_ready)
+
     def maybe_kill(write: Write) -> None:
+        count_ready()
         if kill_after is not None and not first.dead and len(api.writes) >= kill_after:
             first.kill()
+            run.killed_after = len(api.writes)
+            run.ready_at_kill = len(world.ready_pods())
             killed.set()
 
     api.after_write = maybe_kill
@@ -77,8 +102,9 @@ async def play(
             if kill_after is None:
                 await driving
             else:
-                await asyncio.wait({driving, asyncio.ensure_future(killed.wait())},
-                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                waiting = asyncio.ensure_future(killed.wait())
+                await asyncio.wait({driving, waiting}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()  # the kill may never come: the assertions say so, not a leak
                 if killed.is_set():
                     async with controller(Killable(api), "ctl-b", **overrides):
                         await driving
@@ -88,7 +114,8 @@ async def play(
         playing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await playing
-    return api, list(api.writes)
+    run.writes = list(api.writes)
+    return run
 
 
 def kill_points(total: int, seed: int) -> list[int]:
@@ -158,6 +185,30 @@ def no_double_surge(writes: list[Write]) -> None:
     assert most_replicas(writes) <= 4, "a workload went above its base replicas plus one"
 
 
+def nothing_of_ours_left(api: FakeApi) -> list[str]:
+    """Hold PodDisruptionBudgets, and pods whose deletion cost we lowered (the scenario's pods
+    have none of their own), still there once the notice is handled."""
+    left = []
+    for (resource, namespace, name), obj in api.objects.items():
+        meta = obj["metadata"]
+        ours = (meta.get("labels") or {}).get(names.MANAGED_BY_LABEL) == names.MANAGED_BY
+        if resource == "poddisruptionbudgets" and ours:
+            left.append(f"hold {namespace}/{name}")
+        marks = {names.DELETION_COST, names.ORIGINAL_COST_ANNOTATION}
+        if resource == "pods" and marks & set(meta.get("annotations") or {}):
+            left.append(f"lowered cost on {namespace}/{name}")
+    return left
+
+
+def kept_safe(run: Run, where: str) -> None:
+    """At least N - 1 Ready throughout (the kill's moment included), nothing of ours left."""
+    assert run.base_replicas == 3, "the scenario's owner has 3 replicas"
+    assert run.fewest_ready is not None and run.fewest_ready >= run.base_replicas - 1, (
+        f"{where}: {run.fewest_ready} Ready at one point, fewer than N - 1 = {run.base_replicas - 1}"
+    )
+    assert nothing_of_ours_left(run.api) == [], where
+
+
 @pytest.mark.parametrize(
     ("name", "scenario", "seed"),
     [("eviction", an_eviction, 1), ("cancelled", a_cancelled_eviction, 2), ("return", a_return, 3)],
@@ -167,11 +218,20 @@ async def test_killed_at_twenty_points_a_new_controller_finishes_cleanly(
 ) -> None:
     # Returns only where the scenario is one: elsewhere the quiet pool would start one.
     options = {"return_enabled": name == "return"}
-    _, undisturbed = await play(scenario, None, **options)
-    points = kill_points(len(undisturbed), seed)
+    undisturbed = await play(scenario, None, **options)
+    kept_safe(undisturbed, "without a kill")
+    points = kill_points(len(undisturbed.writes), seed)
     assert len(points) == KILLS
+    kills = 0
     for point in points:
-        api, writes = await play(scenario, point, **options)
+        run = await play(scenario, point, **options)
+        api, writes = run.api, run.writes
+        assert run.killed_after == point, f"meant to kill after write {point}: {run.killed_after}"
+        assert run.ready_at_kill is not None and run.ready_at_kill >= run.base_replicas - 1, (
+            f"killed after write {point} with {run.ready_at_kill} Ready"
+        )
+        kills += 1
+        kept_safe(run, f"killed after write {point}")
         no_double_surge(writes)
         assert replicas(api) == 3, f"killed after write {point}: not back at base replicas"
         if name == "eviction":
@@ -191,10 +251,6 @@ async def test_killed_at_twenty_points_a_new_controller_finishes_cleanly(
                 "kubernetes.azure.com/scalesetpriority"
             ]
             assert names.LB_EXCLUSION_LABEL not in node_now["metadata"]["labels"]
-            leftovers = [
-                p["metadata"]["name"] for (r, ns, _), p in api.objects.items()
-                if r == "pods" and names.ORIGINAL_COST_ANNOTATION in (p["metadata"].get("annotations") or {})
-            ]  # fmt: skip
-            assert leftovers == [], f"killed after write {point}: costs left lowered on {leftovers}"
         if name == "return":
             assert on_demand(api) == 0
+    assert kills == KILLS

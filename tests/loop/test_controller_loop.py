@@ -120,6 +120,43 @@ async def test_a_notice_is_cordoned_surged_replaced_and_drained_before_its_deadl
     assert held.body["metadata"]["labels"][names.HOLD_LABEL] == "llm"
 
 
+def sample(controller: object, name: str, **labels: str) -> float | None:
+    registry = controller.metrics.registry  # type: ignore[attr-defined]
+    value: float | None = registry.get_sample_value(name, labels)
+    return value
+
+
+async def test_fail_over_latency_is_per_pool_and_a_blocked_one_names_the_workload() -> None:
+    """The surge from gpuspot's spot-0 becomes Ready after the 10 s load: one observation under
+    pool gpuspot. Then the owner sets replicas back during a second surge: a SurgeNotHeld counted
+    against ml/llm, whose series existed at zero before (rate() sees the first one)."""
+    api = cluster()
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        await asyncio.sleep(2)
+        blocked = "rebalancer_controller_failovers_blocked_total"
+        for reason in ("NoCompatibleOnDemandPool", "SurgeNotHeld"):
+            assert sample(controller, blocked, workload="ml/llm", reason=reason) == 0
+        ready = "rebalancer_controller_notice_to_replacement_ready_seconds"
+        assert sample(controller, f"{ready}_count", pool="gpuspot") == 0
+        t0 = CLOCK.monotonic()
+        preempt(api, "spot-0", seconds=30)
+        await fail_over(api, load_seconds=10)
+        await until(lambda: replicas(api) == 3, within=10, what="the scale-back")
+        took = CLOCK.monotonic() - t0
+        assert sample(controller, f"{ready}_count", pool="gpuspot") == 1
+        latency = sample(controller, f"{ready}_sum", pool="gpuspot")
+        assert latency is not None and 10 <= latency <= took
+        preempt(api, "spot-1", seconds=60, event_id="0C6BF4BA-0000-4000-8000-000000000002")
+        await until(lambda: replicas(api) == 4, within=5, what="the second surge")
+        api.edit("deployments", "ml", "llm", lambda d: d["spec"].update(replicas=3))
+        await until(
+            lambda: sample(controller, blocked, workload="ml/llm", reason="SurgeNotHeld") == 1,
+            within=5,
+            what="the blocked fail-over counted",
+        )
+
+
 async def test_a_cancelled_notice_leaves_nothing_of_ours() -> None:
     api = cluster()
     async with running(api) as controller:
@@ -419,7 +456,8 @@ async def test_an_hpa_keeps_the_surge_while_replacements_load_and_gets_its_bound
     assert (spec["minReplicas"], spec["maxReplicas"]) == (3, 3)
     raised = [w.body for w in api.written("PATCH", "horizontalpodautoscalers")]
     assert raised[0]["spec"] == {"minReplicas": 4, "maxReplicas": 4}
-    assert raised[0]["metadata"]["annotations"] == {names.HPA_ORIGINAL_ANNOTATION: "3,3"}
+    saved = raised[0]["metadata"]["annotations"][names.HPA_ORIGINAL_ANNOTATION]
+    assert saved.startswith("3,3 seal=")  # sealed: nobody else can write bounds to put back
     assert resets == []  # the HPA never set the surge back
     # The bounds went up before the surge: an HPA sync between the two writes finds min 4.
     order = [

@@ -5,6 +5,8 @@ object is still acted on, and nothing a tenant can write makes the controller sc
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from tests.loop.rig import (
     EVENT,
     annotations,
     cluster,
+    pod,
     preempt,
     replicas,
     running,
@@ -70,7 +73,7 @@ async def test_a_hostile_record_on_the_workload_being_drained_still_drains_the_n
     evicted = [w.name for w in api.written("POST", "pods/eviction")]
     assert evicted == ["llm-a"]
     warnings = [w.body["reason"] for w in api.written("POST", "events")]
-    assert "SpotRebalancerFailoverBlocked" in warnings
+    assert "SpotRebalancerInputRefused" in warnings  # its record is not ours: left alone
 
 
 async def test_a_deep_annotation_on_one_node_blinds_the_controller_to_nothing_else() -> None:
@@ -104,3 +107,115 @@ async def test_a_crashing_cache_is_restarted_and_liveness_says_when_it_cannot_be
         else:
             await until(lambda: not controller.liveness().ok, within=60, what="liveness failing")
             assert "pods" in controller.liveness().reason
+
+
+# ---- one tenant's value never stops planning for anyone else (issue 18, failure 1) -----------
+
+ANCIENT = "0001-01-01T00:00:00+01:00"  # reads, then overflows when made UTC
+
+
+def tenant_b(api: FakeApi, annotated: dict[str, str], *, replicas: int = 1) -> None:
+    """Another team's GPU Deployment in its own namespace, one replica on od-1, carrying
+    `annotated` (what that team wrote on it)."""
+    deployment = copy.deepcopy(api.get("deployments", "ml", "llm"))
+    deployment["metadata"] = {"namespace": "team-b", "name": "chat", "annotations": annotated}
+    deployment["spec"]["replicas"] = replicas
+    deployment["spec"]["selector"] = {"matchLabels": {"app": "chat"}}
+    api.put_object("deployments", deployment)
+    owner = [{"kind": "Deployment", "name": "chat", "controller": True}]
+    api.put_object(
+        "replicasets",
+        {"metadata": {"namespace": "team-b", "name": "chat-rs", "ownerReferences": owner}},
+    )
+    for index in range(replicas):
+        chat = pod(f"chat-{index}", "od-1", owner="chat-rs")
+        chat["metadata"]["namespace"] = "team-b"
+        api.put_object("pods", chat)
+
+
+def return_record(started_at: str) -> str:
+    return json.dumps(
+        {"baseReplicas": 1, "retire": "team-b/chat-0", "pool": "gpuspot",
+         "startedAt": started_at, "knownPods": ["chat-0"], "completed": False},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("annotated", "replicas_b"),
+    [
+        ({names.MIN_ON_DEMAND: "²"}, 1),  # '²'.isdigit() is true; int('²') raises
+        ({names.MIN_ON_DEMAND: "7" * 5000}, 1),  # int() refuses over 4300 digits
+        ({names.SPARE_REPLICAS: "\uff11"}, 1),  # a full-width digit one
+        ({names.RETURN_ANNOTATION: return_record(ANCIENT)}, 2),
+        ({names.RETURN_BACKOFF_ANNOTATION: ANCIENT}, 1),
+    ],
+    ids=["superscript", "5000-digits", "full-width", "return-started-year-1", "backoff-year-1"],
+)
+async def test_one_tenants_malformed_value_never_stops_a_drain_elsewhere(
+    annotated: dict[str, str], replicas_b: int
+) -> None:
+    api = cluster()
+    tenant_b(api, annotated, replicas=replicas_b)
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        preempt(api, "spot-0", seconds=30)
+        await until(lambda: replicas(api) == 4, within=10, what="llm surged for its doomed pod")
+        await until(lambda: drained(api, "spot-0"), within=40, what="the node drained")
+        errors = controller.metrics.reconcile_errors.labels("plan")._value.get()
+    assert errors == 0, "planning stopped for everyone"
+    chat = api.get("deployments", "team-b", "chat")
+    assert chat["spec"]["replicas"] == replicas_b  # tenant B's own workload is left alone
+    warnings = {
+        w.body["reason"]: w.body["involvedObject"].get("name")
+        for w in api.written("POST", "events")
+        if w.body.get("type") == "Warning"
+    }
+    refusal = {"SpotRebalancerPolicyRefused", "SpotRebalancerInputRefused"}
+    assert any(warnings.get(reason) == "chat" for reason in refusal), warnings
+
+
+# ---- records cannot be forged into commands (issue 18, failure 8) ----------------------------
+
+
+def forged(field: str, record: dict[str, Any]) -> Any:
+    def write(obj: dict[str, Any]) -> None:
+        obj["metadata"]["annotations"][field] = json.dumps(record)
+
+    return write
+
+
+@pytest.mark.parametrize(
+    ("field", "record"),
+    [
+        (names.SURGE_ANNOTATION,
+         {"baseReplicas": 0, "added": 1, "eventIds": [EVENT], "doomedPods": ["ml/llm-a"],
+          "deadline": None, "completed": False, "reverted": False}),
+        (names.SURGE_ANNOTATION,
+         {"baseReplicas": 2, "added": 1, "eventIds": [EVENT], "doomedPods": ["ml/llm-a"],
+          "deadline": None, "completed": False, "reverted": False}),
+        (names.RETURN_ANNOTATION,
+         {"baseReplicas": 2, "retire": "ml/llm-c", "pool": "gpuspot",
+          "startedAt": "2026-11-30T12:00:00Z", "knownPods": ["llm-a", "llm-b", "llm-c"],
+          "completed": False, "gaveUp": False}),
+    ],
+    ids=["surge-to-zero", "surge-to-two", "return-to-two"],
+)  # fmt: skip
+async def test_a_well_formed_forged_record_is_reported_and_never_obeyed(
+    field: str, record: dict[str, Any]
+) -> None:
+    api = cluster()
+    api.edit("deployments", "ml", "llm", forged(field, record))
+    async with running(api) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        await until(
+            lambda: any(
+                w.body["reason"] == "SpotRebalancerInputRefused"
+                for w in api.written("POST", "events")
+            ),
+            within=10,
+            what="a Warning Event on the workload",
+        )
+        await asyncio.sleep(10)  # ten passes more
+    assert replicas(api) == 3
+    assert api.written("PATCH", "deployments") == []
+    assert api.written("DELETE", "pods") == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -26,6 +27,7 @@ class World:
     api: FakeApi
     load_seconds: float = 10.0
     deadlines: dict[str, datetime] = field(default_factory=dict)  # node -> NotBefore
+    after_step: Callable[[], None] | None = None  # called after each change the world makes
     _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _created: dict[str, float] = field(default_factory=dict)  # pod -> virtual time it landed
 
@@ -91,7 +93,8 @@ class World:
 
     async def run(self) -> None:
         while True:
-            self._azure()
-            self._scale()
-            self._load()
+            for step in (self._azure, self._scale, self._load):
+                step()
+                if self.after_step is not None:
+                    self.after_step()
             await asyncio.sleep(0.25)

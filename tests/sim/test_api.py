@@ -249,10 +249,16 @@ async def test_watch_reconnects_after_server_timeout_without_losing_events(
     namespace = backend.namespace
     listed = await core.list_namespaced_config_map(namespace)
     names: list[str] = []
+    watches = 0
+    first_ended = asyncio.Event()
 
     async def consume() -> None:
+        nonlocal watches
         version = listed.metadata.resource_version
         while len(names) < 2:
+            watches += 1
+            if watches == 2:
+                first_ended.set()
             async with Watch().stream(
                 core.list_namespaced_config_map,
                 namespace,
@@ -266,12 +272,13 @@ async def test_watch_reconnects_after_server_timeout_without_losing_events(
     task = asyncio.create_task(consume())
     body = k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="one"))
     await core.create_namespaced_config_map(namespace, body)
-    await asyncio.sleep(1.3)  # the first watch has ended by now: the second one must resume
+    await asyncio.wait_for(first_ended.wait(), 10)  # the server ended it: the next one resumes
     await core.create_namespaced_config_map(
         namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="two"))
     )
     await asyncio.wait_for(task, 10)
     assert names == ["one", "two"]
+    assert watches >= 2
 
 
 @pytest.mark.parametrize("spelling", ["true", "True", "1", "t", "TRUE"])

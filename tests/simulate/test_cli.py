@@ -30,7 +30,11 @@ def test_json_output_has_every_policy_that_exists(
         "failover",
         "spothedge",
         "eviction-aware",
+        "dynamic-fallback",
+        "oracle",
     ]
+    references = {r["policy"] for r in document["results"] if r["reference"]}
+    assert references == {"on-demand", "spothedge", "dynamic-fallback", "oracle"}
     on_demand = document["results"][0]
     assert on_demand["availability"] == 1.0
     assert on_demand["costFractionOfOnDemand"] == pytest.approx(1.0)

@@ -7,7 +7,9 @@ The scenario is test_policies.py's (10-minute ticks, model load 90 s, notices 30
 spot $1/h), and the warm-up of 30 minutes before t=0. Expected values are derived here, step by
 step, from those numbers and the risk formula of docs/risk.md; none is copied from a run.
 
-The warm-up is the same in every test: at t=-1800 no node exists, so no spot pool has an
+Every spot pool has a minimum count of one node (`spotPoolMinNodes`, the user's pool setting; the
+simulator's default is 0, with which no spot group has a node to be assessed and every replica
+stays on demand). The warm-up is the same in every test: at t=-1800 no node exists, so no spot pool has an
 assessed risk ("unknown": never accepted) and the webhook sends every replica to on-demand. The
 spot pools' minimum nodes are Ready at -1500, the replicas at -1410; the pools have been watched
 for the return quiet time at -1200, when their risk is low (one node watched for 600 s: 1.2 /
@@ -17,21 +19,25 @@ Ready 90 s after it starts, its on-demand pod gone 5 s later, that node 600 s af
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import pytest
 
 from rebalancer import names
+from rebalancer.controller.risk import RiskSettings
 from rebalancer.simulate.engine import Result, run_policy
 from rebalancer.simulate.policies import build
 from rebalancer.simulate.trace import Trace
 from rebalancer.simulate.workload import CHOICES
 from rebalancer.simulate.world import World
 from tests.simulate.test_policies import (
+    BACKOFF,
     HORIZON,
     LOAD,
     MARGIN,
+    MAX_PROVISION,
     NOTICE,
     PRICES,
     PROVISION,
@@ -47,6 +53,7 @@ RECHECK = 300.0  # the simulator re-reads the risk this often (adapter.RISK_RECH
 def run_world(traces: list[Trace], **changes: Any) -> tuple[World, list[tuple[float, list[str]]]]:
     """Run eviction-aware; return the world and, at every instant something changed, the pools
     the replicas ran on (sorted)."""
+    changes = {"spotPoolMinNodes": 1, **changes}
     world, controller = build(
         "eviction-aware",
         traces=traces,
@@ -71,6 +78,7 @@ def run_world(traces: list[Trace], **changes: Any) -> tuple[World, list[tuple[fl
 
 
 def measure(traces: list[Trace], **changes: Any) -> Result:
+    changes = {"spotPoolMinNodes": 1, **changes}
     return run_policy(
         "eviction-aware",
         traces=traces,
@@ -149,17 +157,20 @@ def test_a_pool_with_recent_evictions_gets_no_replica_under_a_lower_max_risk() -
     # At 600 pool a is lost: the replica there gets its notice, its replacement goes on-demand
     # (failover-to on-demand), on a new on-demand node (Ready 900, the replica 990); the doomed
     # one is deleted at the deadline minus the margin (625). Pool a is then risk medium: 0.088
-    # at 990, as derived below. Capacity is back at 1200: a's minimum node is Ready at 1500,
-    # and a has been quiet since 600 long enough for a return. b has no room (its one node
-    # serves the other replica).
+    # at 990, as derived below. The autoscaler asks a for its minimum node at 600, when a has
+    # no capacity: the request fails at 600 + 900 (max-node-provision-time) and a backs off
+    # for 300 s. Capacity is back at 1200, so the request at 1800 gets a node, Ready at 2100;
+    # a has been quiet since 600 long enough for a return. b has no room (its one node serves
+    # the other replica).
     assert 0.05 <= risk_after_one_preempt(990) < 0.15
     outage = PROVISION + LOAD - (NOTICE - MARGIN)
+    a_ready = EVICTED_AT + MAX_PROVISION + BACKOFF + PROVISION
 
-    # max-risk high accepts medium: the return at 1500 goes to a (its zone has no replica),
-    # Ready at 1590, and the on-demand replica goes.
+    # max-risk high accepts medium: the return at 2100 goes to a (its zone has no replica),
+    # Ready at 2190, and the on-demand replica goes.
     _, timeline = run_world(traces, replicas=2, maxRisk="high")
-    assert pools_at(timeline, 1499) == ["b", "ondemand"]
-    assert pools_at(timeline, 1500 + LOAD + 10) == ["a", "b"]
+    assert pools_at(timeline, a_ready - 1) == ["b", "ondemand"]
+    assert pools_at(timeline, a_ready + LOAD + 10) == ["a", "b"]
 
     # max-risk low does not: a stays medium for the rest of the 3 hours (the decayed Preempt
     # outweighs 5% of the node-hours watched until well after the horizon), so the replica
@@ -171,8 +182,9 @@ def test_a_pool_with_recent_evictions_gets_no_replica_under_a_lower_max_risk() -
     result = measure(traces, replicas=2, maxRisk="low")
     assert result.outages == [pytest.approx(outage)]
     # Paid: b's node all along; a's first node until Azure takes it (630) and its replacement,
-    # kept as the pool's minimum, from the request at 1200; the on-demand node from 600 on.
-    spot_seconds = HORIZON + (EVICTED_AT + NOTICE) + (HORIZON - 1200)
+    # kept as the pool's minimum, from the request that gets capacity (1800: the failed one is
+    # not billed); the on-demand node from 600 on.
+    spot_seconds = HORIZON + (EVICTED_AT + NOTICE) + (HORIZON - a_ready + PROVISION)
     on_demand_seconds = HORIZON - EVICTED_AT
     expected = (spot_seconds * PRICES.spot + on_demand_seconds * PRICES.on_demand) / 3600
     assert result.cost == pytest.approx(expected)
@@ -180,13 +192,15 @@ def test_a_pool_with_recent_evictions_gets_no_replica_under_a_lower_max_risk() -
 
 def test_a_high_risk_pool_gets_replicas_again_only_once_its_risk_falls_to_medium() -> None:
     # The same wave with risk level high from 0.08 evictions per node-hour and max-risk medium:
-    # one Preempt makes pool a high (0.088 at 990), which fades below 0.08 at `falls`, derived
-    # from the formula. Until then no replica lands in a; the return to a starts at the first
-    # planner pass after it (at most one risk re-check later) and its replica is Ready 90 s on.
+    # one Preempt makes pool a high (0.088 at 990), which fades clearly below 0.08 (by the
+    # level's 10 % band: below 0.072) at `falls`, derived from the formula. Until then no replica
+    # lands in a; the return to a starts at the first planner pass after it (at most one risk
+    # re-check later) and its replica is Ready 90 s on.
     traces = [trace("a", WAVE), trace("b", [2] * TICKS)]
     high = 0.08
+    below = high * (1 - RiskSettings().level_band)
     assert risk_after_one_preempt(990) >= high
-    falls = next(t for t in range(990, int(HORIZON)) if risk_after_one_preempt(t) < high)
+    falls = next(t for t in range(990, int(HORIZON)) if risk_after_one_preempt(t) < below)
     assert 1500 < falls < HORIZON - RECHECK - LOAD
     _, timeline = run_world(traces, replicas=2, maxRisk="medium", riskHighRatePerHour=high)
     assert all("a" not in pools for at, pools in timeline if EVICTED_AT + NOTICE < at < falls)
@@ -212,3 +226,18 @@ def test_each_pod_carries_the_webhooks_placement_and_reason() -> None:
         "spot pool a zone a: risk low (0.050 evictions per node-hour, max-risk low), "
         "0 replicas in zone a",
     ]
+
+
+def test_spare_replicas_are_kept_on_top_of_the_owners_count() -> None:
+    """`spare-replicas: 1` on a workload of 1: the controller's spares method scales the
+    Deployment to 2 and records what it added, and the webhook spreads the two replicas over
+    the two spot pools (docs/simulate.md said once that the product did not act on it)."""
+    world, timeline = run_world([trace("a", STEADY), trace("b", STEADY)], spare_replicas=1)
+    (deployment,) = world.deployments.values()
+    assert deployment.replicas == 1 + 1
+    record = json.loads(deployment.annotations[names.SPARE_RECORD])
+    assert (record["base"], record["added"]) == (1, 1)
+    assert timeline[-1][1] == ["a", "b"]
+    world, _ = run_world([trace("a", STEADY), trace("b", STEADY)], spare_replicas=0)
+    (deployment,) = world.deployments.values()
+    assert deployment.replicas == 1 and names.SPARE_RECORD not in deployment.annotations

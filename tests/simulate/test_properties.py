@@ -58,4 +58,10 @@ def test_every_policy_settles_with_consistent_figures(
         assert result.cost >= ready_hours * PRICES.spot - 1e-6
     on_demand = results[0]
     assert on_demand.availability == 1.0
+    # The oracle is a lower bound: whatever kept every replica Ready paid at least as much.
+    oracle = next(r for r in results if r.policy == "oracle")
+    assert oracle.availability == 1.0
+    for result in results:
+        if result.availability == 1.0:
+            assert oracle.cost <= result.cost + 1e-9, result.policy
     assert abs(on_demand.cost - replicas * PRICES.on_demand * on_demand.horizon / 3600) < 1e-6

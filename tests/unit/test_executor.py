@@ -19,6 +19,7 @@ from rebalancer.controller.actions import (
 from rebalancer.controller.executor import Executor, HistoryObject
 from rebalancer.controller.history import History
 from rebalancer.controller.model import Surge, WorkloadInfo
+from rebalancer.controller.seal import Sealer, workload_identity
 from rebalancer.kube.errors import Conflict, ServerError, TooManyRequests
 from rebalancer.names import HISTORY_KEY, SURGE_ANNOTATION
 from rebalancer.retry import Backoff, RetryPolicy
@@ -27,6 +28,7 @@ from rebalancer.vocabulary import Reason, Rejection, Result
 KEY = ("Deployment", "inference", "llm")
 SURGE = Surge(3, 1, ("EVENT-1",), ("inference/llm-a",), "2026-01-01T00:00:30Z")
 PDB_BODY = {"details": {"causes": [{"reason": "DisruptionBudget", "message": "needs 2"}]}}
+SEALER = Sealer(b"k" * 32)
 
 
 class FakeWriter:
@@ -99,6 +101,7 @@ def executor(
             policy=policy,
             fence=lambda: fence,
             sleep=sleeps,
+            sealer=lambda: SEALER,
         ),
         sleeps,
     )
@@ -153,9 +156,9 @@ async def test_a_surge_whose_count_an_hpa_reached_first_still_writes_its_record(
     assert (await run.apply(surge)).result is Result.APPLIED
     ((_, patch),) = writer.writes
     assert patch["spec"] == {"replicas": 4}
-    assert json.loads(patch["metadata"]["annotations"][SURGE_ANNOTATION]) == json.loads(
-        SURGE.to_json()
-    )
+    written = patch["metadata"]["annotations"][SURGE_ANNOTATION]
+    identity = workload_identity(workload(3, None))
+    assert SEALER.open(identity, SURGE_ANNOTATION, written) == SURGE.to_json()
     # Reached another count (the HPA went further): stale as ever.
     other = FakeWriter(replicas=5, surge=None)
     run, _ = executor(other)

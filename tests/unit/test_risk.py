@@ -440,3 +440,55 @@ def test_a_pool_that_keeps_losing_its_one_node_is_high_risk_not_a_big_safe_pool(
     assert after.rate_per_hour == pytest.approx(
         (24 * 0.05 + wave_decayed) / (24 + 16 * TAU * (1 - math.exp(-24 / TAU)))
     )
+
+
+# ---- a stable level: the hysteresis --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rate", "was", "level"),
+    [
+        (0.05, None, MEDIUM),  # first assessment: the plain thresholds
+        (0.0499, MEDIUM, MEDIUM),  # just below 0.05: not clearly, stays
+        (0.0449, MEDIUM, LOW),  # below 0.05 * 0.9
+        (0.05, LOW, LOW),  # back on the line: stays low
+        (0.0549, LOW, LOW),
+        (0.0551, LOW, MEDIUM),  # past 0.05 * 1.1
+        (0.16, LOW, MEDIUM),  # past 0.15, not clearly past: as far as it clearly went
+        (0.2, LOW, HIGH),
+        (0.14, HIGH, HIGH),  # above 0.15 * 0.9
+        (0.13, HIGH, MEDIUM),
+        (0.04, HIGH, LOW),
+        (0.1, MEDIUM, MEDIUM),
+        (0.1, "unknown", MEDIUM),
+    ],
+)
+def test_a_level_moves_when_the_estimate_clears_the_threshold(
+    rate: float, was: str | None, level: str
+) -> None:
+    assert level_of(rate, SETTINGS, was=was) == level
+
+
+def test_a_quiet_group_on_the_prior_does_not_flip_between_medium_and_low() -> None:
+    """The default prior is the medium threshold: a quiet group reads exactly 0.05 while its
+    record has watched nothing (before the record, at its start, or when it is not readable for
+    a pass) and a hair below as soon as it has. Assessed one after another, as the recorder does,
+    the level leaves medium once, when the record has clearly pulled it down, and stays low."""
+    nodes = [node(f"n{i}") for i in range(4)]
+    key = ("spota", "eastus-1", A100)
+    moments = [History(), history(watched_hours=0)]
+    moments += [history(watched_hours=h) for h in (0.02, 0.2, 1.0, 3.0)]
+    moments += [History(), history(watched_hours=0), history(watched_hours=3.1)]
+    plain, stable, previous = [], [], None
+    for record in moments:
+        plain.append(assess(nodes=nodes, history=record, now=NOW, settings=SETTINGS)[key].level)
+        risks = assess(nodes=nodes, history=record, now=NOW, settings=SETTINGS, previous=previous)
+        stable.append(risks[key].level)
+        previous = {k: r.level for k, r in risks.items()}
+    # Without the band: medium, low, medium, low... with nothing happening.
+    assert plain == [MEDIUM, MEDIUM, LOW, LOW, LOW, LOW, MEDIUM, MEDIUM, LOW]
+    assert stable == [MEDIUM, MEDIUM, MEDIUM, MEDIUM, LOW, LOW, LOW, LOW, LOW]
+    # A real eviction still moves it at once.
+    record = history(preempt(0), preempt(0.1, "n1"), watched_hours=3.2)
+    risks = assess(nodes=nodes, history=record, now=NOW, settings=SETTINGS, previous=previous)
+    assert risks[key].level == MEDIUM

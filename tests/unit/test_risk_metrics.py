@@ -155,3 +155,29 @@ def test_the_reasons_are_the_clients_reasons() -> None:
     from rebalancer.azure.arm import REASONS
 
     assert tuple(REASONS) == RISK_ERROR_REASONS
+
+
+def test_a_quiet_group_says_its_level_once_not_back_and_forth() -> None:
+    """The recorder hands each assessment the last levels: a quiet pool read on the prior (the
+    medium threshold) says medium, then low once its record pulls it clearly down, and nothing
+    more, though a pass without a readable record reads exactly the prior again."""
+    clock = ManualClock()
+    ctl, metrics = controller(clock)
+    nodes = {n.name: n for n in (node(f"a{i}") for i in range(4))}
+    started = clock.now()
+    said: list[tuple[str, str]] = []
+    for minutes, readable in [(0, False), (1, True), (60, True), (61, False), (62, True)]:
+        clock.advance(minutes * 60 - (clock.now() - started).total_seconds())
+        record = History(since=started) if readable else History()
+        snapshot = Snapshot(
+            now=clock.now(), nodes=nodes, pods={}, workloads={}, replicaset_owners={},
+            history=record,
+        )  # fmt: skip
+        with capture_logs() as logs:
+            ctl.recorder.observe(snapshot, plan(snapshot, ctl.planner_settings), 1.0)
+        said += [(e["was"], e["risk_level"]) for e in logs if e["event"] == "eviction risk"]
+    assert said == [("", "medium"), ("medium", "low")]
+    level = samples(metrics.registry)[
+        ("rebalancer_pool_eviction_risk_level", group("spota", "eastus-1", A100))
+    ]
+    assert level == 0

@@ -8,13 +8,23 @@ Agent aggregations use `without (...)` rather than `by (...)`: the target labels
 pod, node, ...) differ between scrape setups, and keeping all of them lets an alert name the agent.
 Controller alerts aggregate `by` the label they are about (pool, workload) with `max`: both
 replicas count what they observe (notices, replica deficit), so a sum would count twice, and one
-alert per pool or workload is what a person acts on, whichever replica leads.
+alert per pool or workload is what a person acts on, whichever replica leads. What only the
+leader counts (blocked fail-overs, missed drains, fail-over latency) is summed instead.
+Every controller aggregation keeps `cluster` too: on a Prometheus (or Thanos, Mimir ruler) that
+holds several clusters, each cluster's series carry it (a target label set by the scrape, or the
+external label of the cluster's own Prometheus when it remote-writes), and without it one
+cluster's leader would hide another's absence. On a Prometheus of one cluster without that
+label, `by (cluster)` is the same as no `by` at all.
+Every alert has a `runbook_url` into docs/runbooks.md (a section per alert, anchored by the
+alert's name in lower case).
 Prometheus template markers are written as {{`{{ ... }}`}} so Helm leaves them alone.
 */}}
 {{- define "spot-rebalancer.alertGroups" -}}
 {{- $rules := .Values.prometheusRule.rules }}
 {{- $extra := .Values.prometheusRule.alertLabels }}
 {{- $where := `{{ $labels.instance }}{{ with $labels.node }} (node {{ . }}){{ end }}` }}
+{{- $inCluster := `{{ with $labels.cluster }} in cluster {{ . }}{{ end }}` }}
+{{- $runbook := .Values.prometheusRule.runbookURL }}
 groups:
   - name: spot-rebalancer-agent
     rules:
@@ -31,6 +41,7 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
+          runbook_url: {{ $runbook }}#spotrebalanceragentnotpolling
           summary: A spot-rebalancer agent has not read Azure Scheduled Events for over {{ .staleSeconds }}s.
           description: >-
             The agent {{ $where }} last read Scheduled Events
@@ -54,6 +65,7 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
+          runbook_url: {{ $runbook }}#spotrebalanceragentnodewritesfailing
           summary: A spot-rebalancer agent cannot write its Node.
           description: >-
             {{`{{ $value | humanizePercentage }}`}} of the Node writes of the agent {{ $where }}
@@ -76,6 +88,7 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
+          runbook_url: {{ $runbook }}#spotrebalanceragentacknowledgementsfailing
           summary: A spot-rebalancer agent's acknowledgements to Azure fail.
           description: >-
             The agent {{ $where }} failed to acknowledge drained events to Azure in the last
@@ -91,8 +104,16 @@ groups:
       - alert: SpotRebalancerControllerNoLeader
         # No replica leads (or none is scraped at all): notices are seen but nobody cordons,
         # surges or drains. A takeover needs at most the lease duration (15 s by default).
+        # Per cluster: a cluster whose replicas all follow; one whose agents are scraped but no
+        # controller is; and no controller anywhere (absent() cannot say which cluster).
         expr: |-
-          max(rebalancer_controller_leader) < 1 or absent(rebalancer_controller_leader)
+          max by (cluster) (rebalancer_controller_leader) < 1
+            or
+          count by (cluster) (rebalancer_build_info{component="agent"})
+            unless on (cluster)
+          count by (cluster) (rebalancer_controller_leader)
+            or
+          absent(rebalancer_controller_leader)
         for: {{ .for }}
         labels:
           severity: {{ .severity }}
@@ -100,7 +121,8 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: No spot-rebalancer controller replica leads.
+          runbook_url: {{ $runbook }}#spotrebalancercontrollernoleader
+          summary: No spot-rebalancer controller replica leads{{ $inCluster }}.
           description: >-
             No controller replica has held the leader Lease for {{ .for }}, or no controller is
             scraped. Eviction notices are published on the Nodes but nothing acts on them. Check
@@ -114,7 +136,7 @@ groups:
         # Per replica, sum over the other labels; then max over the replicas, which both count
         # the notices they see.
         expr: |-
-          max by (pool) (
+          max by (cluster, pool) (
             sum without (event_type, source, zone, sku, priority) (
               increase(rebalancer_controller_notices_total{event_type=~"{{ .eventTypes }}"}[{{ .window }}])
             )
@@ -125,6 +147,7 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
+          runbook_url: {{ $runbook }}#spotrebalancerevictionratehigh
           summary: Spot pool {{`{{ $labels.pool }}`}} is being evicted often.
           description: >-
             {{`{{ $value | humanize }}`}} notices ({{ .eventTypes }}) for nodes of pool
@@ -136,20 +159,24 @@ groups:
       {{- with $rules.failoverBlocked }}
       {{- if .enabled }}
       - alert: SpotRebalancerFailoverBlocked
-        # Counted once per workload and cause by the leader that found it.
+        # Counted once per workload and cause by the leader that found it: summed over the
+        # replicas, so a change of leader loses nothing.
         expr: |-
-          sum by (reason) (increase(rebalancer_controller_failovers_total{stage="blocked"}[{{ .window }}])) > 0
+          sum by (cluster, workload, reason) (increase(rebalancer_controller_failovers_blocked_total[{{ .window }}])) > 0
         labels:
           severity: {{ .severity }}
           {{- with $extra }}
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: Replicas on an evicted spot node had no on-demand pool to fail over to.
+          runbook_url: {{ $runbook }}#spotrebalancerfailoverblocked
+          summary: "{{`{{ $labels.workload }}`}} could not fail over{{ $inCluster }}."
           description: >-
-            {{`{{ $value | humanize }}`}} fail-over(s) blocked ({{`{{ $labels.reason }}`}}) in the
-            last {{ .window }}: no on-demand pool fits the workload's tolerations, nodeSelector,
-            affinity or GPUs. The Warning Events say why, per pool:
+            {{`{{ $value | humanize }}`}} fail-over(s) of {{`{{ $labels.workload }}`}} blocked
+            ({{`{{ $labels.reason }}`}}) in the last {{ .window }}: NoCompatibleOnDemandPool means
+            no on-demand pool fits the workload's tolerations, nodeSelector, affinity or GPUs;
+            SurgeNotHeld, that its owner set replicas back during the surge. The Warning Events
+            on the Deployment say why, per pool:
             kubectl get events -A --field-selector reason=SpotRebalancerFailoverBlocked
       {{- end }}
       {{- end }}
@@ -157,13 +184,14 @@ groups:
       {{- if .enabled }}
       - alert: SpotRebalancerDrainMissedDeadline
         expr: |-
-          sum by (pool) (increase(rebalancer_controller_drain_missed_deadline_total[{{ .window }}])) > 0
+          sum by (cluster, pool) (increase(rebalancer_controller_drain_missed_deadline_total[{{ .window }}])) > 0
         labels:
           severity: {{ .severity }}
           {{- with $extra }}
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
+          runbook_url: {{ $runbook }}#spotrebalancerdrainmisseddeadline
           summary: A node of pool {{`{{ $labels.pool }}`}} went before it was drained.
           description: >-
             {{`{{ $value | humanize }}`}} node(s) of pool {{`{{ $labels.pool }}`}} were cordoned
@@ -178,7 +206,7 @@ groups:
         # The counter grows by (base replicas - Ready) per second while a surge is open; its
         # rate is the average number of replicas missing. Both replicas count it: max.
         expr: |-
-          max by (workload) (rate(rebalancer_controller_replica_deficit_replica_seconds_total[{{ .window }}])) > {{ .averageReplicas }}
+          max by (cluster, workload) (rate(rebalancer_controller_replica_deficit_replica_seconds_total[{{ .window }}])) > {{ .averageReplicas }}
         for: {{ .for }}
         labels:
           severity: {{ .severity }}
@@ -186,6 +214,7 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
+          runbook_url: {{ $runbook }}#spotrebalancerreplicadeficit
           summary: "{{`{{ $labels.workload }}`}} runs with fewer Ready replicas than it should."
           description: >-
             {{`{{ $labels.workload }}`}} missed {{`{{ $value | humanize }}`}} Ready replicas on
@@ -199,7 +228,7 @@ groups:
       - alert: SpotRebalancerFallbackCostHigh
         # Both replicas account the same cost: max, not sum.
         expr: |-
-          max(rate(rebalancer_fallback_cost_dollars_total[{{ .window }}])) * 3600 > {{ .dollarsPerHour }}
+          max by (cluster) (rate(rebalancer_fallback_cost_dollars_total[{{ .window }}])) * 3600 > {{ .dollarsPerHour }}
         for: {{ .for }}
         labels:
           severity: {{ .severity }}
@@ -207,6 +236,7 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
+          runbook_url: {{ $runbook }}#spotrebalancerfallbackcosthigh
           summary: On-demand fallback costs more than the budget.
           description: >-
             Replicas that could run on spot ran on on-demand nodes at
@@ -214,6 +244,51 @@ groups:
             the budget of {{ .dollarsPerHour }} USD per hour. Spot capacity is short (see the
             eviction rate) or returns to spot are held back (returnEnabled, returnWindow,
             returnQuietSeconds).
+      {{- end }}
+      {{- end }}
+      {{- with $rules.failoverSlow }}
+      {{- if .enabled }}
+      - alert: SpotRebalancerFailoverSlow
+        # Only the leader observes the latency (it applies the scale-back): the buckets are
+        # summed over the replicas. No fail-over in the window is 0/0, NaN, and never fires.
+        expr: |-
+          histogram_quantile({{ .quantile }}, sum by (cluster, pool, le) (increase(rebalancer_controller_notice_to_replacement_ready_seconds_bucket[{{ .window }}]))) > {{ .seconds }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $extra }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          runbook_url: {{ $runbook }}#spotrebalancerfailoverslow
+          summary: Fail-overs from spot pool {{`{{ $labels.pool }}`}} take long to be Ready{{ $inCluster }}.
+          description: >-
+            The {{ .quantile }} quantile of the time from a surge to its replacements Ready, for
+            notices on pool {{`{{ $labels.pool }}`}}, was {{`{{ $value | humanizeDuration }}`}}
+            over the last {{ .window }}, above {{ .seconds }}s. Replicas are missing meanwhile:
+            the on-demand pool scales up from zero, images pull slowly or models load slowly.
+      {{- end }}
+      {{- end }}
+      {{- with $rules.doctorFindings }}
+      {{- if .enabled }}
+      - alert: SpotRebalancerDoctorFindings
+        # Every replica runs the doctor and sets the gauge: max, not sum.
+        expr: |-
+          max by (cluster, check) (rebalancer_doctor_findings) > 0
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $extra }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          runbook_url: {{ $runbook }}#spotrebalancerdoctorfindings
+          summary: The doctor finds {{`{{ $labels.check }}`}}{{ $inCluster }}.
+          description: >-
+            {{`{{ $value | humanize }}`}} finding(s) of the check {{`{{ $labels.check }}`}} for
+            {{ .for }}: a spot GPU setup that loses replicas on the next eviction (a device
+            plugin or agent that cannot run on spot, a workload without a spot or on-demand
+            pool). kubectl spot-rebalancer doctor names the object and prints the YAML that
+            fixes it; the Warning Event SpotRebalancerMisconfigured is on that object.
       {{- end }}
       {{- end }}
 {{- end }}

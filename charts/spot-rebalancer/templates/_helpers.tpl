@@ -48,6 +48,7 @@ helm.sh/chart: {{ include "spot-rebalancer.chart" .root }}
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 app.kubernetes.io/part-of: spot-rebalancer
+{{- include "spot-rebalancer.userLabels" .root }}
 {{- end }}
 
 {{/* Standard labels of resources that belong to no single component (PrometheusRule). */}}
@@ -58,6 +59,47 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: spot-rebalancer
+{{- include "spot-rebalancer.userLabels" . }}
+{{- end }}
+
+{{/*
+The user's `commonLabels`, on a new line each; never one of the chart's own (a duplicate key would
+make the YAML invalid, and `app.kubernetes.io/*` says what the chart installed).
+*/}}
+{{- define "spot-rebalancer.userLabels" -}}
+{{- $own := list "helm.sh/chart" "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "app.kubernetes.io/part-of" }}
+{{- range $key, $value := .Values.commonLabels }}
+{{- if not (has $key $own) }}
+{{ $key }}: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The agent's tolerations: `agent.tolerations`, or the top-level `tolerations` of chart 0.2 when a
+values file still sets it (NOTES warn; read for one release).
+*/}}
+{{- define "spot-rebalancer.agentTolerations" -}}
+{{- if kindIs "slice" .Values.tolerations }}
+{{- toYaml .Values.tolerations }}
+{{- else if .Values.agent.tolerations }}
+{{- toYaml .Values.agent.tolerations }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels a ServiceMonitor or PodMonitor carries for Prometheus to select it by: `labels`, and the
+0.2 name `additionalLabels` (NOTES warn). A key `commonLabels` already sets is left to it.
+Called with (dict "root" $ "monitor" .Values.serviceMonitor).
+*/}}
+{{- define "spot-rebalancer.monitorLabels" -}}
+{{- $labels := merge (dict) (.monitor.labels | default dict) (.monitor.additionalLabels | default dict) }}
+{{- $common := .root.Values.commonLabels | default dict }}
+{{- range $key, $value := $labels }}
+{{- if not (hasKey $common $key) }}
+{{ $key }}: {{ $value | quote }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The one image of both processes: repository:tag, or repository@digest. */}}
