@@ -104,7 +104,8 @@ class AgentMetrics:
         )
         self.node_writes = Counter(
             "rebalancer_agent_node_writes_total",
-            "Writes of the condition or annotation on the Node, by outcome (ok, error).",
+            "Writes of the condition or annotation on the Node, by outcome (ok, error, "
+            "annotation_refused: the API server refused the annotation, the condition carries it).",
             ["outcome"],
             registry=r,
         )

@@ -8,9 +8,17 @@ Condition `spot-rebalancer.io/ScheduledEvent` (status, reason, message):
   `NoScheduledEvents` when there never was one.
 The message is space-separated `Key=Value` pairs, values without spaces, e.g.
 `EventType=Preempt EventId=A123BC45-... EventStatus=Scheduled NotBefore=2021-03-16T00:58:46Z
-Pending=1`.
+Pending=1 Published=2021-03-16T00:50:02.125Z`.
 `NotBefore` is RFC 3339 in UTC, or `now` when the event has started or its time could not be read
 (act at once, never guess). With several events pending, the message names the most urgent.
+Values are tokens of `[A-Za-z0-9._:+-]` (anything else becomes `_`), at most
+`MAX_TOKEN_CHARS` each, so a message stays under `MAX_MESSAGE_CHARS`; readers refuse any other
+shape (`parse_condition`).
+
+`Published` (condition) and `publishedAt` (annotation) are the agent's clock when it wrote them,
+in milliseconds: the two are written one after the other with the same stamp, so when a write
+fails (the API server refuses the annotation of a Node whose annotations are full) the one
+written later carries the newer stamp, and readers take the newer (`newer_of`).
 
 Annotation `spot-rebalancer.io/scheduled-events`: JSON, see `NodeEvents.to_json`. It is kept
 under `ANNOTATION_MAX_BYTES` (the API server refuses a Node whose annotations total over 256 KiB):
@@ -23,6 +31,8 @@ so one hostile annotation can only ever be skipped, never stop a reader.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -40,6 +50,8 @@ SCHEMA_VERSION = 1
 # else's annotations beside ours.
 ANNOTATION_MAX_BYTES = 32 * 1024
 MAX_DESCRIPTION_CHARS = 512
+MAX_TOKEN_CHARS = 128
+MAX_MESSAGE_CHARS = 1024  # five tokens and their keys, far under a condition's message limit
 
 
 class Reason(StrEnum):
@@ -170,6 +182,7 @@ class NodeEvents:
     events: tuple[PublishedEvent, ...] = ()
     ended: tuple[EndedEvent, ...] = ()
     omitted: int = 0
+    published_at: datetime | None = None  # set when written; None in the agent's own state
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -180,6 +193,8 @@ class NodeEvents:
         }
         if self.omitted:
             data["omitted"] = self.omitted
+        if self.published_at is not None:
+            data["publishedAt"] = _iso(self.published_at, "milliseconds")
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -215,11 +230,17 @@ class NodeEvents:
         omitted = data.get("omitted", 0)
         if isinstance(omitted, bool) or not isinstance(omitted, int) or omitted < 0:
             raise ValueError("omitted is not a count")
+        published_at = None
+        if "publishedAt" in data:
+            published_at = parse_iso(data["publishedAt"])
+            if published_at is None:
+                raise ValueError("publishedAt is not an RFC 3339 time")
         return cls(
             vm_name=vm_name,
             events=tuple(PublishedEvent.from_json(e) for e in events),
             ended=tuple(EndedEvent.from_json(e) for e in ended),
             omitted=omitted,
+            published_at=published_at,
         )
 
     def most_urgent(self) -> PublishedEvent | None:
@@ -295,8 +316,99 @@ def condition_for(state: NodeEvents) -> ConditionValue:
     return ConditionValue("False", Reason.NO_EVENTS, format_message(VM=state.vm_name or "unknown"))
 
 
+def stamped(condition: ConditionValue, at: datetime) -> ConditionValue:
+    """The condition as written at `at`: its message carries `Published=` (see the module doc)."""
+    return replace(condition, message=f"{condition.message} {PUBLISHED}={stamp(at)}")
+
+
+def stamp(at: datetime) -> str:
+    return iso(at, "milliseconds")
+
+
+PUBLISHED = "Published"
+
+
 def format_message(**fields: str) -> str:
     return " ".join(f"{key}={_token(value)}" for key, value in fields.items())
+
+
+@dataclass(frozen=True)
+class AgentCondition:
+    """The agent's condition as a reader takes it: `parse_condition`'s strict reading."""
+
+    active: bool  # status True: `event_id` names the most urgent pending event
+    event_type: str = ""
+    event_id: str = ""
+    started: bool = False
+    deadline: datetime | None = None  # None: act now
+    published_at: datetime | None = None  # None: written by an agent that did not stamp it
+    transition: datetime | None = None
+
+
+_KEYS = frozenset(
+    {"EventType", "EventId", "EventStatus", "NotBefore", "Pending", "Outcome", "VM", PUBLISHED}
+)
+_TOKEN = re.compile(rf"[A-Za-z0-9._:+-]{{1,{MAX_TOKEN_CHARS}}}")
+
+
+def parse_condition(condition: Mapping[str, Any]) -> AgentCondition:
+    """Read the agent's condition by its strict grammar; ValueError names what is wrong.
+
+    The message is at most `MAX_MESSAGE_CHARS` of `Key=Value` words, keys from a fixed set, each
+    once, values tokens. An active condition needs an EventId; an unreadable NotBefore means act
+    now (never a guessed time), an unreadable Published refuses the whole condition (it decides
+    which of condition and annotation is newer).
+    """
+    status = condition.get("status")
+    message = condition.get("message", "")
+    if status not in ("True", "False"):
+        raise ValueError("status is neither True nor False")
+    if not isinstance(message, str) or len(message) > MAX_MESSAGE_CHARS:
+        raise ValueError(f"message is not text of at most {MAX_MESSAGE_CHARS} characters")
+    fields: dict[str, str] = {}
+    for word in message.split():
+        key, sep, value = word.partition("=")
+        if not sep or key not in _KEYS or key in fields or not _TOKEN.fullmatch(value):
+            raise ValueError(f"message word {word[:40]!r} is not one Key=token of the grammar")
+        fields[key] = value
+    published_at = None
+    if PUBLISHED in fields:
+        published_at = parse_iso(fields[PUBLISHED])
+        if published_at is None:
+            raise ValueError("Published is not an RFC 3339 time")
+    transition = parse_iso(condition.get("lastTransitionTime"))
+    if status == "False":
+        return AgentCondition(active=False, published_at=published_at, transition=transition)
+    if "EventId" not in fields:
+        raise ValueError("active without an EventId")
+    deadline_text = fields.get("NotBefore", NOW)
+    return AgentCondition(
+        active=True,
+        event_type=fields.get("EventType", "Unknown"),
+        event_id=fields["EventId"],
+        started=fields.get("EventStatus") == "Started",
+        deadline=None if deadline_text == NOW else parse_iso(deadline_text),
+        published_at=published_at,
+        transition=transition,
+    )
+
+
+ANNOTATION, CONDITION = "annotation", "condition"
+
+
+def newer_of(annotation_at: datetime | None, condition_at: datetime | None) -> str:
+    """Which of the two the agent wrote last: `ANNOTATION` or `CONDITION`.
+
+    Equal stamps: the annotation (written first, in the same publish, and it lists every event).
+    A condition stamped by an agent whose annotation is not: the condition (the annotation is
+    left over from an agent that could not stamp, so it is the older). No stamp on the condition:
+    the annotation, as agents before the stamps were read.
+    """
+    if condition_at is None:
+        return ANNOTATION
+    if annotation_at is None or condition_at > annotation_at:
+        return CONDITION
+    return ANNOTATION
 
 
 def parse_message(message: str) -> dict[str, str]:
@@ -316,7 +428,10 @@ def drained_event_ids(annotations: dict[str, str]) -> frozenset[str]:
 
 
 def _token(value: str) -> str:
-    return "_".join(value.split()) or "-"
+    return _UNSAFE.sub("_", value)[:MAX_TOKEN_CHARS] or "-"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._:+-]")
 
 
 def _iso(moment: datetime | None, timespec: str = "seconds") -> str | None:

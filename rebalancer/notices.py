@@ -19,9 +19,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rebalancer import names
-from rebalancer.node_signal import NOW, NodeEvents, parse_message
+from rebalancer.node_signal import (
+    ANNOTATION,
+    AgentCondition,
+    NodeEvents,
+    PublishedEvent,
+    newer_of,
+    parse_condition,
+)
 from rebalancer.timefmt import parse_iso
-from rebalancer.vocabulary import MANUAL, UNKNOWN, EventType, Source
+from rebalancer.vocabulary import MANUAL, EventType, Source
 
 KNOWN_EVENT_TYPES = tuple(EventType)
 
@@ -92,48 +99,78 @@ Parsed = tuple[list[Notice], list[str]]
 
 
 def _from_agent(node: str, annotations: Mapping[str, str], conditions: Mapping[str, Any]) -> Parsed:
-    condition = conditions.get(names.CONDITION_TYPE)
-    if condition is None or condition.get("status") != "True":
-        return [], []
+    """The agent's notices: from its annotation or its condition, whichever it wrote last.
+
+    The annotation lists every pending event; the condition names the most urgent. When the API
+    server refuses the annotation (a Node whose annotations are full), the agent still writes the
+    condition, and its newer `Published` stamp makes it the one read (`newer_of`): a stale
+    annotation never hides the notice the condition carries.
+    """
+    raw_condition = conditions.get(names.CONDITION_TYPE)
     raw = annotations.get(names.EVENTS_ANNOTATION)
+    if raw_condition is None and raw is None:
+        return [], []
+    skipped: list[str] = []
+    condition = None
+    if raw_condition is not None:
+        try:
+            condition = parse_condition(raw_condition)
+        except ValueError as error:
+            skipped.append(f"{node}: agent condition refused ({error})")
+    state = None
     if raw is not None:
         try:
             state = NodeEvents.from_json(raw)
         except ValueError as error:
-            skipped = [f"{node}: agent annotation unreadable ({error}); using the condition"]
-        else:
-            if state.events:
-                return [
-                    Notice(
-                        node=node,
-                        event_type=event.event_type,
-                        deadline=None if event.act_now else event.not_before,
-                        event_id=event.event_id.upper(),
-                        source=Source.AGENT,
-                        started=event.status == "Started",
-                        seen_at=event.first_seen,
-                    )
-                    for event in state.events
-                ], []
-            skipped = [f"{node}: agent condition True but its annotation lists no event"]
-    else:
-        skipped = []
-    fields = parse_message(str(condition.get("message", "")))
-    event_id = fields.get("EventId", "")
-    if not event_id:
-        return [], [*skipped, f"{node}: agent condition True without an EventId"]
-    deadline_text = fields.get("NotBefore", NOW)
-    deadline = None if deadline_text == NOW else parse_iso(deadline_text)
+            skipped.append(f"{node}: agent annotation unreadable ({error}); using the condition")
+    if state is not None and _annotation_wins(state, condition):
+        if state.events:
+            return [_from_event(node, event) for event in state.events], skipped
+        if condition is None or not condition.active or _newer(state, condition):
+            return [], skipped  # the agent's latest word: nothing pending
+        skipped.append(f"{node}: agent condition True but its annotation lists no event")
+    if condition is None or not condition.active:
+        return [], skipped
     notice = Notice(
         node=node,
-        event_type=fields.get("EventType", UNKNOWN),
-        deadline=deadline,
-        event_id=event_id.upper(),
+        event_type=condition.event_type,
+        deadline=condition.deadline,
+        event_id=condition.event_id.upper(),
         source=Source.AGENT,
-        started=fields.get("EventStatus") == "Started",
-        seen_at=parse_iso(str(condition.get("lastTransitionTime", ""))),
+        started=condition.started,
+        seen_at=condition.transition,
     )
     return [notice], skipped
+
+
+def _annotation_wins(state: NodeEvents, condition: AgentCondition | None) -> bool:
+    if condition is None:
+        # No readable condition: a stamped annotation is the agent's word; an unstamped one
+        # (an agent before the stamps) never counted without its condition.
+        return state.published_at is not None
+    if condition.published_at is None and not condition.active:
+        return False  # an agent before the stamps: its False condition says nothing is pending
+    return newer_of(state.published_at, condition.published_at) == ANNOTATION
+
+
+def _newer(state: NodeEvents, condition: AgentCondition) -> bool:
+    return (
+        state.published_at is not None
+        and condition.published_at is not None
+        and state.published_at > condition.published_at
+    )
+
+
+def _from_event(node: str, event: PublishedEvent) -> Notice:
+    return Notice(
+        node=node,
+        event_type=event.event_type,
+        deadline=None if event.act_now else event.not_before,
+        event_id=event.event_id.upper(),
+        source=Source.AGENT,
+        started=event.status == "Started",
+        seen_at=event.first_seen,
+    )
 
 
 # "<EventType> <EventStatus>[: <NotBefore>]" at the start of an NPD message.

@@ -6,7 +6,10 @@ One tick per poll interval:
 3. if what the Node should show differs from what was last written (or a resync is due), write
    the annotation (kept under its size limit, most urgent events first), then the condition, so a
    reader that sees the condition finds the details; the condition is written even when the
-   annotation cannot be;
+   annotation cannot be (the API server refuses the annotation of a Node whose annotations
+   total 256 KiB: said in a warning and counted, `node_writes_total{outcome="annotation_refused"}`).
+   Both carry the same `Published` stamp, so a condition written after a refused annotation is
+   the newer one and readers take it (see `node_signal.newer_of`);
 4. for pending events the settings allow, acknowledge to Azure once the controller has marked the
    Node drained for that EventId, and only for events that name this VM alone and were read
    without oddities, because an acknowledgement lets the event proceed for every VM it lists;
@@ -19,8 +22,8 @@ on them. Input the agent skips or reads with oddities is logged and counted once
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from rebalancer.agent.tracker import EventTracker, Observation
@@ -29,17 +32,20 @@ from rebalancer.azure.imds import ImdsClient, ImdsError
 from rebalancer.clock import Clock
 from rebalancer.config import AgentSettings
 from rebalancer.http import Health
-from rebalancer.kube.errors import KubeError
+from rebalancer.kube.errors import Invalid, KubeError
 from rebalancer.kube.nodes import NodeApi, NodeView
 from rebalancer.metrics import AgentMetrics, event_type_label
 from rebalancer.node_signal import (
     CONDITION_TYPE,
     EVENTS_ANNOTATION,
+    PUBLISHED,
     ConditionValue,
     NodeEvents,
     condition_for,
     drained_event_ids,
     fit_annotation,
+    parse_condition,
+    stamped,
 )
 from rebalancer.process import sleep_or_stop
 
@@ -48,6 +54,8 @@ INIT_RETRY_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class Published:
+    """What was last written, without its `Published` stamp (so equal content compares equal)."""
+
     annotation: str
     condition: ConditionValue
     transition_time: str
@@ -84,6 +92,8 @@ class Agent:
         self._reported_skips: frozenset[str] = frozenset()  # skipped entries of the last document
         self._reported_oddities: dict[str, tuple[str, ...]] = {}  # by upper-case EventId
         self._reported_omitted = 0
+        self._refused_for: ConditionValue | None = None  # the condition last said with a refusal
+        self._last_stamp: datetime | None = None
 
     # ---- health --------------------------------------------------------------------------------
 
@@ -151,22 +161,32 @@ class Agent:
         if raw is None:
             return
         try:
-            previous = NodeEvents.from_json(raw)
+            stored = NodeEvents.from_json(raw)
         except ValueError as error:
             self._metrics.skipped.labels("malformed_annotation").inc()
             self._log.warning("ignoring malformed annotation of an earlier run", reason=str(error))
             return
-        if previous.vm_name and previous.vm_name.lower() != self.tracker.vm_name.lower():
-            self._log.warning("annotation names another VM; not restored", other=previous.vm_name)
+        if stored.vm_name and stored.vm_name.lower() != self.tracker.vm_name.lower():
+            self._log.warning("annotation names another VM; not restored", other=stored.vm_name)
             return
+        previous = replace(stored, published_at=None)
         self.tracker.restore(previous)
+        # Never stamp older than an earlier run did (a clock stepped back would make the newer
+        # write look the older).
+        self._last_stamp = max(
+            (at for at in (stored.published_at, _stamp_of(condition)) if at is not None),
+            default=None,
+        )
         if condition is not None:
+            message = " ".join(
+                word
+                for word in str(condition.get("message", "")).split()
+                if not word.startswith(f"{PUBLISHED}=")
+            )
             self._published = Published(
-                annotation=raw,
+                annotation=previous.to_json(),
                 condition=ConditionValue(
-                    str(condition.get("status", "")),
-                    condition.get("reason", ""),
-                    str(condition.get("message", "")),
+                    str(condition.get("status", "")), condition.get("reason", ""), message
                 ),
                 transition_time=str(condition.get("lastTransitionTime", "")),
             )
@@ -308,17 +328,26 @@ class Agent:
             and previous.transition_time
             else stamp
         )
+        now = self._next_stamp(now)
         annotation_written = True
-        if previous is None or previous.annotation != annotation or resync_due:
+        # Whenever the condition is written, so is the annotation: equal stamps say the two agree
+        # (a condition stamped alone would hide the annotation's other events from readers).
+        if (
+            previous is None
+            or previous.annotation != annotation
+            or previous.condition != condition
+            or resync_due
+        ):
             try:
                 await self._nodes.set_annotations(
-                    self._settings.node_name, {EVENTS_ANNOTATION: annotation}
+                    self._settings.node_name,
+                    {EVENTS_ANNOTATION: replace(fitted, published_at=now).to_json()},
                 )
             except KubeError as error:
-                # Go on: the condition alone still tells the controller what is coming.
+                # Go on: the condition alone still tells the controller what is coming, and its
+                # newer stamp makes the controller read it rather than the stale annotation.
                 annotation_written = False
-                self._metrics.node_writes.labels("error").inc()
-                self._note_kube_error("write_annotation", error)
+                self._note_annotation_failed(error, condition)
                 if previous is not None and previous.condition == condition and not resync_due:
                     return  # the condition already says it; try the annotation next tick
         try:
@@ -328,7 +357,7 @@ class Agent:
                     "type": CONDITION_TYPE,
                     "status": condition.status,
                     "reason": str(condition.reason),
-                    "message": condition.message,
+                    "message": stamped(condition, now).message,
                     "lastHeartbeatTime": stamp,
                     "lastTransitionTime": transition,
                 },
@@ -346,6 +375,7 @@ class Agent:
             self._note_published_condition(previous, condition)
             return
         self._metrics.node_writes.labels("ok").inc()
+        self._refused_for = None
         if self._kube_error is not None:
             self._log.info("node writes work again")
         self._kube_error = None
@@ -356,6 +386,30 @@ class Agent:
             self._metrics.publish_latency.observe((written - seen).total_seconds())
             del self._unpublished_seen[event_id]
         self._note_published_condition(previous, condition)
+
+    def _next_stamp(self, now: datetime) -> datetime:
+        """`now`, or a millisecond after the last stamp: two publishes never share one, so the
+        later write is always the newer (a virtual clock may not move between them)."""
+        if self._last_stamp is not None and now <= self._last_stamp:
+            now = self._last_stamp + timedelta(milliseconds=1)
+        self._last_stamp = now
+        return now
+
+    def _note_annotation_failed(self, error: KubeError, condition: ConditionValue) -> None:
+        if isinstance(error, Invalid):
+            # Refused for good while the Node stays as full: say so once per condition, count
+            # every refusal.
+            self._metrics.node_writes.labels("annotation_refused").inc()
+            if self._refused_for != condition:
+                self._log.warning(
+                    "annotation refused; the condition carries the notice",
+                    reason=str(error)[:200],
+                    condition_message=condition.message,
+                )
+            self._refused_for = condition
+        else:
+            self._metrics.node_writes.labels("error").inc()
+        self._note_kube_error("write_annotation", error)
 
     def _note_published_condition(
         self, previous: Published | None, condition: ConditionValue
@@ -431,6 +485,15 @@ class Agent:
                 "kubernetes api error", action=action, kind=error.kind, reason=str(error)
             )
         self._kube_error = message
+
+
+def _stamp_of(condition: dict[str, Any] | None) -> datetime | None:
+    if condition is None:
+        return None
+    try:
+        return parse_condition(condition).published_at
+    except ValueError:
+        return None
 
 
 def _kube_time(moment: datetime) -> str:

@@ -9,17 +9,28 @@ parsed defensively (a record that cannot be read is replaced, never obeyed).
 
 What: one entry per notice (event id, type, node, pool, zone, VM size, priority, when first seen),
 the entries of the last `RETENTION` only and at most `MAX_ENTRIES`, plus `since`: when the record
-began. The planner reads it (the cool-down of a pool that keeps being evicted, the quiet time
-before a return to spot, later the scheduler's risk model); the leader writes new notices into it;
+began.
+
+Whose word: the controller's own observation, never an agent's claim (`admit`). An agent writes
+only its own Node, but whatever it writes there is its claim: an annotation may list 2000 events.
+So an entry is one per (node, event id), dated when the controller saw it (not the `firstSeen` a
+source claims), with pool, zone and size from the Node's labels as the controller reads them;
+each node adds at most `PER_NODE_LIMIT` entries per `PER_NODE_WINDOW`; and when the record is
+full, the nodes holding the most entries give up their oldest first (`_fair_share`), so no node
+can push out the record of another, nor weigh on any group but its own beyond its limit.
+
+The planner reads it (the cool-down of a pool that keeps being evicted, the quiet time before a
+return to spot, later the scheduler's risk model); the leader writes new notices into it;
 every replica exports its counts. A new leader reads it back, so nothing that decisions depend on
 lives in one process's memory.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,6 +41,11 @@ from rebalancer.vocabulary import EventType
 SCHEMA_VERSION = 1
 RETENTION = timedelta(hours=24)
 MAX_ENTRIES = 2000  # about 400 KiB of JSON at most, well under a ConfigMap's 1 MiB
+# A VM gets one event at a time, rarely two within an hour (a Freeze, then the Preempt): three
+# per node per hour records every real one and caps what one node can add at 72 a day.
+PER_NODE_LIMIT = 3
+PER_NODE_WINDOW = timedelta(hours=1)
+MAX_ID_CHARS = 64  # longer ids (not Azure's GUIDs) are kept as a digest: identity is what counts
 WINDOWS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24)}
 
 
@@ -93,8 +109,37 @@ class History:
     resource_version: str = ""  # of the ConfigMap it was read from; "" when there is none
     unreadable: str = ""  # why the stored record could not be read, if it could not
 
-    def known(self) -> set[str]:
-        return {entry.event_id for entry in self.entries}
+    def known(self) -> set[tuple[str, str]]:
+        """(node, event id) of every entry: one entry per node and event."""
+        return {(entry.node, entry.event_id) for entry in self.entries}
+
+    def admit(self, candidates: Iterable[Entry], *, now: datetime) -> list[Entry]:
+        """The entries the controller records of what it saw this pass (see the module doc):
+        dated `now`, ids bounded, one per (node, event id) it does not know yet, at most
+        `PER_NODE_LIMIT` per node within `PER_NODE_WINDOW` counting those already recorded
+        (Preempts before other types, then by event id, so the choice does not depend on order).
+        """
+        known = self.known()
+        recent: dict[str, int] = {}
+        for entry in self.entries:
+            if timedelta(0) <= now - entry.first_seen <= PER_NODE_WINDOW:
+                recent[entry.node] = recent.get(entry.node, 0) + 1
+        fresh: dict[tuple[str, str], Entry] = {}
+        for candidate in candidates:
+            entry = replace(
+                candidate,
+                event_id=bounded_id(candidate.event_id),
+                event_type=bounded_id(candidate.event_type),
+                first_seen=now,
+            )
+            if (entry.node, entry.event_id) not in known:
+                fresh.setdefault((entry.node, entry.event_id), entry)
+        admitted = []
+        for entry in sorted(fresh.values(), key=lambda e: (e.node, not e.preempt, e.event_id)):
+            if recent.get(entry.node, 0) < PER_NODE_LIMIT:
+                recent[entry.node] = recent.get(entry.node, 0) + 1
+                admitted.append(entry)
+        return sorted(admitted, key=lambda e: (e.first_seen, e.event_id))
 
     def preempts(self, *, now: datetime, window: timedelta) -> list[Entry]:
         return [e for e in self.entries if e.preempt and now - e.first_seen <= window]
@@ -121,7 +166,7 @@ class History:
         kept.sort(key=lambda e: (e.first_seen, e.event_id))
         return History(
             since=self.since or now,
-            entries=tuple(kept[-MAX_ENTRIES:]),
+            entries=_fair_share(kept, MAX_ENTRIES),
             resource_version=self.resource_version,
         )
 
@@ -135,6 +180,39 @@ class History:
             sort_keys=True,
             separators=(",", ":"),
         )
+
+
+def bounded_id(text: str) -> str:
+    """`text` if short enough to keep (the record must stay readable: `_text` refuses more than
+    256 characters), else a digest of it that still tells one event from another."""
+    if len(text) <= MAX_ID_CHARS:
+        return text
+    return "sha256-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
+
+
+def _fair_share(entries: list[Entry], limit: int) -> tuple[Entry, ...]:
+    """At most `limit` of `entries` (sorted oldest first), dropping the oldest entries of the
+    nodes that hold the most: every node keeps up to the same share, the largest that fits."""
+    if len(entries) <= limit:
+        return tuple(entries)
+    per_node: dict[str, int] = {}
+    for entry in entries:
+        per_node[entry.node] = per_node.get(entry.node, 0) + 1
+    low, high = 0, max(per_node.values())  # the largest share with sum(min(n, share)) <= limit
+    while low < high:
+        share = (low + high + 1) // 2
+        if sum(min(n, share) for n in per_node.values()) <= limit:
+            low = share
+        else:
+            high = share - 1
+    skip = {node: max(0, n - low) for node, n in per_node.items()}  # each node's oldest go
+    kept = []
+    for entry in entries:
+        if skip[entry.node]:
+            skip[entry.node] -= 1
+        else:
+            kept.append(entry)
+    return tuple(kept)
 
 
 def history_from_configmap(obj: Mapping[str, Any] | None) -> History:

@@ -264,26 +264,24 @@ def grace_for(pod: PodInfo, notice: Notice, now: datetime, settings: Settings) -
 
 def new_entries(snapshot: Snapshot) -> list[Entry]:
     """Notices on nodes that the history does not know yet (every type: the risk model wants
-    them all; counts look at Preempts)."""
-    known = snapshot.history.known()
-    entries = []
-    for node in snapshot.nodes.values():
-        for notice in node.notices:
-            if notice.event_id in known or notice.event_type == MANUAL:
-                continue
-            entries.append(
-                Entry(
-                    event_id=notice.event_id,
-                    event_type=notice.event_type,
-                    node=node.name,
-                    pool=node.pool,
-                    zone=node.zone,
-                    sku=node.sku,
-                    spot=node.spot,
-                    first_seen=min(notice.seen_at or snapshot.now, snapshot.now),
-                )
-            )
-    return sorted(entries, key=lambda e: (e.first_seen, e.event_id))
+    them all; counts look at Preempts), as the history admits them (`History.admit`: the
+    controller's observation, rate-limited per node)."""
+    seen = [
+        Entry(
+            event_id=notice.event_id,
+            event_type=notice.event_type,
+            node=node.name,
+            pool=node.pool,
+            zone=node.zone,
+            sku=node.sku,
+            spot=node.spot,
+            first_seen=snapshot.now,
+        )
+        for node in snapshot.nodes.values()
+        for notice in node.notices
+        if notice.event_type != MANUAL
+    ]
+    return snapshot.history.admit(seen, now=snapshot.now)
 
 
 def _record_history(snapshot: Snapshot, settings: Settings) -> list[Action]:

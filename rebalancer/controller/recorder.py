@@ -9,7 +9,9 @@ Kubernetes Events. The last step of a pass; it decides nothing and writes only E
 - notifications (`messages.py`), handed to `notify` (the notifier's `offer`, which never blocks):
   a notice acted on (its node cordoned), a blocked fail-over, a missed deadline, a risk move.
 What it keeps in memory serves measurement only (when this process first saw a notice, which
-series exist); nothing here feeds a decision.
+series exist); nothing here feeds a decision. None of it grows with what others write: maps keyed
+by live objects are pruned to the snapshot every pass, and "said once" memories of text (refused
+policies, log lines, blocked causes) keep digests, bounded (`bounded.py`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from rebalancer.controller.actions import (
     StartReturn,
     WorkloadKey,
 )
+from rebalancer.controller.bounded import SaidOnce, digest
 from rebalancer.controller.catalogue import (
     KubeEvent,
     event_for,
@@ -126,6 +129,9 @@ class Seen:
 
 
 MISSED_REASONS = ("late_notice", "eviction_blocked", "pods_terminating", "pods_left", "other")
+# "Said once" memories: a digest (16 bytes) each, the least recently seen forgotten first.
+LOGGED_ONCE_LIMIT = 10_000
+SAID_ONCE_LIMIT = 4096
 
 
 RiskData = Callable[[], tuple[EvictionRates | None, PlacementScores | None]]
@@ -165,10 +171,11 @@ class Recorder:
         # When this process saw a workload surge, and the pool of the node under notice.
         self._surge_started: dict[tuple[str, str, str], tuple[float, str]] = {}
         self._blocked_workloads: set[tuple[str, str, str]] = set()
-        self._logged: set[str] = set()
-        self._reported: set[tuple[tuple[str, str, str], str]] = set()
-        self._reported_pods: set[tuple[tuple[str, str], str]] = set()
-        self._placed: set[tuple[str, str]] = set()
+        self._logged = SaidOnce(LOGGED_ONCE_LIMIT)
+        self._blocked_said = SaidOnce(SAID_ONCE_LIMIT)  # (workload, cause) of blocked failovers
+        self._policy_said: dict[tuple[str, str, str], bytes] = {}  # digest of the refused text
+        self._reported_pods = SaidOnce(SAID_ONCE_LIMIT)
+        self._placed: set[tuple[str, str]] = set()  # (pod uid, which Event): live pods only
         self._refused_series: set[tuple[str, str]] = set()
         # What the last pass refused or failed on: reported when it appears, not every pass.
         # Bounded by the objects the cluster has now, never by what was ever written.
@@ -207,6 +214,18 @@ class Recorder:
         self._evictions(snapshot)
         self._risk(snapshot)
         self._accountant.account(snapshot, plan.managed, self._clock.monotonic())
+        self._forget_the_gone(snapshot)
+
+    def _forget_the_gone(self, snapshot: Snapshot) -> None:
+        """Keep only what concerns objects that still exist: pods and workloads come and go for
+        the life of the process, and each would otherwise stay here for good."""
+        pods = {pod.uid for pod in snapshot.pods.values()}
+        self._placed = {key for key in self._placed if key[0] in pods}
+        workloads = {f"{w.namespace}/{w.name}" for w in snapshot.workloads.values()}
+        self._deficit_workloads &= workloads
+        for key in [k for k in self._surge_started if k not in snapshot.workloads]:
+            del self._surge_started[key]
+        self._blocked_workloads &= set(snapshot.workloads)  # series made again if it comes back
 
     def _notices(self, snapshot: Snapshot) -> None:
         now = self._clock.monotonic()
@@ -363,16 +382,18 @@ class Recorder:
         """A Warning Event, once per refused policy text, on a workload whose placement policy
         is invalid, and the gauge; an Event per pod the policy placed, once it is scheduled."""
         refused: set[tuple[str, str]] = set()
+        said: dict[tuple[str, str, str], bytes] = {}  # only the workloads refused now
         for workload in snapshot.workloads.values():
             result = in_force(workload.annotations)
             if not result.refused:
                 continue
             refused.add((workload.namespace, workload.name))
-            if (workload.key, result.refused) in self._reported:
+            said[workload.key] = text = digest(result.refused)
+            if self._policy_said.get(workload.key) == text:
                 continue
-            self._reported.add((workload.key, result.refused))
             kept = result.policy.to_json() if result.policy else "none (placed as without one)"
             self._emit(policy_refused(workload.key, workload.uid, result.refused, kept))
+        self._policy_said = said
         for labels in self._refused_series - refused:
             self.metrics.policy_refused.labels(*labels).set(0)
         for labels in refused:
@@ -526,19 +547,16 @@ class Recorder:
             seen = self._seen.get((action.node, action.event_id))
             if seen is not None:
                 seen.blocked = True
-            if (action.pod, action.event_id) in self._reported_pods:
+            if not self._reported_pods.first_time((action.pod, action.event_id)):
                 return  # asked again every pass; said once
-            self._reported_pods.add((action.pod, action.event_id))
         tell(self._events, event_for(action, outcome), self._clock.now())
         if outcome.applied:
             self._measure(action)
 
     def _blocked(self, action: ReportBlocked) -> None:
         """Said once per workload and cause, not every pass."""
-        key = (action.workload, action.detail)
-        if key in self._reported:
+        if not self._blocked_said.first_time((action.workload, action.detail)):
             return
-        self._reported.add(key)
         self._log.warning(
             "failover blocked", workload="/".join(action.workload), detail=action.detail
         )
@@ -673,12 +691,8 @@ class Recorder:
                 self.log_once("applied", action)
 
     def log_once(self, message: str, subject: Any, **fields: Any) -> None:
-        key = f"{message}:{subject!r}"
-        if key in self._logged:
+        if not self._logged.first_time((message, subject)):
             return
-        if len(self._logged) > 10_000:
-            self._logged.clear()
-        self._logged.add(key)
         self._log.info(message, subject=subject, **fields)  # rendered by logging.plain_values
 
 

@@ -5,17 +5,23 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import structlog
 import structlog.testing
 
+from rebalancer import names
 from rebalancer.agent.agent import Agent
 from rebalancer.azure.imds import ImdsClient
 from rebalancer.clock import ManualClock
 from rebalancer.config import AgentSettings
+from rebalancer.controller.actions import Cordon
+from rebalancer.controller.model import NodeInfo
+from rebalancer.controller.planner import Settings, plan
+from rebalancer.controller.snapshot import Snapshot
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.nodes import NodeApi
 from rebalancer.metrics import AgentMetrics
@@ -24,7 +30,9 @@ from rebalancer.node_signal import (
     DRAINED_FOR_ANNOTATION,
     EVENTS_ANNOTATION,
     NodeEvents,
+    parse_condition,
     parse_message,
+    stamp,
 )
 from rebalancer_sim.imds import ImdsEmulator
 from tests.fakes.kube import FakeNodeApi, write_kubeconfig
@@ -544,3 +552,68 @@ async def test_same_incarnation_with_other_content_is_not_ignored(rig: Rig) -> N
     rig.imds.add_fault(VM, "garbage", count=1, body=document(9, preempt("DUP-INC-1")))
     await agent.tick()
     assert parse_message(rig.condition()["message"])["EventId"] == "DUP-INC-1"
+
+
+async def test_a_preempt_behind_a_refused_annotation_reaches_the_controller(rig: Rig) -> None:
+    """A Freeze is published; then the Node's annotations fill up (someone else's 256 KiB) and a
+    Preempt comes: the API refuses the annotation (422), the condition is written with a newer
+    stamp, and the controller reads the Preempt from it, not the stale Freeze, and cordons."""
+    labels = rig.kube.nodes[NODE]["metadata"]["labels"]
+    labels[names.AKS_SPOT_LABEL] = "spot"  # a node that runs our agent, as the planner checks
+    agent = await rig.agent()
+    freeze = rig.imds.schedule("Freeze", [VM])
+    await agent.tick()
+    assert [e.event_id for e in rig.annotation().events] == [freeze.event_id]
+
+    annotations = rig.kube.nodes[NODE]["metadata"]["annotations"]
+    annotations["someone.else/blob"] = "x" * (256 * 1024 - len(annotations[EVENTS_ANNOTATION]))
+    rig.clock.advance(1)
+    preempt = rig.imds.schedule("Preempt", [VM])
+    with structlog.testing.capture_logs() as logs:
+        await agent.tick()
+        rig.clock.advance(1)
+        await agent.tick()  # refused again: counted again, said once
+    assert [e.event_id for e in rig.annotation().events] == [freeze.event_id]  # stale
+    assert parse_message(rig.condition()["message"])["EventId"] == preempt.event_id
+
+    # The controller, reading this Node as the API serves it.
+    node = NodeInfo.from_json(rig.kube.nodes[NODE])
+    assert [(n.event_type, n.event_id) for n in node.notices] == [
+        ("Preempt", preempt.event_id.upper())
+    ]
+    state = Snapshot(
+        now=rig.clock.now(), nodes={NODE: node}, pods={}, workloads={}, replicaset_owners={}
+    )
+    (cordon,) = [a for a in plan(state, Settings()).actions if isinstance(a, Cordon)]
+    assert (cordon.event_id, cordon.event_type) == (preempt.event_id.upper(), "Preempt")
+
+    # The agent said why the annotation is stale: counted per refusal, logged once.
+    assert sample(agent, "rebalancer_agent_node_writes_total", outcome="annotation_refused") == 2
+    refused = [line for line in logs if line["event"].startswith("annotation refused")]
+    assert len(refused) == 1 and preempt.event_id in refused[0]["condition_message"]
+
+
+async def test_annotation_and_condition_carry_one_stamp_and_a_restart_never_stamps_older(
+    rig: Rig,
+) -> None:
+    agent = await rig.agent()
+    event = rig.imds.schedule("Preempt", [VM])
+    await agent.tick()
+    first = parse_condition(rig.condition()).published_at
+    assert first is not None and rig.annotation().published_at == first
+
+    # An earlier run's stamps from a clock that was ahead (it stepped back since).
+    ahead = first + timedelta(days=1)
+    node = rig.kube.nodes[NODE]
+    node["metadata"]["annotations"][EVENTS_ANNOTATION] = replace(
+        rig.annotation(), published_at=ahead
+    ).to_json()
+    for condition in node["status"]["conditions"]:
+        if condition["type"] == CONDITION_TYPE:
+            condition["message"] = condition["message"].replace(stamp(first), stamp(ahead))
+    restarted = await rig.agent()
+    rig.clock.advance(5)
+    rig.imds.cancel(event.event_id)
+    await restarted.tick()
+    later = parse_condition(rig.condition()).published_at
+    assert later is not None and later > ahead and rig.annotation().published_at == later

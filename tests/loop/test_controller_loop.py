@@ -201,7 +201,7 @@ async def test_a_new_leader_keeps_the_quiet_time_of_the_preempt_before_it() -> N
     azure_takes(api, "spot-0")
     async with running(api, "ctl-b", **quick) as second_leader:
         await until(lambda: second_leader.elector.is_leader, within=20, what="the takeover")
-        assert second_leader.snapshot().history.known() == {EVENT}
+        assert second_leader.snapshot().history.known() == {("spot-0", EVENT)}
         await until(
             lambda: names.RETURN_ANNOTATION in annotations(api, "deployments", "ml", "llm"),
             within=200,

@@ -10,7 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rebalancer import names
-from rebalancer.node_signal import NodeEvents, PublishedEvent
+from rebalancer.node_signal import (
+    MAX_MESSAGE_CHARS,
+    NodeEvents,
+    PublishedEvent,
+    condition_for,
+    newer_of,
+    parse_condition,
+    stamp,
+    stamped,
+)
 from rebalancer.notices import Source, notices_of, parse_npd_message, parse_rfc1123_utc
 
 T0 = datetime(2026, 8, 1, 5, 40, 32, tzinfo=UTC)
@@ -206,3 +215,118 @@ def test_manual_drain_request(value: str, deadline: datetime | None) -> None:
 def test_any_npd_message_never_crashes(message: str) -> None:
     result = notices_of(node([condition("PreemptionScheduled", message)]))
     assert len(result.notices) + len(result.skipped) == 1
+
+
+# ---- the agent's annotation and condition: the newer wins ---------------------------------
+
+FREEZE_ID = "11111111-2222-3333-4444-555555555555"
+T1 = datetime(2026, 8, 1, 5, 40, 33, 250000, tzinfo=UTC)
+T2 = datetime(2026, 8, 1, 5, 40, 34, 500000, tzinfo=UTC)
+
+
+def stamped_annotation(at: datetime | None, *event_ids: str) -> str:
+    events = tuple(
+        PublishedEvent(event_id, "Freeze", "Scheduled", DEADLINE, T0, ("vm_1",))
+        for event_id in event_ids
+    )
+    return NodeEvents(vm_name="vm_1", events=events, published_at=at).to_json()
+
+
+def agent_condition(at: datetime | None, event_id: str | None) -> dict[str, Any]:
+    if event_id is None:
+        message, status = "VM=vm_1", "False"
+    else:
+        message = f"EventType=Preempt EventId={event_id} EventStatus=Scheduled NotBefore=now"
+        status = "True"
+    if at is not None:
+        message += f" Published={stamp(at)}"
+    return condition(names.CONDITION_TYPE, message, status)
+
+
+@pytest.mark.parametrize(
+    ("annotation_at", "annotation_events", "condition_at", "condition_event", "expected"),
+    [
+        # The reported failure: the annotation (a Freeze) refused since, the condition newer.
+        (T1, [FREEZE_ID], T2, EVENT_ID, [EVENT_ID]),
+        # Both written in one publish: the annotation, which lists every event.
+        (T2, [FREEZE_ID, EVENT_ID], T2, EVENT_ID, [FREEZE_ID, EVENT_ID]),
+        # The condition's write failed after the annotation's: the annotation is newer.
+        (T2, [FREEZE_ID], T1, EVENT_ID, [FREEZE_ID]),
+        (T2, [FREEZE_ID], T1, None, [FREEZE_ID]),  # even over a stale False condition
+        (T2, [], T1, EVENT_ID, []),  # the event is over: nothing pending
+        # The condition is newer and False: every event in the stale annotation is over.
+        (T1, [FREEZE_ID], T2, None, []),
+        # Equal stamps, no event listed (no room even for one): the condition names it.
+        (T2, [], T2, EVENT_ID, [EVENT_ID]),
+        # An agent from before the stamps: as it was read then (annotation, gated by the status).
+        (None, [FREEZE_ID], None, EVENT_ID, [FREEZE_ID]),
+        (None, [FREEZE_ID], None, None, []),
+        (None, [], None, EVENT_ID, [EVENT_ID]),
+        # A stamped condition over an unstamped annotation (left by an older agent): condition.
+        (None, [FREEZE_ID], T1, EVENT_ID, [EVENT_ID]),
+    ],
+)
+def test_the_newer_of_annotation_and_condition_wins(
+    annotation_at: datetime | None,
+    annotation_events: list[str],
+    condition_at: datetime | None,
+    condition_event: str | None,
+    expected: list[str],
+) -> None:
+    result = notices_of(
+        node(
+            [agent_condition(condition_at, condition_event)],
+            {names.EVENTS_ANNOTATION: stamped_annotation(annotation_at, *annotation_events)},
+        )
+    )
+    assert sorted(n.event_id for n in result.notices) == sorted(expected)
+
+
+@pytest.mark.parametrize(
+    ("annotation_at", "condition_at", "newer"),
+    [
+        (T1, T2, "condition"),
+        (T2, T1, "annotation"),
+        (T2, T2, "annotation"),
+        (None, T1, "condition"),
+        (T1, None, "annotation"),
+        (None, None, "annotation"),
+    ],
+)
+def test_newer_of(
+    annotation_at: datetime | None, condition_at: datetime | None, newer: str
+) -> None:
+    assert newer_of(annotation_at, condition_at) == newer
+
+
+def test_a_stamped_annotation_counts_without_a_condition() -> None:
+    annotation = {names.EVENTS_ANNOTATION: stamped_annotation(T1, FREEZE_ID)}
+    (notice,) = notices_of(node([], annotation)).notices
+    assert notice.event_id == FREEZE_ID
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        f"EventType=Preempt EventId={EVENT_ID} Color=red",  # a key outside the grammar
+        f"EventId={EVENT_ID} EventId=OTHER",  # a key twice
+        f"EventId={EVENT_ID} NotBefore=\x1b[2J",  # a value outside the token set
+        f"EventId={EVENT_ID} Published=yesterday",  # the stamp that decides, unreadable
+        f"EventId={EVENT_ID} EventType={'P' * 200}",  # a token too long
+        f"EventId={EVENT_ID} " + "Pending=1 " * 200,  # over the message limit
+        f"EventId={EVENT_ID} loose words",
+    ],
+)
+def test_an_agent_condition_outside_its_grammar_is_refused(message: str) -> None:
+    with pytest.raises(ValueError):
+        parse_condition(condition(names.CONDITION_TYPE, message))
+    result = notices_of(node([condition(names.CONDITION_TYPE, message)]))
+    assert result.notices == () and "agent condition refused" in result.skipped[0]
+
+
+def test_the_agents_condition_fits_its_grammar_whatever_imds_sent() -> None:
+    odd = PublishedEvent("id with spaces;" + "x" * 300, "Pre\x1bempt", "Scheduled", None, T0)
+    value = stamped(condition_for(NodeEvents(vm_name="vm 1", events=(odd,))), T2)
+    assert len(value.message) <= MAX_MESSAGE_CHARS
+    parsed = parse_condition({"status": value.status, "message": value.message})
+    assert parsed.active and parsed.published_at == T2 and parsed.deadline is None

@@ -167,10 +167,13 @@ def preempt(pool: str, zone: str, when: datetime, event_id: str) -> Entry:
     return Entry(event_id, "Preempt", f"{pool}-n", pool, zone, "sku", True, when)
 
 
-# A history that has watched for a day and knows the test's own notice: nothing to record.
+# A history that has watched for a day and knows the test's own notice (on spot-0, where the
+# tests put it): nothing to record.
 WATCHED = History(
     since=NOW - timedelta(days=1),
-    entries=(preempt("spotgpu", "eastus-1", NOW - timedelta(days=2), EVENT),),
+    entries=(
+        replace(preempt("spotgpu", "eastus-1", NOW - timedelta(days=2), EVENT), node="spot-0"),
+    ),
 )
 
 
