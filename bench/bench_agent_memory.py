@@ -141,7 +141,10 @@ def condition(cluster: ClusterEmulator, name: str) -> str | None:
 
 
 def acknowledged(cluster: ClusterEmulator, name: str, event_id: str) -> bool:
-    """The agent wrote the acknowledgement on its Node (after sending it to IMDS)."""
+    """The agent wrote the acknowledgement on its Node (after sending it to IMDS); a Node
+    already gone went with the event the acknowledgement started."""
+    if cluster.store.get(R.NODES, "", name) is None:
+        return bool(cluster.imds.events[event_id].acknowledged_by)
     text = (node(cluster, name)["metadata"].get("annotations") or {}).get(names.EVENTS_ANNOTATION)
     if not text:
         return False
@@ -167,9 +170,7 @@ async def measure(
         lambda: condition(cluster, spot) == "True", what="the Preempt on the Node", phase="notice"
     )
     drained = copy.deepcopy(node(cluster, spot))
-    drained["metadata"].setdefault("annotations", {})[names.DRAINED_FOR_ANNOTATION] = (
-        event.event_id
-    )
+    drained["metadata"].setdefault("annotations", {})[names.DRAINED_FOR_ANNOTATION] = event.event_id
     cluster.store.update(R.NODES, drained)
     await sampler.until(
         lambda: acknowledged(cluster, spot, event.event_id),
@@ -179,8 +180,10 @@ async def measure(
     assert cluster.imds.events[event.event_id].acknowledged_by, "IMDS saw no acknowledgement"
     # The emulated VM goes a few ticks after the acknowledgement; sample what is left of that.
     await sampler.until(
-        lambda: cluster.store.get(R.NODES, "", spot) is None
-        or time.monotonic() - started > STEP_TIMEOUT_SECONDS * 3,
+        lambda: (
+            cluster.store.get(R.NODES, "", spot) is None
+            or time.monotonic() - started > STEP_TIMEOUT_SECONDS * 3
+        ),
         what="the VM to go",
         phase="notice",
     )
