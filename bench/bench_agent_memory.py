@@ -5,7 +5,7 @@ the agent runs as a real process against it, as in a DaemonSet pod. Phases, each
 start (until the agent's condition is on its Node), idle polling, then a Preempt: published on
 the Node, marked drained (as the controller marks it), acknowledged to IMDS by the agent.
 
-    .venv/bin/python -m bench.bench_agent_memory               # about 40 s
+    .venv/bin/python -m bench.bench_agent_memory               # about 30 s
     .venv/bin/python -m bench.bench_agent_memory --idle-seconds 60
 
 Printed: RSS once ready, steady RSS (median and max of samples while polling idle and after the

@@ -9,7 +9,8 @@ namespace; found by its chart's labels when not given) work as they do for kubec
 `-w/--watch`, which reads again every `--watch-interval` seconds (one list of each kind per read,
 never more) and prints again when what it shows changed (countdowns aside), until Ctrl-C (exit 0).
 Exit codes: 0; 1 when `doctor` finds an error; 2 when the cluster could not be read or the command
-line is wrong. While watching, a read that fails is said on stderr and tried again.
+line is wrong. While watching, a read that fails is said on stderr and tried again with fresh
+credentials.
 """
 
 from __future__ import annotations
@@ -217,6 +218,9 @@ async def watch(args: argparse.Namespace, clock: Clock, prices: str | None, out:
                     raise  # as kubectl get -w: what cannot be read at first is an error
                 again = f"reading again in {args.watch_interval:g}s"
                 print(f"{PROG}: {error}; {again}", file=sys.stderr)
+                # With fresh credentials: an exec plugin's token (kubelogin's) may have expired.
+                await client.close()
+                client = await connect(args)
             else:
                 steady = without_countdowns(document)
                 if steady != last:

@@ -3,8 +3,12 @@ document from one view, its text, and the command line."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import os
 import re
+import signal
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,10 +16,12 @@ import pytest
 import yaml
 
 from rebalancer import names
+from rebalancer.clock import ManualClock
 from rebalancer.controller.history import Entry, History
 from rebalancer.controller.model import Surge
 from rebalancer.plugin import doctor, status
 from rebalancer.plugin import main as plugin_main
+from rebalancer.plugin.gather import ReadFailed
 from rebalancer.plugin.main import build_parser
 from rebalancer.plugin.view import Raw, build_view, find_install, settings_from_env
 from tests.unit.kube_objects import daemonset, deployment, node, pod, replicaset
@@ -338,3 +344,55 @@ def test_output_watch_and_header_flags() -> None:
         with pytest.raises(SystemExit) as stopped:
             parser.parse_args(bad)
         assert stopped.value.code == 2
+
+
+async def test_watch_loop_retries_reconnects_and_stops_mid_read(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One client per connect, closed each time; a failed read is said and retried with a new
+    client; a change is printed, a read that returns the same is not; SIGINT in the middle of
+    a read ends the watch with 0."""
+    clients: list[Any] = []
+
+    class Client:
+        closed = False
+
+        async def close(self) -> None:
+            self.closed = True
+
+    async def connect(args: Any) -> Any:
+        clients.append(Client())
+        return clients[-1]
+
+    stuck = asyncio.Event()
+    answers: list[Any] = [raw(), ReadFailed("cannot list /api/v1/pods: boom"), raw(), None]
+    fewer = raw(nodes=raw().nodes[1:])
+    answers.insert(3, fewer)
+
+    async def gather(client: Any, namespace: str | None) -> Raw:
+        assert client is clients[-1] and not client.closed
+        answer = answers.pop(0)
+        if answer is None:  # the last read hangs until Ctrl-C
+            stuck.set()
+            await asyncio.Event().wait()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(plugin_main, "connect", connect)
+    monkeypatch.setattr(plugin_main, "gather", gather)
+    args = build_parser().parse_args(["status", "-w", "-o", "json"])
+    args.watch_interval = 0.001  # below the command line's floor: the loop, not the clock
+    out = io.StringIO()
+    watching = asyncio.ensure_future(plugin_main.watch(args, ManualClock(NOW), None, out))
+    await stuck.wait()
+    os.kill(os.getpid(), signal.SIGINT)
+    assert await asyncio.wait_for(watching, 10) == 0
+    decoder, text, documents = json.JSONDecoder(), out.getvalue(), []
+    while text.strip():
+        document, end = decoder.raw_decode(text.lstrip())
+        documents.append(document)
+        text = text.lstrip()[end:]
+    assert [d["pools"][0]["nodes"] for d in documents] == [2, 1]  # gpuspot, then one node fewer
+    assert "boom; reading again" in capsys.readouterr().err
+    assert len(clients) == 2 and all(c.closed for c in clients)
