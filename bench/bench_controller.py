@@ -160,6 +160,7 @@ async def latency(workdir: Path, trials: int) -> None:
             f"  p50 {statistics.median(samples) * 1000:.0f} ms   p99 {p99 * 1000:.0f} ms   "
             f"max {samples[-1] * 1000:.0f} ms   (goal p99 <= 300 ms)"
         )
+        print(f"  controller RSS {rss_mb(process.pid):.1f} MB after them")
     finally:
         process.terminate()
         process.wait(10)

@@ -66,12 +66,21 @@ class ThrowawayCA:
         self, dns_names: Sequence[str], ip_addresses: Sequence[str] = ()
     ) -> tuple[bytes, bytes]:
         """A serving certificate for these names and its key, both PEM."""
-        key = ec.generate_private_key(ec.SECP256R1())
         names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
         names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
         subject = dns_names[0] if dns_names else ip_addresses[0]
+        return self._sign(subject, ExtendedKeyUsageOID.SERVER_AUTH, names)
+
+    def issue_client(self, user: str) -> tuple[bytes, bytes]:
+        """A client certificate (the user in its CN, as kube-apiserver reads it) and its key."""
+        return self._sign(user, ExtendedKeyUsageOID.CLIENT_AUTH, [])
+
+    def _sign(
+        self, subject: str, usage: x509.ObjectIdentifier, names: list[x509.GeneralName]
+    ) -> tuple[bytes, bytes]:
+        key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
-        certificate = (
+        builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
             .issuer_name(self._name)
@@ -79,9 +88,12 @@ class ThrowawayCA:
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        )
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        certificate = (
+            builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
             .sign(self._key, hashes.SHA256())
         )
         return certificate.public_bytes(serialization.Encoding.PEM), _pem_key(key)

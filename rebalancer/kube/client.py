@@ -1,9 +1,9 @@
-"""A thin JSON client over kubernetes_asyncio's configuration, auth and connection pool.
+"""A thin JSON client over aiohttp: one session per process, answers as raw JSON.
 
-kubernetes_asyncio loads kubeconfig or in-cluster credentials and keeps the connections; requests
-go through `ApiClient.call_api` with `_preload_content=False`, so answers stay raw JSON (small
-and fast to read) and every error is translated once, in `request`. No request budget and no
-fence here: the controller's requests pass `rebalancer.kube.gate.RequestGate` on their way.
+Credentials (in-cluster or a kubeconfig) come from `credentials.py`; answers stay raw JSON (small
+and fast to read, never generated models) and every error is translated once, in `request`. No
+request budget and no fence here: the controller's requests pass `rebalancer.kube.gate.RequestGate`
+on their way.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
+from rebalancer import __version__
+from rebalancer.kube.credentials import Credentials, from_kubeconfig, in_cluster
 from rebalancer.kube.errors import KubeError, Unavailable, from_response
+from rebalancer.kube.session import Session
 
 STRATEGIC = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
@@ -63,17 +64,22 @@ class KubeClient:
         `user_agent` names the caller in the API server's audit log (client-go sends
         `<binary>/<version>`; we add the component and the replica's identity, so the writes of
         two controller replicas can be told apart)."""
-        configuration = k8s_client.Configuration()
         if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            credentials = in_cluster()
         else:
-            await k8s_config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=configuration
-            )
-        api = k8s_client.ApiClient(configuration)
-        if user_agent:
-            api.user_agent = user_agent
-        return cls(api, timeout_seconds=timeout_seconds)
+            credentials = await from_kubeconfig(kubeconfig, context)
+        return cls.over(credentials, timeout_seconds=timeout_seconds, user_agent=user_agent)
+
+    @classmethod
+    def over(
+        cls,
+        credentials: Credentials,
+        *,
+        timeout_seconds: float = 10.0,
+        user_agent: str = "",
+    ) -> KubeClient:
+        session = Session(credentials, user_agent or f"spot-rebalancer/{__version__}")
+        return cls(session, timeout_seconds=timeout_seconds)
 
     async def close(self) -> None:
         await self._api.close()
@@ -138,15 +144,13 @@ class KubeClient:
         timeout_seconds: float | None,
     ) -> Any:
         try:
-            return await self._api.call_api(
-                path,
+            return await self._api.send(
                 method,
-                query_params=list((query or {}).items()),
-                header_params={"Accept": "application/json", "Content-Type": content_type},
+                path,
+                query=query,
+                content_type=content_type,
                 body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout_seconds or self._timeout,
+                timeout_seconds=timeout_seconds or self._timeout,
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise Unavailable(f"{method} {path}: {type(exc).__name__}: {exc}") from None

@@ -37,9 +37,10 @@ def failed(findings: list[Finding]) -> bool:
     return any(finding.severity == ERROR for finding in findings)
 
 
-def render(document: Json) -> str:
-    """The report as text, control characters from the cluster escaped (the YAML keeps its lines:
-    `yaml.safe_dump` escapes those in the values it writes)."""
+def render(document: Json, *, headers: bool = True) -> str:
+    """The findings as text; `headers=False` leaves out the summary line (a first line of
+    `--no-headers` output is a finding or nothing). Control characters from the cluster are
+    escaped (the YAML keeps its lines: `yaml.safe_dump` escapes those in the values it writes)."""
     document = printable_document(document, multiline=("yaml",))
     findings = document["findings"]
     summary = document["summary"]
@@ -47,14 +48,15 @@ def render(document: Json) -> str:
         counts = ", ".join(
             f"{n} {severity}{'s' if n != 1 else ''}" for severity, n in summary.items()
         )
-        lines = [f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({counts})"]
+        heading = f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({counts})"
     else:
-        lines = ["No misconfiguration found."]
+        heading = "No misconfiguration found."
+    lines = [heading] if headers else []
     for finding in findings:
         target = finding["object"]
         where = f"{target['namespace']}/{target['name']}" if target["namespace"] else target["name"]
         lines += [
-            "",
+            *([""] if lines else []),
             f"{finding['severity'].upper()}  {finding['id']}  {target['kind']} {where}",
             *_wrapped("what", finding["what"]),
             *_wrapped("why", finding["why"]),
@@ -66,8 +68,9 @@ def render(document: Json) -> str:
         if finding["command"]:
             lines.append(f"  run:  {finding['command']}")
     if document["problems"]:
-        lines += ["", "NOTES", *(f"- {problem}" for problem in document["problems"])]
-    return "\n".join(lines) + "\n"
+        lines += [*([""] if lines else []), "NOTES"]
+        lines += [f"- {problem}" for problem in document["problems"]]
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def _wrapped(label: str, text: str) -> list[str]:

@@ -1,8 +1,9 @@
 """`kubectl spot-rebalancer status`: what the controller sees, from one view. Pure.
 
-`status_of(view)` gives one JSON document (the `-o json` output, its shape in
-docs/interfaces.md); `render(status)` writes the same document as text, so the two never differ
-(with control characters from the cluster escaped: `terminal.py`).
+`status_of(view)` gives one JSON document (the `-o json` and `-o yaml` output, its shape in
+docs/interfaces.md); `render(status)` writes the same document as text (`wide`: more columns;
+`headers=False`: tables without their heading row, as `kubectl get --no-headers`), so the two
+never differ (with control characters from the cluster escaped: `terminal.py`).
 Every figure comes from the controller's own code: pools (`pools.py`), managed workloads
 (`planner.managed`), notices (`notices.py`), surge and return records (`model.py`), eviction risk
 (`risk.py`, from the eviction history and the priors: Azure's feeds are the controller's only),
@@ -12,12 +13,13 @@ cost (`cost.py`, with the bundled prices under the controller's price file).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from rebalancer import names
 from rebalancer.controller.cost import cost_rates, price_nodes, spot_capable
 from rebalancer.controller.history import WINDOWS
-from rebalancer.controller.model import ReturnRecord
+from rebalancer.controller.model import NodeInfo, ReturnRecord
 from rebalancer.controller.options import risk_settings
 from rebalancer.controller.planner import managed
 from rebalancer.controller.pools import Pool, pools_of, with_declared
@@ -62,7 +64,9 @@ def status_of(view: View) -> Json:
     return {
         "time": iso(view.now),
         "install": _install(view),
-        "pools": [_pool(pool, live, risks, rates.by_pool) for pool in _sorted(pools)],
+        "pools": [
+            _pool(pool, live, snapshot.nodes, risks, rates.by_pool) for pool in _sorted(pools)
+        ],
         "risk": _risk_sources(view, risks),
         "workloads": [_workload(view, w, capable) for w in sorted(chosen, key=lambda w: w.key)],
         "notices": _notices(view),
@@ -129,16 +133,20 @@ def _figures(obj: Json | None, **paths: tuple[str, str]) -> Json | None:
 def _pool(
     pool: Pool,
     live: dict[str, Pool],
+    nodes: Mapping[str, NodeInfo],
     risks: dict[tuple[str, str, str], Risk],
     cost: Any,
 ) -> Json:
     groups = [risk for key, risk in risks.items() if key[0] == pool.name]
+    members = [nodes[name] for name in pool.nodes if name in nodes]
     worst = max(groups, key=lambda r: (LEVELS.index(r.level), r.rate_per_hour), default=None)
     return {
         "name": pool.name,
         "priority": _priority(pool),
         "declared": pool.name not in live,
         "nodes": len(pool.nodes),
+        "zones": sorted({node.zone for node in members if node.zone}),
+        "vmSizes": sorted({node.sku for node in members if node.sku}),
         "gpusPerNode": pool.gpus_per_node,
         "taints": [str(t) for t in pool.taints],
         "costPerHour": _money(cost.get((pool.name, "spot" if pool.spot else "regular"), 0.0)),
@@ -282,12 +290,16 @@ def _returns(workloads: list[Any]) -> list[Json]:
 # ---- text --------------------------------------------------------------------------------------
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def _table(header: list[str], rows: list[list[str]], headers: bool = True) -> list[str]:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     return [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
+        for row in ([header] if headers else []) + rows
     ]
+
+
+def _wide_pool(pool: Json) -> list[str]:
+    return [",".join(pool[key]) or "-" for key in ("zones", "vmSizes", "taints")]
 
 
 def _per_pool(workload: Json, priority: str) -> str:
@@ -300,13 +312,16 @@ def _per_pool(workload: Json, priority: str) -> str:
     return ", ".join(parts) or "-"
 
 
-def render(status: Json) -> str:
-    """The document as text; whatever in it came from the cluster is shown, not obeyed."""
+def render(status: Json, *, wide: bool = False, headers: bool = True) -> str:
+    """The text of `status`; `wide` adds zones, VM sizes and taints of pools, kind and GPUs per
+    replica of workloads, and the deadline's time of notices. Whatever in it came from the cluster
+    is shown, not obeyed."""
     status = printable_document(status)
     lines = _render_install(status["install"])
     pools = status["pools"]
     lines += ["", *_table(
-        ["POOL", "PRIORITY", "NODES", "GPUS/NODE", "$/HOUR", "EVICTION RISK"],
+        ["POOL", "PRIORITY", "NODES", "GPUS/NODE", "$/HOUR", "EVICTION RISK"]
+        + (["ZONES", "VM SIZES", "TAINTS"] if wide else []),
         [
             [
                 p["name"] + (" (declared)" if p["declared"] else ""),
@@ -317,8 +332,10 @@ def render(status: Json) -> str:
                 "-" if p["risk"] is None
                 else f"{p['risk']['level']} ({p['risk']['ratePerHour']:.3f}/node-hour)",
             ]
+            + (_wide_pool(p) if wide else [])
             for p in pools
         ],
+        headers,
     )]  # fmt: skip
     risk = status["risk"]
     unseen = ", ".join(
@@ -339,7 +356,8 @@ def render(status: Json) -> str:
     lines.append("")
     if workloads:
         lines += _table(
-            ["WORKLOAD", "REPLICAS", "READY", "SPOT", "ON-DEMAND", "PENDING", "FALLBACK", "STATE"],
+            ["WORKLOAD", "REPLICAS", "READY", "SPOT", "ON-DEMAND", "PENDING", "FALLBACK", "STATE"]
+            + (["KIND", "GPUS/REPLICA"] if wide else []),
             [
                 [
                     f"{w['namespace']}/{w['name']}",
@@ -351,12 +369,14 @@ def render(status: Json) -> str:
                     str(w["fallback"]),
                     "surging" if w["surging"] else "returning" if w["returning"] else "-",
                 ]
+                + ([w["kind"], str(w["gpusPerReplica"])] if wide else [])
                 for w in workloads
             ],
+            headers,
         )
     else:
         lines.append("WORKLOADS: none managed")
-    lines += ["", *_render_notices(status)]
+    lines += ["", *_render_notices(status, wide=wide, headers=headers)]
     cost = status["cost"]
     spend = cost["spendPerHour"]
     lines += [
@@ -393,20 +413,23 @@ def _render_install(install: Json) -> list[str]:
     ]
 
 
-def _render_notices(status: Json) -> list[str]:
+def _render_notices(status: Json, *, wide: bool, headers: bool) -> list[str]:
     lines = []
     notices = status["notices"]
     if notices:
         lines += _table(
-            ["NODE", "POOL", "EVENT", "ID", "SOURCE", "DEADLINE", "CORDONED"],
+            ["NODE", "POOL", "EVENT", "ID", "SOURCE", "DEADLINE", "CORDONED"]
+            + (["NOT BEFORE"] if wide else []),
             [
                 [
                     n["node"], n["pool"], n["eventType"], n["eventId"], n["source"],
                     "now" if n["secondsLeft"] is None else f"in {n['secondsLeft']:.0f}s",
                     "yes" if n["cordoned"] else "no",
                 ]
+                + ([n["deadline"] or "-"] if wide else [])
                 for n in notices
             ],
+            headers,
         )  # fmt: skip
     else:
         lines.append("NOTICES: none")

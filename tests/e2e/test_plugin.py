@@ -19,7 +19,9 @@ import asyncio
 import json
 import os
 import shlex
+import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources as package_resources
@@ -344,3 +346,96 @@ async def test_what_the_cluster_wrote_is_shown_not_obeyed(tmp_path: Path) -> Non
         )
         code, status = await plugin(cluster, "status")
         assert status["install"]["leader"]["identity"] == holder
+
+
+def without_time(document: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in document.items() if k != "time"}
+
+
+async def test_output_formats_through_kubectl(tmp_path: Path) -> None:
+    """`-o yaml` is the `-o json` document; `-o wide` adds the pools' zones, VM sizes and taints
+    (the scenario's); `--no-headers` drops the heading rows."""
+    data = shipped("aks-gpu-small")
+    scenario = parse_scenario(data)
+    async with emulated(data, tmp_path) as cluster:
+        _, as_json = await plugin(cluster, "status")
+        code, out, err = await run(cluster, "spot-rebalancer", "status", "-o", "yaml")
+        assert code == 0, err
+        assert without_time(yaml.safe_load(out)) == without_time(as_json)
+
+        code, wide, err = await run(cluster, "spot-rebalancer", "status", "-o", "wide")
+        assert code == 0, err
+        heading = next(line for line in wide.splitlines() if line.startswith("POOL "))
+        assert heading.split()[-4:] == ["ZONES", "VM", "SIZES", "TAINTS"]
+        rows = {line.split()[0]: line for line in wide.splitlines()[wide.splitlines().index(heading) + 1 :] if line}  # fmt: skip
+        for pool in scenario.pools:
+            if pool.count:
+                assert rows[pool.name].split()[-2] == pool.vm_size, rows[pool.name]
+                zones = {f"{scenario.cluster.region}-{zone}" for zone in pool.zones}
+                assert set(rows[pool.name].split()[-3].split(",")) <= zones, rows[pool.name]
+
+        code, bare, err = await run(cluster, "spot-rebalancer", "--no-headers", "status")
+        assert code == 0, err
+        code, full, err = await run(cluster, "spot-rebalancer", "status")
+        assert not any(line.startswith(("POOL ", "WORKLOAD ")) for line in bare.splitlines())
+        assert any(line.startswith("POOL ") for line in full.splitlines())
+
+
+async def test_watch_prints_a_change_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """`--watch`: a document at once, another when a managed workload is scaled in the
+    emulator, one read (one list of each kind) per interval, exit 0 on SIGINT."""
+    data = shipped("aks-gpu-small")
+    (inference,) = gpu_workloads(parse_scenario(data))
+    interval = 0.5
+    async with emulated(data, tmp_path) as cluster:
+        await cluster.wait_for(
+            lambda: sum(1 for p in cluster.pods("inference") if ready(p)) == inference.replicas,
+            timeout=10,
+        )
+        env = dict(
+            os.environ,
+            KUBECONFIG=str(cluster.kubeconfig_path),
+            HOME="/tmp",
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        )
+        before = cluster.api.requests
+        process = await asyncio.create_subprocess_exec(
+            KUBECTL, "spot-rebalancer", "status", "-w", "--watch-interval", str(interval),
+            "-o", "json", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stdout is not None and process.stderr is not None
+        decoder, buffer = json.JSONDecoder(), ""
+
+        async def next_document() -> dict[str, Any]:
+            nonlocal buffer
+            while True:
+                text = buffer.lstrip()
+                try:
+                    document, end = decoder.raw_decode(text)
+                except ValueError:
+                    chunk = await asyncio.wait_for(process.stdout.read(65536), 30)
+                    assert chunk, (await process.stderr.read()).decode()
+                    buffer += chunk.decode()
+                    continue
+                buffer = text[end:]
+                return dict(document)
+
+        try:
+            first = await next_document()
+            first_at, per_read = time.monotonic(), cluster.api.requests - before
+            replicas = {w["name"]: w["replicas"] for w in first["workloads"]}
+            assert replicas == {inference.name: inference.replicas}
+            cluster.scale(inference.name, inference.replicas + 1, namespace=inference.namespace)
+            second = await next_document()
+            assert {w["name"]: w["replicas"] for w in second["workloads"]} == {
+                inference.name: inference.replicas + 1
+            }
+            reads = (time.monotonic() - first_at) / interval + 2  # the reads that could fit
+            assert cluster.api.requests - before - per_read <= reads * per_read
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGINT)
+        await asyncio.wait_for(process.wait(), 30)
+        err = (await process.stderr.read()).decode()
+        assert process.returncode == 0, err
+        assert "Traceback" not in err

@@ -3,16 +3,25 @@ document from one view, its text, and the command line."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import os
+import re
+import signal
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import yaml
 
 from rebalancer import names
+from rebalancer.clock import ManualClock
 from rebalancer.controller.history import Entry, History
 from rebalancer.controller.model import Surge
 from rebalancer.plugin import doctor, status
+from rebalancer.plugin import main as plugin_main
+from rebalancer.plugin.gather import ReadFailed
 from rebalancer.plugin.main import build_parser
 from rebalancer.plugin.view import Raw, build_view, find_install, settings_from_env
 from tests.unit.kube_objects import daemonset, deployment, node, pod, replicaset
@@ -220,3 +229,170 @@ def test_flags_before_or_after_the_command() -> None:
     assert (after.kubeconfig, after.context, after.output, after.namespace) == (
         "k", "c2", "text", None
     )  # fmt: skip
+
+
+def table(text: str, first_header: str, *, header: str | None = None) -> list[dict[str, str]]:
+    """The rows of the table whose heading row starts with `first_header`, as dicts, cut at the
+    heading's column starts (`header`: that heading row, for output printed without it)."""
+    lines = text.splitlines()
+    heading = header or next(line for line in lines if line.startswith(first_header + " "))
+    starts = [m.start() for m in re.finditer(r"(?:^|(?<=  ))\S", heading)]
+    names = [heading[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+    begin = lines.index(heading) + 1 if header is None else 0
+    rows = []
+    for line in lines[begin:]:
+        if not line.strip() or line.startswith(heading):
+            break
+        rows.append(
+            {
+                n: line[a:b].strip()
+                for n, a, b in zip(names, starts, [*starts[1:], None], strict=True)
+            }
+        )
+    return rows
+
+
+def test_wide_adds_columns_from_the_same_document() -> None:
+    document = status.status_of(build_view(raw(), now=NOW, namespace=None))
+    narrow, wide = status.render(document), status.render(document, wide=True)
+    pools = {row["POOL"]: row for row in table(wide, "POOL")}
+    spot = next(p for p in document["pools"] if p["name"] == "gpuspot")
+    assert pools["gpuspot"]["TAINTS"] == ",".join(spot["taints"]) == f"{SPOT},{GPU}"
+    assert spot["zones"] == sorted({g["zone"] for g in spot["riskGroups"]})  # its nodes' zones
+    assert pools["gpuspot"]["ZONES"] == ",".join(spot["zones"])
+    assert pools["gpuspot"]["VM SIZES"] == "Standard_NC24ads_A100_v4"
+    assert pools["system"]["VM SIZES"] == "Standard_E2s_v9"
+    assert pools["gpuzero (declared)"]["ZONES"] == "-"  # no node: no zone seen
+    (llm,) = table(wide, "WORKLOAD")
+    assert (llm["WORKLOAD"], llm["KIND"], llm["GPUS/REPLICA"]) == (
+        "inference/llm",
+        "Deployment",
+        "1",
+    )
+    notice = table(wide, "NODE")[0]  # the surge's line follows the one notice
+    assert notice["NOT BEFORE"] == (document["notices"][0]["deadline"] or "-")
+    # The narrow table is the wide one without the added columns.
+    assert [{k: row[k] for k in narrow_row} for row, narrow_row in
+            zip(table(wide, "WORKLOAD"), table(narrow, "WORKLOAD"), strict=True)] == table(narrow, "WORKLOAD")  # fmt: skip
+    assert "ZONES" not in narrow and "KIND" not in narrow
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_no_headers_leaves_out_the_heading_rows_only(wide: bool) -> None:
+    document = status.status_of(build_view(raw(), now=NOW, namespace=None))
+    full = status.render(document, wide=wide).splitlines()
+    bare = status.render(document, wide=wide, headers=False).splitlines()
+    headings = [line for line in full if line.startswith(("POOL ", "WORKLOAD ", "NODE "))]
+    assert len(headings) == 3
+    assert bare == [line for line in full if line not in headings]
+
+
+def test_doctor_without_its_summary_line() -> None:
+    cannot_use_spot = deployment("embed", [GPU], replicas=1)
+    base = raw()
+    view = build_view(
+        raw(deployments=[*base.deployments, cannot_use_spot]), now=NOW, namespace=None
+    )
+    document = doctor.report(view, doctor.findings_of(view))
+    assert document["findings"], "the fixture has findings"
+    full, bare = doctor.render(document), doctor.render(document, headers=False)
+    assert full.splitlines()[0].startswith(f"{len(document['findings'])} finding")
+    assert bare.splitlines() == full.splitlines()[2:]  # the summary and its blank line
+    empty = {"findings": [], "summary": {}, "problems": []}
+    assert doctor.render(empty) == "No misconfiguration found.\n"
+    assert doctor.render(empty, headers=False) == ""
+
+
+def test_yaml_and_json_are_the_same_document() -> None:
+    document = status.status_of(build_view(raw(), now=NOW, namespace=None))
+    as_yaml = yaml.safe_load(plugin_main.formatted("yaml", document, ""))
+    as_json = json.loads(plugin_main.formatted("json", document, ""))
+    assert as_yaml == as_json == json.loads(json.dumps(document))
+    assert list(as_yaml) == list(document)  # the document's order, not sorted
+
+
+def test_a_watch_prints_again_on_a_change_not_on_a_countdown() -> None:
+    def steady(now: datetime, **changes: Any) -> Any:
+        view = build_view(raw(**changes), now=now, namespace=None)
+        return plugin_main.without_countdowns(status.status_of(view))
+
+    later = NOW + timedelta(seconds=7)
+    assert status.status_of(build_view(raw(), now=NOW, namespace=None)) != status.status_of(
+        build_view(raw(), now=later, namespace=None)
+    )
+    assert steady(NOW) == steady(later)
+    fewer = raw().nodes[1:]
+    assert steady(later, nodes=fewer) != steady(NOW)
+
+
+def test_output_watch_and_header_flags() -> None:
+    parser = build_parser()
+    args = parser.parse_args(
+        ["status", "-o", "wide", "--no-headers", "-w", "--watch-interval", "2"]
+    )
+    assert (args.output, args.no_headers, args.watch, args.watch_interval) == (
+        "wide",
+        True,
+        True,
+        2.0,
+    )
+    default = parser.parse_args(["-o", "yaml", "doctor"])
+    assert (default.output, default.no_headers, default.watch, default.watch_interval) == (
+        "yaml", False, False, 5.0
+    )  # fmt: skip
+    for bad in (["status", "-w", "--watch-interval", "0.1"], ["status", "-o", "name"]):
+        with pytest.raises(SystemExit) as stopped:
+            parser.parse_args(bad)
+        assert stopped.value.code == 2
+
+
+async def test_watch_loop_retries_reconnects_and_stops_mid_read(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One client per connect, closed each time; a failed read is said and retried with a new
+    client; a change is printed, a read that returns the same is not; SIGINT in the middle of
+    a read ends the watch with 0."""
+    clients: list[Any] = []
+
+    class Client:
+        closed = False
+
+        async def close(self) -> None:
+            self.closed = True
+
+    async def connect(args: Any) -> Any:
+        clients.append(Client())
+        return clients[-1]
+
+    stuck = asyncio.Event()
+    answers: list[Any] = [raw(), ReadFailed("cannot list /api/v1/pods: boom"), raw(), None]
+    fewer = raw(nodes=raw().nodes[1:])
+    answers.insert(3, fewer)
+
+    async def gather(client: Any, namespace: str | None) -> Raw:
+        assert client is clients[-1] and not client.closed
+        answer = answers.pop(0)
+        if answer is None:  # the last read hangs until Ctrl-C
+            stuck.set()
+            await asyncio.Event().wait()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(plugin_main, "connect", connect)
+    monkeypatch.setattr(plugin_main, "gather", gather)
+    args = build_parser().parse_args(["status", "-w", "-o", "json"])
+    args.watch_interval = 0.001  # below the command line's floor: the loop, not the clock
+    out = io.StringIO()
+    watching = asyncio.ensure_future(plugin_main.watch(args, ManualClock(NOW), None, out))
+    await stuck.wait()
+    os.kill(os.getpid(), signal.SIGINT)
+    assert await asyncio.wait_for(watching, 10) == 0
+    decoder, text, documents = json.JSONDecoder(), out.getvalue(), []
+    while text.strip():
+        document, end = decoder.raw_decode(text.lstrip())
+        documents.append(document)
+        text = text.lstrip()[end:]
+    assert [d["pools"][0]["nodes"] for d in documents] == [2, 1]  # gpuspot, then one node fewer
+    assert "boom; reading again" in capsys.readouterr().err
+    assert len(clients) == 2 and all(c.closed for c in clients)
