@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 from aiohttp import web
 
@@ -40,6 +41,14 @@ def serve_cluster(
     except ScenarioError as error:
         print(f"rebalancer: scenario: {error}", file=sys.stderr)
         return 2
+    if kubeconfig_dir is not None:
+        # Made if missing, as kubectl makes ~/.kube; refused in one line if it cannot be.
+        try:
+            Path(kubeconfig_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            print(f"rebalancer: --kubeconfig-dir {kubeconfig_dir}: {reason}", file=sys.stderr)
+            return 2
 
     async def main(stop: asyncio.Event) -> None:
         cluster = ClusterEmulator(loaded)

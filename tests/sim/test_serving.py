@@ -74,7 +74,24 @@ async def test_deletecollection_and_apply_patch(served: ClusterEmulator) -> None
     assert served.store.must_get(R.CONFIGMAPS, "default", "applied")["data"] == {"k": "v2"}
 
 
+async def test_sim_serve_refuses_a_kubeconfig_dir_it_cannot_make_in_one_line(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rebalancer.cli", "sim", "serve", "aks-gpu-small",
+        "--kubeconfig-dir", str(tmp_path / "a-file" / "kube"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 2
+    assert err.decode().splitlines() == [
+        f"rebalancer: --kubeconfig-dir {tmp_path / 'a-file' / 'kube'}: Not a directory"
+    ]
+
+
 async def test_sim_serve_command(tmp_path: Path) -> None:
+    kube = tmp_path / "not" / "there" / "yet"  # made, as kubectl makes ~/.kube
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -83,7 +100,7 @@ async def test_sim_serve_command(tmp_path: Path) -> None:
         "serve",
         "aks-gpu-small",
         "--kubeconfig-dir",
-        str(tmp_path),
+        str(kube),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
@@ -95,7 +112,7 @@ async def test_sim_serve_command(tmp_path: Path) -> None:
             assert line, f"serve exited early: {lines}"
             lines.append(line.decode().rstrip("\n"))
         assert lines[0].startswith("cluster emulator 'aks-gpu-small' on http://127.0.0.1:")
-        assert f"kubeconfig:  {tmp_path / 'kubeconfig'}" in lines[1]
+        assert f"kubeconfig:  {kube / 'kubeconfig'}" in lines[1]
         assert any("IMDS:" in line and "/vms/<vm-name>" in line for line in lines)
         kubectl = await asyncio.create_subprocess_exec(
             KUBECTL,
@@ -103,7 +120,7 @@ async def test_sim_serve_command(tmp_path: Path) -> None:
             "nodes",
             "-o",
             "json",
-            env=dict(os.environ, KUBECONFIG=str(tmp_path / "kubeconfig"), HOME=str(tmp_path)),
+            env=dict(os.environ, KUBECONFIG=str(kube / "kubeconfig"), HOME=str(tmp_path)),
             stdout=asyncio.subprocess.PIPE,
         )
         out, _ = await asyncio.wait_for(kubectl.communicate(), 30)
