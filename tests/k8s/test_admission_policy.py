@@ -58,6 +58,23 @@ class Guarded:
     pod_token: str  # bound to a pod on OWN
     plain_token: str  # bound to nothing: carries no node name
 
+    def pod_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig with the pod-bound token: what the agent's pod on OWN authenticates as."""
+        cluster = {"server": self.plane.server, "certificate-authority": str(self.plane.ca)}
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "t", "cluster": cluster}],
+                    "users": [{"name": "agent", "user": {"token": self.pod_token}}],
+                    "contexts": [{"name": "t", "context": {"cluster": "t", "user": "agent"}}],
+                    "current-context": "t",
+                }
+            )
+        )
+        return path
+
     def patch(
         self,
         token: str,
@@ -357,27 +374,7 @@ def test_others_are_not_confined(guarded: Guarded) -> None:
 async def test_the_agents_own_writes_pass(guarded: Guarded, tmp_path: Path) -> None:
     """The exact requests rebalancer.kube.nodes sends (merge patch, strategic merge patch of
     status), with the pod-bound token."""
-    kubeconfig = tmp_path / "agent.kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "t",
-                        "cluster": {
-                            "server": guarded.plane.server,
-                            "certificate-authority": str(guarded.plane.ca),
-                        },
-                    }
-                ],
-                "users": [{"name": "agent", "user": {"token": guarded.pod_token}}],
-                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "agent"}}],
-                "current-context": "t",
-            }
-        )
-    )
+    kubeconfig = guarded.pod_kubeconfig(tmp_path / "agent.kubeconfig")
     client = await KubeClient.connect(str(kubeconfig))
     try:
         nodes = NodeApi(client)

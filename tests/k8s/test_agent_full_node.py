@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import structlog
 import structlog.testing
-import yaml
 
 from rebalancer import names
 from rebalancer.agent.agent import Agent
@@ -38,30 +37,6 @@ BLOB = "someone.else/blob"
 LIMIT = 256 * 1024  # the API server's total for a Node's annotations (keys and values)
 
 
-def pod_kubeconfig(guarded: Guarded, path: Path) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "t",
-                        "cluster": {
-                            "server": guarded.plane.server,
-                            "certificate-authority": str(guarded.plane.ca),
-                        },
-                    }
-                ],
-                "users": [{"name": "agent", "user": {"token": guarded.pod_token}}],
-                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "agent"}}],
-                "current-context": "t",
-            }
-        )
-    )
-    return path
-
-
 def annotation_bytes(node: dict[str, object]) -> int:
     annotations = node["metadata"].get("annotations") or {}  # type: ignore[index]
     return sum(len(key) + len(value) for key, value in annotations.items())
@@ -73,7 +48,7 @@ async def test_a_preempt_behind_a_refused_annotation_is_read_from_the_condition(
     plane = guarded.plane
     clock = JumpClock()
     imds = ImdsEmulator(clock=clock)
-    client = await KubeClient.connect(str(pod_kubeconfig(guarded, tmp_path / "agent.kubeconfig")))
+    client = await KubeClient.connect(str(guarded.pod_kubeconfig(tmp_path / "agent.kubeconfig")))
     try:
         async with serve(imds.app()) as imds_url:
             imds_client = ImdsClient(
