@@ -1,8 +1,9 @@
 """The one place the simulator touches the controller's planner.
 
 Builds the planner's `Snapshot` from the virtual world, calls `plan(snapshot, settings)`, and
-applies each action to the world the way the executor and Kubernetes would (a cordon is a taint
-and `unschedulable`, a scale-up a replica count the ReplicaSet then acts on, ...). When the
+applies each action to the world through the very write the executor sends (the action's own
+`build`, `patch()` or `body()`, applied to the object's API form with a JSON merge patch and read
+back), so a cordon is whatever the product's cordon patch makes it. When the
 planner's names change (the controller is being refactored: an eviction history is becoming
 part of the snapshot), only this module has to follow.
 
@@ -13,8 +14,8 @@ controller keeps its history ConfigMap), and the admission webhook's answer for 
 
 Controller names used: `rebalancer.controller.planner`: `plan`, `Plan`, `Settings`;
 `rebalancer.controller.snapshot`: `Snapshot`; `rebalancer.controller.history`: `History`,
-`Entry`; `rebalancer.controller.actions`: the action classes (workload actions are applied
-through their own `patch()`, as the executor sends it); `rebalancer.controller.returns`:
+`Entry`, `history_from_configmap`; `rebalancer.controller.actions`: the action classes and
+their writes (`build`, `patch`, `applies_to`, `body`, `configmap`); `rebalancer.controller.returns`:
 `ReturnSettings`; `rebalancer.controller.model`: `NodeInfo`, `PodInfo`, `WorkloadInfo`,
 `Owner`, `Surge`, `ReturnRecord`; `rebalancer.controller.pools`: `Pool`;
 `rebalancer.controller.scheduling`: `Taint`, `tolerates`, `untolerated`, `unmet_placement`,
