@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
+import structlog
+
+from rebalancer.clock import ManualClock
+from rebalancer.config import ControllerSettings
 from rebalancer.controller.checkup import (
     WARNING,
     IdleSpell,
@@ -14,10 +19,12 @@ from rebalancer.controller.checkup import (
     idle_fallback_findings,
     setup_of,
 )
+from rebalancer.controller.doctor import IDLE_LIMIT_SECONDS, Doctor
 from rebalancer.controller.idle_nodes import IdleWatch
 from rebalancer.controller.model import NodeInfo, PodInfo
 from rebalancer.controller.planner import Settings
 from rebalancer.controller.snapshot import Snapshot
+from rebalancer.metrics import ControllerMetrics
 from rebalancer.vocabulary import Check
 from tests.unit.kube_objects import node, pod
 
@@ -129,3 +136,38 @@ def test_diagnose_checks_idle_fallback_only_when_the_controller_watched() -> Non
     assert [f.check for f in diagnose(watched)] == [Check.FALLBACK_KEPT_IDLE]
     plugin = setup_of(state, settings=Settings(), daemonsets=None)  # one look: no history
     assert diagnose(plugin) == []
+
+
+class NoDaemonSets:
+    async def request(self, method: str, path: str, **_: object) -> dict[str, object]:
+        return {"items": []}
+
+
+async def test_the_controllers_doctor_reports_what_its_watch_saw_as_a_gauge() -> None:
+    metrics = ControllerMetrics()
+    doctor = Doctor(
+        client=cast(Any, NoDaemonSets()),
+        settings=ControllerSettings(),
+        metrics=metrics,
+        events=None,
+        leading=lambda: True,
+        clock=ManualClock(T0),
+        log=structlog.get_logger(),
+    )
+    frames: list[tuple[float, Sequence[NodeInfo], Sequence[PodInfo]]] = [
+        (0, [ON_DEMAND, SPOT], [ON_OD]),
+        (1, [ON_DEMAND, SPOT], [ON_SPOT]),
+        (11, [ON_DEMAND, SPOT], [ON_SPOT]),
+    ]
+    for minutes, nodes, pods in frames:
+        doctor.idle.observe(view(minutes, nodes, pods))
+    assert await doctor.check(view(12, [SPOT], [ON_SPOT])) == [
+        *idle_fallback_findings(doctor.idle.spells(), limit_seconds=IDLE_LIMIT_SECONDS)
+    ]
+    found = {
+        sample.labels["check"]: sample.value
+        for family in metrics.registry.collect()
+        if family.name == "rebalancer_doctor_findings"
+        for sample in family.samples
+    }
+    assert found[Check.FALLBACK_KEPT_IDLE] == 1
