@@ -323,6 +323,7 @@ def snapshot(world: World, *, risk: RiskSettings | None = None) -> Snapshot:
             phase="Running" if pod.node else "Pending",
             ready=world.pod_ready(pod),
             deleting=pod.deleting,
+            deletion_at=at(pod.deletion_at) if pod.deletion_at is not None else None,
             owner=Owner("ReplicaSet", _rs(pod.deployment)),
             gpus=world.deployments[pod.deployment].gpus,
             deletion_cost=pod.deletion_cost,
@@ -501,16 +502,16 @@ def _evict(world: World, eviction: Mapping[str, Any]) -> bool:
 
 def _delete(world: World, name: str, options: Mapping[str, Any]) -> bool:
     """A DELETE with these DeleteOptions: UID precondition, grace (default: the pod's own, the
-    scenario's terminationGracePeriodSeconds). A pod already terminating is left as it is."""
+    scenario's terminationGracePeriodSeconds). A pod already terminating gets the shorter of
+    its grace and this one, as the API server shortens a graceful deletion."""
     pod = world.pods.get(name)
-    if pod is None or pod.deleting:
+    if pod is None:
         return False
     uid = (options.get("preconditions") or {}).get("uid")
     if uid is not None and uid != pod.uid:
         return False
     grace = options.get("gracePeriodSeconds")
-    world.delete_pod(pod, world.scenario.grace_seconds if grace is None else float(grace))
-    return True
+    return world.delete_pod(pod, world.scenario.grace_seconds if grace is None else float(grace))
 
 
 def deployment_object(world: World, deployment: Deployment) -> dict[str, Any]:

@@ -52,9 +52,9 @@ def test_an_eviction_ends_the_pod_within_the_grace_the_plan_cut(
     graces: list[float] = []
     delete = world.delete_pod
 
-    def spy(target: Pod, grace_seconds: float) -> None:
+    def spy(target: Pod, grace_seconds: float) -> bool:
         graces.append(grace_seconds)
-        delete(target, grace_seconds)
+        return delete(target, grace_seconds) is not False
 
     monkeypatch.setattr(world, "delete_pod", spy)
     cut = 7  # the deadline is nearer than the pod's own 30 s

@@ -326,6 +326,29 @@ def test_a_deletion_ends_the_pod_within_the_grace_its_options_carry() -> None:
     assert ends_after(world, pod) == [body["gracePeriodSeconds"]]
 
 
+def test_a_deletion_shortens_the_grace_of_a_pod_already_terminating_and_never_lengthens_it() -> (
+    None
+):
+    # The API server shortens a graceful deletion when a DELETE asks for less time; the planner
+    # sends one at the deadline for a pod whose deletionTimestamp is past it.
+    world = small_world()
+    pod = spot_pod(world)
+    evict = Evict((NS, pod.name), pod.uid, pod.node or "", "EVENT-1")
+    assert adapter.apply(world, evict)
+    [view] = [p for p in adapter.snapshot(world).pods.values() if p.name == pod.name]
+    assert view.deleting
+    assert view.deletion_at == adapter.at(world.now + GRACE)  # its deletionTimestamp
+    world.now += 10
+    longer = Delete((NS, pod.name), pod.uid, pod.node or "", "EVENT-1", grace_seconds=GRACE)
+    assert not adapter.apply(world, longer)
+    shorter = Delete((NS, pod.name), pod.uid, pod.node or "", "EVENT-1", grace_seconds=2)
+    [(_, _, body)] = executor_writes(shorter, {})
+    assert adapter.apply(world, shorter)
+    assert min(ends_after(world, pod)) == body["gracePeriodSeconds"]
+    [view] = [p for p in adapter.snapshot(world).pods.values() if p.name == pod.name]
+    assert view.deletion_at == adapter.at(world.now + 2)
+
+
 @pytest.mark.parametrize("kind", [Evict, Delete])
 def test_a_pod_of_another_uid_under_the_same_name_is_not_touched(kind: type) -> None:
     world = small_world()
