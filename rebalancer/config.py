@@ -460,6 +460,19 @@ class ControllerSettings(CommonSettings):
     azure_timeout_seconds: float = Field(
         30.0, gt=0, le=300, description="Timeout of one Azure API request."
     )
+    target_recovery_seconds: float = Field(
+        360.0,
+        ge=0,
+        description="Availability targets: how long a lost spot replica is missing until its "
+        "replacement on on-demand is Ready (node provisioning + model load - notice).",
+    )
+    target_spot_price_share: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="Availability targets: spot's price as a share of on-demand's, to compare "
+        "plans by cost.",
+    )
     return_enabled: bool = Field(True, description="Move replicas back to spot when it is safe.")
     return_quiet_seconds: float = Field(
         600.0, ge=0, description="A spot pool must be free of Preempt notices this long first."

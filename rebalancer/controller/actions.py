@@ -240,10 +240,16 @@ class SetSpare(WorkloadAction):
     replicas: int | None = None
     record: Spare | None = None
     reason: Reason = Reason.SPARE
+    # With an availability target, why (words for people, `names.TARGET_WHY`): None leaves the
+    # annotation as it is, "" removes it.
+    why: str | None = None
 
     def patch(self) -> dict[str, Any]:
         record = self.record.to_json() if self.record is not None else None
-        return _workload_patch({names.SPARE_RECORD: record}, self.replicas)
+        annotations: dict[str, str | None] = {names.SPARE_RECORD: record}
+        if self.why is not None:
+            annotations[names.TARGET_WHY] = self.why or None
+        return _workload_patch(annotations, self.replicas)
 
 
 @dataclass(frozen=True)

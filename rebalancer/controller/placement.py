@@ -28,6 +28,7 @@ from rebalancer import names
 from rebalancer.controller.policy import Policy
 from rebalancer.controller.pools import Pool
 from rebalancer.controller.risk import LEVELS, Risk
+from rebalancer.controller.target import open_zones
 
 PREFERRED_WEIGHT = 100  # the most a preferred term can weigh: above the user's own preferences
 
@@ -48,6 +49,12 @@ class Where:
 
     counts: Mapping[tuple[str, str], int]
     on_demand: int
+    under_notice: int = 0  # on spot nodes under notice
+
+    @property
+    def spot_kept(self) -> int:
+        """Replicas on spot not under notice (Ready or not)."""
+        return sum(self.counts.values()) - self.on_demand - self.under_notice
 
     def in_zone(self, zone: str) -> int:
         return sum(n for (_, z), n in self.counts.items() if z == zone)
@@ -62,6 +69,11 @@ class Decision:
     zone: str
     spot: bool
     reason: str
+    # An availability target's spot replica: its zone and these spot pools (the zone's that
+    # the policy accepts) are required, so the replicas stay spread and one without capacity
+    # waits, the autoscaler trying each pool, while the plan covers it on on-demand; the chosen
+    # pool is preferred. Empty: spot is only preferred.
+    required_pools: tuple[str, ...] = ()
 
     @property
     def required(self) -> bool:
@@ -84,8 +96,8 @@ def spot_groups(pools: Iterable[Pool], risks: Mapping[tuple[str, str, str], Risk
         if not pool.spot:
             continue
         zones = [(zone, risk) for (name, zone), risk in worst.items() if name == pool.name]
-        if not zones:
-            groups.append(Group(pool.name, "", "unknown", -1.0))
+        if not zones:  # no node yet: the zone its nodes will have, if the pool says
+            groups.append(Group(pool.name, pool.labels.get(names.ZONE_LABEL, ""), "unknown", -1.0))
         for zone, risk in sorted(zones, key=lambda item: item[0]):
             groups.append(Group(pool.name, zone, risk.level, risk.rate_per_hour))
     return groups
@@ -99,16 +111,20 @@ def choose(
     where: Where,
     failing_over: bool,
     evicting: set[tuple[str, str]],
+    target_spot: int | None = None,
 ) -> Decision | None:
     """The group for one new pod; None when no pool the policy allows fits it (placed as
     without a policy). `fits`: the pools the pod's own template can run on; `evicting`: the
-    (pool, zone) of nodes under notice."""
+    (pool, zone) of nodes under notice; `target_spot`: with an availability target, the
+    replicas its plan keeps on spot."""
     allowed = [pool for pool in fits if policy.allows_pool(pool.name)]
     names_allowed = {pool.name for pool in allowed}
     on_demand = sorted(
         (pool.name for pool in allowed if not pool.spot),
         key=lambda name: (where.in_pool(name), name),
     )
+    if target_spot is not None and not failing_over:
+        return _for_target(policy, target_spot, allowed, groups, where, evicting, on_demand)
     if failing_over and policy.failover_to == "on-demand" and on_demand:
         return Decision(
             on_demand[0], "", False,
@@ -145,6 +161,51 @@ def choose(
     if on_demand:
         why = _why_no_spot(usable, policy, evicting)
         return Decision(on_demand[0], "", False, f"on-demand pool {on_demand[0]}: {why}")
+    return None
+
+
+def _for_target(
+    policy: Policy,
+    target_spot: int,
+    allowed: list[Pool],
+    groups: Iterable[Group],
+    where: Where,
+    evicting: set[tuple[str, str]],
+    on_demand: list[str],
+) -> Decision | None:
+    """An availability target's pod: spot while fewer than the plan's spot replicas are kept
+    there (required: a spot replica that cannot have spot waits for it, asking the autoscaler,
+    while the plan covers it on on-demand), else on-demand."""
+    spot_allowed = {pool.name for pool in allowed if pool.spot}
+    accepted = [
+        g
+        for g in groups
+        if g.pool in spot_allowed
+        and (g.level not in LEVELS or policy.accepts(g.level))
+        and (g.pool, g.zone) not in evicting
+    ]
+    kept_by_zone: dict[str, int] = {}
+    for g in accepted:
+        kept_by_zone[g.zone] = kept_by_zone.get(g.zone, 0) + where.counts.get((g.pool, g.zone), 0)
+    kept = where.spot_kept
+    zones = open_zones(target_spot, kept_by_zone)
+    if zones:
+        accepted = [g for g in accepted if g.zone in zones]
+    if kept < target_spot and accepted:
+        best = min(accepted, key=lambda g: _spread_key(policy, where, g))
+        return Decision(
+            best.pool, best.zone, True,
+            f"availability target {policy.target} %: {kept} of {target_spot} spot "
+            f"replicas kept; spot pool {best.pool} zone {best.zone or '(any)'}, "
+            f"{where.in_zone(best.zone)} replicas in the zone",
+            required_pools=tuple(sorted({g.pool for g in accepted if g.zone == best.zone})),
+        )  # fmt: skip
+    if on_demand:
+        return Decision(
+            on_demand[0], "", False,
+            f"availability target {policy.target} %: {kept} of {target_spot} spot "
+            f"replicas kept, the rest on on-demand pool {on_demand[0]}",
+        )  # fmt: skip
     return None
 
 
@@ -190,6 +251,20 @@ def affinity_patch(pod: Mapping[str, Any], decision: Decision) -> list[dict[str,
             expressions.append(
                 {"key": names.ZONE_LABEL, "operator": "In", "values": [decision.zone]}
             )
+        if decision.required_pools:
+            required = node_affinity.setdefault(
+                "requiredDuringSchedulingIgnoredDuringExecution", {}
+            )
+            terms = required.get("nodeSelectorTerms") or [{}]
+            pools = {"key": names.AKS_AGENTPOOL_LABEL, "operator": "In",
+                     "values": list(decision.required_pools)}  # fmt: skip
+            for term in terms:
+                term.setdefault("matchExpressions", []).append(dict(pools))
+                if decision.zone:
+                    term["matchExpressions"].append(
+                        {"key": names.ZONE_LABEL, "operator": "In", "values": [decision.zone]}
+                    )
+            required["nodeSelectorTerms"] = terms
         node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
             {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": expressions}}
         )

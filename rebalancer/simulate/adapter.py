@@ -31,6 +31,7 @@ import base64
 import copy
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,7 @@ from rebalancer.controller.scheduling import (
     untolerated,
 )
 from rebalancer.controller.snapshot import Snapshot
+from rebalancer.controller.target import TargetSettings
 from rebalancer.names import (
     COOLDOWN_UNTIL,
     FAILOVER_TO,
@@ -86,7 +88,7 @@ from rebalancer.vocabulary import EventType, Reason, Source
 from rebalancer.vocabulary import Policy as EventPolicy
 
 if TYPE_CHECKING:
-    from rebalancer.simulate.workload import Scenario
+    from rebalancer.simulate.workload import Prices, Scenario
     from rebalancer.simulate.world import Deployment, Node, Pod, World
 
 # The placement rules the controller itself uses (taints, tolerations, node affinity), for the
@@ -122,6 +124,24 @@ def failover_settings(world: World) -> Settings:
             ),
         ),
         declared_pools=declared_pools(world),
+    )
+
+
+def target_settings(world: World, prices: Prices) -> Settings:
+    """`failover_settings` with the availability target's model set as a user would set it
+    for this workload: recovery = on-demand provisioning + model load - notice (means), spot's
+    price as a share of on-demand's (the pools' mean)."""
+    scenario = world.scenario
+    recovery = (
+        scenario.on_demand_provision_seconds.mean
+        + scenario.load_seconds.mean
+        - scenario.notice_seconds.mean
+    )
+    spot = [pool.price for pool in world.pools.values() if pool.spot]
+    share = (sum(spot) / len(spot)) / prices.on_demand if spot and prices.on_demand else 0.2
+    return replace(
+        failover_settings(world),
+        target=TargetSettings(recovery_seconds=max(0.0, recovery), spot_price_share=share),
     )
 
 
@@ -329,6 +349,7 @@ def snapshot(world: World, *, risk: RiskSettings | None = None) -> Snapshot:
             deletion_cost=pod.deletion_cost,
             original_deletion_cost=pod.original_cost,
             grace_seconds=world.scenario.grace_seconds,
+            created=at(pod.created),
             placed=pod.annotations.get(PLACED, ""),
             placed_why=pod.annotations.get(PLACED_WHY, ""),
         )

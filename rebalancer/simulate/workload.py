@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from rebalancer.azure.prices import BUNDLED, PriceTable
+from rebalancer.controller.target import parse_target
 from rebalancer.simulate import InputError
 
 # GPUs per VM of the sizes the bundled price table knows (Azure's size pages).
@@ -152,6 +153,8 @@ class Scenario:
     spare_replicas: int = 0
     spread: str = "zone"
     failover_to: str = "on-demand"
+    # target: the workload's spot-rebalancer.io/availability-target
+    availability_target: str = "99.9"
     seed: int = 1
     # Pools of several regions (from the traces' names) as one cluster; off: one region only.
     multi_region: bool = False
@@ -265,6 +268,11 @@ def scenario_from(
             if not isinstance(value, str) or not value:
                 raise InputError(f"{where}: expected a name, not {value!r}")
             changes[name] = value
+        elif name == "availability_target":
+            try:
+                changes[name] = f"{parse_target(str(value)):g}"
+            except ValueError as error:
+                raise InputError(f"{where}: {error}") from None
         elif name in CHOICES:
             if not isinstance(value, str) or value.strip().lower() not in CHOICES[name]:
                 allowed = ", ".join(CHOICES[name])
