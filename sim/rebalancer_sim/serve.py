@@ -1,17 +1,25 @@
-"""`rebalancer sim ...`: run an emulator standalone until interrupted."""
+"""`rebalancer sim ...`: run an emulator standalone until interrupted; with
+`--with-rebalancer`, the agents and the controller run against the emulated cluster too, so a
+person can explore with kubectl and the IMDS control API (docs/emulator.md, "Explore")."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 from aiohttp import web
 
-from rebalancer.process import run_until_signalled
-from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer.process import run_until_signalled, sleep_or_stop
+from rebalancer_sim.cluster import ClusterEmulator, ClusterUrls
 from rebalancer_sim.imds import ImdsEmulator
+from rebalancer_sim.rebalancer_processes import RebalancerProcesses
 from rebalancer_sim.scenario import ScenarioError, load_scenario
+
+SYNC_SECONDS = 0.5  # how often the agents follow the spot nodes (a DaemonSet's reaction)
 
 
 def serve_imds(*, host: str, port: int) -> int:
@@ -33,7 +41,13 @@ def serve_imds(*, host: str, port: int) -> int:
 
 
 def serve_cluster(
-    scenario: str, *, host: str, port: int, imds_port: int, kubeconfig_dir: str | None
+    scenario: str,
+    *,
+    host: str,
+    port: int,
+    imds_port: int,
+    kubeconfig_dir: str | None,
+    with_rebalancer: bool = False,
 ) -> int:
     """Run a scenario's emulated cluster until interrupted; print where to point kubectl."""
     try:
@@ -59,8 +73,74 @@ def serve_cluster(
         print(f"  IMDS:        {urls.imds}/vms/<vm-name>/metadata/scheduledevents", flush=True)
         print(f"  nodes: {len(cluster.nodes())}  pods: {len(cluster.pods())}", flush=True)
         try:
-            await stop.wait()
+            if with_rebalancer:
+                # Beside the kubeconfig when the user chose where, else a new directory kept.
+                if kubeconfig_dir is not None:
+                    logs = Path(kubeconfig_dir) / "logs"
+                    logs.mkdir(exist_ok=True)
+                else:
+                    logs = Path(tempfile.mkdtemp(prefix="rebalancer-sim-"))
+                await run_rebalancer(cluster, logs, stop)
+            else:
+                await stop.wait()
         finally:
             await cluster.stop()
 
     return run_until_signalled(main)
+
+
+async def run_rebalancer(
+    cluster: ClusterEmulator,
+    workdir: Path,
+    stop: asyncio.Event,
+    *,
+    processes: RebalancerProcesses | None = None,
+) -> None:
+    """The agents (one per running spot node, following them) and the controller against
+    `cluster` until `stop` (started here unless `processes` already run); says how to explore
+    once they have reported in."""
+    told_ready = processes is not None
+    if processes is None:
+        processes = RebalancerProcesses(cluster, workdir)
+        processes.start()
+        print(f"  rebalancer:  agents and controller starting; logs in {workdir}", flush=True)
+    told_exited: set[str] = set()
+    try:
+        while not stop.is_set():
+            processes.sync()
+            if not told_ready and processes.reported_in():
+                told_ready = True
+                for line in explore_lines(cluster, processes):
+                    print(line, flush=True)
+            for log in processes.exited():
+                if log not in told_exited:
+                    told_exited.add(log)
+                    print(f"  rebalancer:  a process stopped; see {workdir / log}", flush=True)
+            await sleep_or_stop(stop, SYNC_SECONDS)
+    finally:
+        await processes.stop()
+
+
+def explore_lines(cluster: ClusterEmulator, processes: RebalancerProcesses) -> list[str]:
+    """What to type to watch the rebalancer act, with this cluster's own names and ports."""
+    urls: ClusterUrls | None = cluster.urls
+    assert urls is not None, "the cluster is served"
+    kubectl = f"KUBECONFIG={shlex.quote(str(urls.kubeconfig))} kubectl"
+    lines = [
+        f"  rebalancer:  {len(processes.agents)} agent(s) reported in, the controller leads",
+    ]
+    spot = processes.spot_nodes()
+    if spot:
+        body = json.dumps(
+            {"type": "Preempt", "resources": [cluster.vm_name_for(spot[0])], "noticeSeconds": 30}
+        )
+        lines += [
+            f"  spot VMs:    {', '.join(f'{n} = {cluster.vm_name_for(n)}' for n in spot)}",
+            f"  preempt:     curl -s -X POST {urls.imds}/control/events -d {shlex.quote(body)}",
+        ]
+    lines += [
+        f"  watch:       {kubectl} get nodes,pods -A -w",
+        f"  events:      {kubectl} get events -A --sort-by=.lastTimestamp",
+        "  stop:        Ctrl-C",
+    ]
+    return lines
