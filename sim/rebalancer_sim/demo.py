@@ -32,7 +32,7 @@ from rebalancer.config import ControllerSettings
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.measure import ReadyDeficit, unavoidable_deficit
-from rebalancer_sim.rebalancer_processes import RebalancerProcesses
+from rebalancer_sim.product_processes import RebalancerProcesses
 from rebalancer_sim.scenario import Scenario, load_scenario
 from rebalancer_sim.serve import explore_lines, run_rebalancer
 

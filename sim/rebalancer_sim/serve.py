@@ -16,7 +16,7 @@ from aiohttp import web
 from rebalancer.process import run_until_signalled, sleep_or_stop
 from rebalancer_sim.cluster import ClusterEmulator, ClusterUrls
 from rebalancer_sim.imds import ImdsEmulator
-from rebalancer_sim.rebalancer_processes import RebalancerProcesses
+from rebalancer_sim.product_processes import RebalancerProcesses
 from rebalancer_sim.scenario import ScenarioError, load_scenario
 
 SYNC_SECONDS = 0.5  # how often the agents follow the spot nodes (a DaemonSet's reaction)
