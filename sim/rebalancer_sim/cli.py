@@ -11,6 +11,17 @@ import argparse
 from collections.abc import Sequence
 
 
+def port(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535: argparse's one-line error otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (0 to 65535)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rebalancer")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -25,14 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim_commands = sim.add_subparsers(dest="sim_command", metavar="EMULATOR", required=True)
     imds = sim_commands.add_parser("imds", help="Serve an IMDS Scheduled Events emulator.")
     imds.add_argument("--host", default="127.0.0.1")
-    imds.add_argument("--port", type=int, default=8169)
+    imds.add_argument("--port", type=port, default=8169)
     serve = sim_commands.add_parser(
         "serve", help="Serve an emulated AKS cluster (Kubernetes API + IMDS) from a scenario."
     )
     serve.add_argument("scenario", metavar="SCENARIO", help="a scenario file or shipped name")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=0, help="API port (0: any free port)")
-    serve.add_argument("--imds-port", type=int, default=0, help="IMDS port (0: any free port)")
+    serve.add_argument("--port", type=port, default=0, help="API port (0: any free port)")
+    serve.add_argument("--imds-port", type=port, default=0, help="IMDS port (0: any free port)")
     serve.add_argument("--kubeconfig-dir", default=None, help="where to write the kubeconfig")
     serve.add_argument(
         "--with-rebalancer",

@@ -22,12 +22,26 @@ from rebalancer_sim.scenario import ScenarioError, load_scenario
 SYNC_SECONDS = 0.5  # how often the agents follow the spot nodes (a DaemonSet's reaction)
 
 
+def _cannot_listen(error: OSError) -> None:
+    """A port in use or an address not on this machine: one line, exit 2 (no traceback)."""
+    print(f"rebalancer: {error.strerror or error}", file=sys.stderr, flush=True)
+
+
 def serve_imds(*, host: str, port: int) -> int:
+    failed = False
+
     async def main(stop: asyncio.Event) -> None:
+        nonlocal failed
         emulator = ImdsEmulator()
         runner = web.AppRunner(emulator.app(), access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, host, port).start()
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as error:
+            failed = True
+            _cannot_listen(error)
+            await runner.cleanup()
+            return
         base = f"http://{host}:{port}"
         print(f"IMDS emulator on {base}", flush=True)
         print(f"  a VM's IMDS base URL:  {base}/vms/<vm-name>", flush=True)
@@ -37,7 +51,8 @@ def serve_imds(*, host: str, port: int) -> int:
         finally:
             await runner.cleanup()
 
-    return run_until_signalled(main)
+    code = run_until_signalled(main)
+    return 2 if failed else code
 
 
 def serve_cluster(
@@ -64,9 +79,20 @@ def serve_cluster(
             print(f"rebalancer: --kubeconfig-dir {kubeconfig_dir}: {reason}", file=sys.stderr)
             return 2
 
+    failed = False
+
     async def main(stop: asyncio.Event) -> None:
+        nonlocal failed
         cluster = ClusterEmulator(loaded)
-        urls = await cluster.start(host, port, imds_port=imds_port, kubeconfig_dir=kubeconfig_dir)
+        try:
+            urls = await cluster.start(
+                host, port, imds_port=imds_port, kubeconfig_dir=kubeconfig_dir
+            )
+        except OSError as error:
+            failed = True
+            _cannot_listen(error)
+            await cluster.stop()
+            return
         print(f"cluster emulator '{loaded.name}' on {urls.api}", flush=True)
         print(f"  kubeconfig:  {urls.kubeconfig}", flush=True)
         print(f"  try:         KUBECONFIG={urls.kubeconfig} kubectl get nodes", flush=True)
@@ -86,7 +112,8 @@ def serve_cluster(
         finally:
             await cluster.stop()
 
-    return run_until_signalled(main)
+    code = run_until_signalled(main)
+    return 2 if failed else code
 
 
 async def run_rebalancer(
