@@ -143,7 +143,7 @@ def rates(
 ) -> Rates:
     """Waves per hour, and the share of waves that hit each group and each pair of groups,
     each the mean of a posterior over the record (Gamma for the rate, Beta for the shares)."""
-    found = [w for w in waves(entries, settings.wave_seconds) if w.at <= now]
+    found = [w for w in waves(entries, settings.wave_seconds) if now - RETENTION <= w.at <= now]
     half_life_hours = settings.half_life_seconds / 3600.0
     tau = half_life_hours / math.log(2)
     watched = min(RETENTION, now - since) if since is not None else RETENTION
