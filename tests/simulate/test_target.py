@@ -4,8 +4,8 @@ after they are asked for, 90 s loads, scale-down after 600 s, a 30-minute warm-u
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
