@@ -22,7 +22,7 @@ from typing import Any
 from rebalancer.clock import Clock
 from rebalancer.config import ControllerSettings
 from rebalancer.controller.catalogue import misconfigured
-from rebalancer.controller.checkup import Finding, diagnose, setup_of
+from rebalancer.controller.checkup import Finding, diagnose, helm_upgrade_command, setup_of
 from rebalancer.controller.model import DaemonSetInfo
 from rebalancer.controller.options import planner_settings
 from rebalancer.controller.recorder import tell
@@ -54,6 +54,7 @@ class Doctor:
         self._leadership = leadership
         self._planner = planner_settings(settings)
         self._interval = settings.doctor_interval_seconds
+        self._helm_upgrade = helm_upgrade_command(settings.helm_chart, settings.helm_chart_version)
         self._metrics = metrics
         self._events = events
         self._leading = leading
@@ -94,7 +95,10 @@ class Doctor:
             self._log.warning("doctor skipped: DaemonSets not readable", reason=str(error))
             return None
         daemonsets = [DaemonSetInfo.from_json(item) for item in listed.get("items") or []]
-        findings = diagnose(setup_of(state, settings=self._planner, daemonsets=daemonsets))
+        setup = setup_of(
+            state, settings=self._planner, daemonsets=daemonsets, helm_upgrade=self._helm_upgrade
+        )
+        findings = diagnose(setup)
         for check in Check:
             count = sum(1 for finding in findings if finding.check == check)
             self._metrics.doctor_findings.labels(str(check)).set(count)
