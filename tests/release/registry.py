@@ -19,6 +19,8 @@ CONFIG = """\
 version: 0.1
 log:
   level: warn
+  accesslog:
+    disabled: true
 storage:
   filesystem:
     rootdirectory: {storage}
