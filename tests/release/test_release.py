@@ -6,13 +6,13 @@ installed from `oci://` into the real control plane.
 Checked: the chart in the registry is the packaged one (same version, same digest, same bytes);
 `helm template oci://...` renders the published image by digest, the published chart's name in
 the doctor's fixes and the release's own runbooks; the image manifest in the registry is the one
-in the OCI archive; the krew manifest's sha256 is the archive's and the archive holds the plugin;
-SHA256SUMS holds; a release whose two versions disagree is refused. The `k8s` test installs the
-chart from the registry into a namespace that enforces the restricted Pod Security Standard.
+in the OCI archive; the krew manifest's sha256 is the archive's, and the plugin runs from the
+archive laid out as krew installs it; SHA256SUMS holds; a release whose two versions disagree is
+refused. The `k8s` test installs the chart from the registry into a namespace that enforces the
+restricted Pod Security Standard.
 
-Not here: the krew archive's first run installs the plugin's dependencies from the package index
-(what pipx would do with the wheel); kwok runs no containers, so the image is never pulled by a
-kubelet (tests/image runs the same Dockerfile's image).
+Not here: kwok runs no containers, so no kubelet pulls the image from the registry (tests/image
+runs the same Dockerfile's image; here crane reads it back by the digest the pods name).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import sys
 import tarfile
 import time
 import zipfile
@@ -226,6 +227,36 @@ def test_the_krew_manifest_names_the_archive_by_its_sha256(release: Release) -> 
             release.out / f"spot_rebalancer-{version}-py3-none-any.whl"
         )
         assert "requirements.lock" in members
+
+
+def test_the_krew_plugin_runs_as_krew_installs_it(release: Release, tmp_path: Path) -> None:
+    """krew unpacks the archive into its store and links `bin` from its bin folder; the first
+    run installs the wheel and the locked dependencies (from the package index, ~30 s), the
+    next starts at once."""
+    version = release.manifest["version"]
+    store = tmp_path / "store" / "spot-rebalancer" / f"v{version}"
+    store.mkdir(parents=True)
+    with tarfile.open(release.out / f"kubectl-spot_rebalancer-{version}.tar.gz") as archive:
+        archive.extractall(store, filter="data")
+    (tmp_path / "bin").mkdir()
+    linked = tmp_path / "bin" / "kubectl-spot_rebalancer"
+    linked.symlink_to(store / "kubectl-spot_rebalancer")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        # The Python 3.11+ this suite runs on, whatever python3 on PATH is.
+        "SPOT_REBALANCER_PYTHON": sys.executable,
+    }
+    for attempt in ("first", "second"):
+        ran = subprocess.run(
+            [str(linked), "--help"], capture_output=True, text=True, timeout=300, check=False,
+            env=env,
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert ran.stdout.startswith("usage: kubectl spot-rebalancer"), ran.stdout
+        assert ("first run, installing" in ran.stderr) == (attempt == "first"), ran.stderr
+    assert (tmp_path / "cache" / "spot-rebalancer" / f"plugin-{version}" / ".installed").exists()
 
 
 def test_the_wheel_carries_the_plugin_and_the_release_version(release: Release) -> None:
