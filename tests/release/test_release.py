@@ -9,7 +9,7 @@ the doctor's fixes and the release's own runbooks; the image manifest in the reg
 in the OCI archive; the krew manifest's sha256 is the archive's, and the plugin runs from the
 archive laid out as krew installs it; SHA256SUMS holds; a release whose two versions disagree is
 refused. The `k8s` test installs the chart from the registry into a namespace that enforces the
-restricted Pod Security Standard.
+restricted Pod Security Standard: the release deployed, every pod admitted, bound and Ready.
 
 Not here: kwok runs no containers, so no kubelet pulls the image from the registry (tests/image
 runs the same Dockerfile's image; here crane reads it back by the digest the pods name).
@@ -306,6 +306,13 @@ def _pods(plane: ControlPlane) -> list[dict[str, Any]]:
     return list(_json(plane, "get", "pods", "-n", NAMESPACE, "-l", selector)["items"])
 
 
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return bool(pod["spec"].get("nodeName")) and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conditions
+    )
+
+
 @pytest.mark.k8s
 def test_helm_install_from_the_registry_into_the_control_plane(
     release: Release, control_plane: ControlPlane
@@ -341,6 +348,11 @@ def test_helm_install_from_the_registry_into_the_control_plane(
         while len(pods := _pods(plane)) < wanted:
             assert time.monotonic() < deadline, f"{len(pods)} of {wanted} pods admitted"
             time.sleep(0.2)
+        # Bound to nodes and Ready (kwok's kubelet stand-in marks a scheduled pod Ready).
+        while unready := [p["metadata"]["name"] for p in _pods(plane) if not _ready(p)]:
+            assert time.monotonic() < deadline, f"not bound and Ready: {unready}"
+            time.sleep(0.2)
+        pods = _pods(plane)
         events = _json(plane, "get", "events", "-n", NAMESPACE)["items"]
         assert [e["message"] for e in events if e.get("reason") == "FailedCreate"] == []
         image = f"{release.image_ref}@{release.manifest['image']['digest']}"
