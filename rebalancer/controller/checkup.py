@@ -18,6 +18,9 @@ pods; NVIDIA Dynamo's AKS spot guide exists to get the tolerations right):
 - a managed workload that no on-demand pool takes (nowhere to fail over);
 - an on-demand pool autoscaled at zero that the settings do not declare (the controller cannot
   see its taints, so it reports fail-over blocked).
+- on-demand GPU nodes that stayed empty for long after their GPU pods left before the cluster
+  autoscaler removed them (its profile's scale-down settings, which are not visible in the
+  cluster: judged from what the controller saw, `idle_nodes.py`; docs/cost.md).
 
 A check that needs data the caller could not read (DaemonSets, node groups: None) is skipped,
 never guessed: a finding must be true.
@@ -115,6 +118,18 @@ class NodeGroup:
 
 
 @dataclass(frozen=True)
+class IdleSpell:
+    """An on-demand GPU node that had a GPU pod, then none, until the cluster autoscaler removed
+    it: `seconds` is at least how long it stayed empty (between the first and the last time it
+    was seen empty)."""
+
+    node: str
+    pool: str
+    seconds: float
+    ended: datetime
+
+
+@dataclass(frozen=True)
 class Setup:
     nodes: Sequence[NodeInfo]
     workloads: Sequence[WorkloadInfo]  # the managed ones (failed over make-before-break)
@@ -123,6 +138,10 @@ class Setup:
     node_groups: Sequence[NodeGroup] | None = None  # None: the autoscaler's status is not known
     spot_pools_seen: frozenset[str] = frozenset()  # pools the eviction history knows as spot
     now: datetime | None = None  # None: every node counts as old enough to judge
+    # On-demand GPU nodes seen empty after their GPU pods left, until removed (the controller's
+    # own watch); None: not watched (the plugin sees one instant), the check is skipped.
+    idle_spells: Sequence[IdleSpell] | None = None
+    idle_limit_seconds: float = 300.0
     # The chart fixes are applied to: the published one the release came from, when known.
     helm_upgrade: str = "helm upgrade <release> <chart> --reuse-values -f fix.yaml"
 
@@ -140,6 +159,8 @@ def setup_of(
     settings: Settings,
     daemonsets: Sequence[DaemonSetInfo] | None,
     node_groups: Sequence[NodeGroup] | None = None,
+    idle_spells: Sequence[IdleSpell] | None = None,
+    idle_limit_seconds: float = 300.0,
     helm_upgrade: str = "",
 ) -> Setup:
     """The checks' input from the controller's view of the cluster and its planner settings
@@ -152,6 +173,8 @@ def setup_of(
         node_groups=node_groups,
         spot_pools_seen=frozenset(e.pool for e in snapshot.history.entries if e.spot),
         now=snapshot.now,
+        idle_spells=idle_spells,
+        idle_limit_seconds=idle_limit_seconds,
         helm_upgrade=helm_upgrade or Setup.helm_upgrade,
     )
 
@@ -168,6 +191,9 @@ def diagnose(setup: Setup) -> list[Finding]:
     findings += no_fallback
     if no_fallback and setup.node_groups is not None:
         findings += undeclared_pool_findings(setup, live, no_fallback)
+    if setup.idle_spells is not None:
+        limit = setup.idle_limit_seconds
+        findings += idle_fallback_findings(setup.idle_spells, limit_seconds=limit)
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.check, f.key))
 
 
@@ -623,3 +649,53 @@ def _object(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# ---- on-demand fallback nodes kept empty -------------------------------------------------------
+
+AKS_PROFILE_COMMAND = (
+    "az aks update -g <group> -n <cluster> --cluster-autoscaler-profile "
+    "scale-down-unneeded-time=3m scale-down-delay-after-add=5m"
+)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def idle_fallback_findings(spells: Sequence[IdleSpell], *, limit_seconds: float) -> list[Finding]:
+    """On-demand pools whose GPU nodes stayed empty longer than `limit_seconds` after their GPU
+    pods left before they were removed: what the cluster autoscaler's scale-down settings cost
+    each fail-over. Judged from the spells the controller saw, never from the settings, which
+    AKS does not show in the cluster."""
+    by_pool: dict[str, list[IdleSpell]] = {}
+    for spell in spells:
+        by_pool.setdefault(spell.pool, []).append(spell)
+    findings = []
+    for pool, members in sorted(by_pool.items()):
+        long = [s for s in members if s.seconds > limit_seconds]
+        if not long:
+            continue
+        longest = max(s.seconds for s in long)
+        idle_hours = sum(s.seconds for s in members) / 3600
+        findings.append(
+            Finding(
+                Check.FALLBACK_KEPT_IDLE,
+                WARNING,
+                ObjectRef("NodePool", "", pool),
+                f"on-demand pool {pool}: {_count(len(long), 'GPU node')} of {len(members)} "
+                f"removed lately stayed empty over {_minutes(limit_seconds)} after their GPU "
+                f"pods left (longest at least {_minutes(longest)}; {idle_hours:.2f} node-hours "
+                "empty in all)",
+                "An empty on-demand GPU node is paid at the on-demand price until the cluster "
+                "autoscaler removes it: every fail-over pays that tail after its replica went "
+                "back to spot. AKS's defaults keep it at least 10 min (scale-down-unneeded-time) "
+                "and no scale-down at all within 10 min of any scale-up "
+                "(scale-down-delay-after-add).",
+                "Shorten the cluster autoscaler profile's scale-down-unneeded-time and "
+                "scale-down-delay-after-add (cluster-wide settings: they apply to every pool). "
+                "What each costs: docs/cost.md, 'Node lifecycle'.",
+                command=AKS_PROFILE_COMMAND,
+            )
+        )
+    return findings
