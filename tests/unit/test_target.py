@@ -72,6 +72,16 @@ def test_with_no_record_the_priors_alone_give_the_rates() -> None:
     assert seen.of_pair(GROUPS[0], GROUPS[1]) == pytest.approx(0.0045)
 
 
+def test_no_record_yet_is_no_time_watched_not_a_quiet_day() -> None:
+    # The first pass runs before the controller has written its history (since None). With
+    # nothing watched, the priors alone: W = 24 * 0.05 / (24 + 0) = 0.05, as with since = now.
+    # Counting 24 quiet hours instead would give 1.2 / (24 + 8.115) = 0.037: safer than the
+    # prior on no evidence at all.
+    seen = rates([], GROUPS, now=NOW, since=None, settings=TargetSettings())
+    assert seen.wave_rate == pytest.approx(0.05)
+    assert seen.window_hours == 0.0
+
+
 def test_three_zones_and_no_record_keep_seven_on_spot_and_cover_what_is_not_ready() -> None:
     seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings())
     ready = dict.fromkeys(GROUPS, 1)
