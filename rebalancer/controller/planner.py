@@ -69,6 +69,7 @@ from rebalancer.controller.model import (
     Surge,
     WorkloadInfo,
 )
+from rebalancer.controller.policy import Policy as PlacementPolicy
 from rebalancer.controller.policy import declared, in_force
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
 from rebalancer.controller.returns import (
@@ -748,9 +749,14 @@ def _policy_one(workload: WorkloadInfo) -> list[Action]:
         return [RecordPolicy(workload.key, basis=basis)] if recorded is not None else []
     result = in_force(workload.annotations)
     if result.policy is not None and not result.refused:
-        wanted = result.policy.to_json()
-        if wanted != recorded:
-            return [RecordPolicy(workload.key, wanted, basis=basis)]
+        # The record as the executor wrote it carries a seal (seal.py): compared as a policy,
+        # or every pass would write it again, and each write wake the next pass.
+        try:
+            kept = PlacementPolicy.from_json(recorded) if recorded is not None else None
+        except ValueError:
+            kept = None
+        if kept != result.policy:
+            return [RecordPolicy(workload.key, result.policy.to_json(), basis=basis)]
     return []
 
 

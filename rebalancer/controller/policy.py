@@ -95,6 +95,8 @@ class Policy:
             given[POOLS] = ",".join(pools)
         if data["target"] != "":
             given[AVAILABILITY_TARGET] = data["target"]
+            if type(data["spare"]) is int and data["spare"] == 0:  # the target decides spares
+                del given[SPARE]
         if not all(isinstance(v, str | int) and not isinstance(v, bool) for v in given.values()):
             raise ValueError("not a policy record")
         try:

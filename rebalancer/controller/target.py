@@ -146,7 +146,8 @@ def rates(
     found = [w for w in waves(entries, settings.wave_seconds) if now - RETENTION <= w.at <= now]
     half_life_hours = settings.half_life_seconds / 3600.0
     tau = half_life_hours / math.log(2)
-    watched = min(RETENTION, now - since) if since is not None else RETENTION
+    # No record yet is no time watched: the priors alone, never a quiet day nobody saw.
+    watched = min(RETENTION, now - since) if since is not None else timedelta(0)
     watched_hours = max(0.0, watched.total_seconds() / 3600.0)
     exposure = tau * (1.0 - math.exp(-watched_hours / tau))
 

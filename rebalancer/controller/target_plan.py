@@ -158,7 +158,11 @@ def _converge(
         ]
     if wanted < replicas:
         # A ReplicaSet scaling down removes replicas that are not Ready first (they serve
-        # nothing); beyond those, the ones to go get the lowest cost first.
+        # nothing), whatever their cost: only while each one loading is beyond the plan on its
+        # side, else it would take a spot replica the plan keeps, about to be Ready. Beyond
+        # those, the ones to go get the lowest cost first.
+        if _loading_kept(spot, decision.spot) or _loading_kept(on_demand, decision.on_demand):
+            return []
         excess = replicas - wanted
         unready = [p for p in pods if not p.ready]
         if len(unready) < excess:
@@ -195,6 +199,11 @@ def _recompose(
         if not pod.ready or ready - 1 >= base:
             return [Evict(pod.key, pod.uid, pod.node_name, "", reason=Reason.SPARE)]
     return []
+
+
+def _loading_kept(side: list[PodInfo], kept: int) -> bool:
+    """Some replica of this side that is not Ready yet is one of the `kept` it needs."""
+    return sum(1 for p in side if not p.ready) > max(0, len(side) - kept)
 
 
 def _sides(

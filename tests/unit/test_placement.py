@@ -18,6 +18,7 @@ from rebalancer.controller.policy import Policy, PolicyError, in_force, parse
 from rebalancer.controller.pools import Pool
 from rebalancer.controller.risk import RiskSettings, assess
 from rebalancer.controller.scheduling import Taint
+from rebalancer.controller.seal import Sealer
 from rebalancer.controller.snapshot import Snapshot
 from tests.unit.test_planner import (
     NOW,
@@ -81,6 +82,12 @@ def test_a_record_we_would_not_have_written_is_no_policy(record: str) -> None:
 
 def test_a_policy_record_reads_back() -> None:
     policy = Policy(1, 0, ("a", "b"), "low", "none", "on-demand")
+    assert Policy.from_json(policy.to_json()) == policy
+
+
+def test_a_targets_policy_record_reads_back() -> None:
+    # Its record says spare 0, which the annotations may not say beside a target.
+    policy = parse({names.AVAILABILITY_TARGET: "99.9", names.MAX_RISK: "medium"})
     assert Policy.from_json(policy.to_json()) == policy
 
 
@@ -397,6 +404,16 @@ def test_a_valid_policy_is_recorded_once_and_an_invalid_edit_records_nothing() -
     assert recorded(cluster({**valid, names.POLICY_IN_FORCE: first.policy})) == []
     invalid = {names.MIN_ON_DEMAND: "one", names.POLICY_IN_FORCE: first.policy}
     assert recorded(cluster(invalid)) == []  # the last valid one stays
+
+
+def test_the_record_as_written_with_its_seal_is_not_written_again() -> None:
+    # The executor seals what it writes: the planner must see its own record in it, else it
+    # writes it every pass, and each write wakes the next pass.
+    (first,) = recorded(cluster({names.MIN_ON_DEMAND: "1"}))
+    assert first.policy is not None
+    sealed = Sealer(b"k" * 32).seal("Deployment/ml/llm/uid", names.POLICY_IN_FORCE, first.policy)
+    assert sealed != first.policy
+    assert recorded(cluster({names.MIN_ON_DEMAND: "1", names.POLICY_IN_FORCE: sealed})) == []
 
 
 def test_the_record_goes_when_the_policy_annotations_go() -> None:

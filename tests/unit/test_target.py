@@ -72,6 +72,16 @@ def test_with_no_record_the_priors_alone_give_the_rates() -> None:
     assert seen.of_pair(GROUPS[0], GROUPS[1]) == pytest.approx(0.0045)
 
 
+def test_no_record_yet_is_no_time_watched_not_a_quiet_day() -> None:
+    # The first pass runs before the controller has written its history (since None). With
+    # nothing watched, the priors alone: W = 24 * 0.05 / (24 + 0) = 0.05, as with since = now.
+    # Counting 24 quiet hours instead would give 1.2 / (24 + 8.115) = 0.037: safer than the
+    # prior on no evidence at all.
+    seen = rates([], GROUPS, now=NOW, since=None, settings=TargetSettings())
+    assert seen.wave_rate == pytest.approx(0.05)
+    assert seen.window_hours == 0.0
+
+
 def test_three_zones_and_no_record_keep_seven_on_spot_and_cover_what_is_not_ready() -> None:
     seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings())
     ready = dict.fromkeys(GROUPS, 1)
@@ -164,7 +174,12 @@ def test_nothing_is_scaled_down_while_a_replica_loads() -> None:
     pods = [pod(f"p{i}", node["metadata"]["name"], ready=i != 0) for i, node in enumerate(nodes)]
     record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7).to_json()}
     state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
-    assert of_type(plan(state, Settings()).actions, SetDeletionCost) == []
+    actions = plan(state, Settings()).actions
+    # Ready on spot (2,2,2): one on-demand replica keeps every pair's loss at 3 (U = 0), so
+    # the plan now is 7 + 1 = 8 of 9. Scaling to 8 would make the ReplicaSet remove p0, the
+    # loading spot replica the plan keeps (not Ready goes first): nothing until it is Ready.
+    assert of_type(actions, SetDeletionCost) == []
+    assert of_type(actions, SetSpare) == []
 
 
 # ---- placement -----------------------------------------------------------------------------
