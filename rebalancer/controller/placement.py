@@ -11,7 +11,10 @@ decision into node affinity with `affinity_patch`. The order of the rules, first
    now, spread over zones (or pools) by the workload's replicas already there, then lowest risk;
 4. no such spot group: on-demand.
 
-On-demand is required node affinity: on-demand capacity is what the cluster autoscaler can add,
+Pools are VMSS agent pools or Karpenter NodePools (by capacity type, `rebalancer/pool_kind.py`);
+the affinity names whichever labels select the pool, so Karpenter provisions for it too.
+On-demand is required node affinity: on-demand capacity is what the cluster autoscaler or
+Karpenter can add,
 and a replacement that lands on spot again defeats the fail-over. Spot is preferred node
 affinity: spot capacity may not be there, and a replica that cannot have the chosen spot group
 is better anywhere else it fits than Pending.
@@ -24,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rebalancer import names
+from rebalancer import names, pool_kind
 from rebalancer.controller.policy import Policy
 from rebalancer.controller.pools import Pool
 from rebalancer.controller.risk import LEVELS, Risk
@@ -177,15 +180,17 @@ def affinity_patch(pod: Mapping[str, Any], decision: Decision) -> list[dict[str,
     spec = pod.get("spec") or {}
     affinity = copy.deepcopy(spec.get("affinity") or {})
     node_affinity = affinity.setdefault("nodeAffinity", {})
-    pool_expr = {"key": names.AKS_AGENTPOOL_LABEL, "operator": "In", "values": [decision.pool]}
+    # A NodePool's pool is selected by its NodePool and capacity type: Karpenter launches a node
+    # of that capacity type for a pending pod that requires them (an on-demand fail-over).
+    pool_exprs = pool_kind.selector(decision.pool)
     if decision.required:
         required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
         terms = required.get("nodeSelectorTerms") or [{}]
         for term in terms:
-            term.setdefault("matchExpressions", []).append(pool_expr)
+            term.setdefault("matchExpressions", []).extend(copy.deepcopy(pool_exprs))
         required["nodeSelectorTerms"] = terms
     else:
-        expressions = [pool_expr]
+        expressions = pool_exprs
         if decision.zone:
             expressions.append(
                 {"key": names.ZONE_LABEL, "operator": "In", "values": [decision.zone]}
