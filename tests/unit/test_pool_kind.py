@@ -10,11 +10,15 @@ import pytest
 
 from rebalancer import names, pool_kind
 from rebalancer.config import PoolShape
+from rebalancer.controller.admission import View, review
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.placement import Decision, affinity_patch
+from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.policy import parse
 from rebalancer.controller.pools import declared_pools, on_demand_fallback, pools_of
-from tests.unit.test_placement import apply_adds
+from rebalancer.controller.risk import RiskSettings, assess
+from tests.unit.test_placement import apply_adds, cluster, patch_of, request, view_of
+from tests.unit.test_planner import NOW, WATCHED, deployment, node_json, pod, snapshot
 
 # What karpenter-provider-azure writes on a NAP Node (pkg/cloudprovider/cloudprovider.go
 # vmInstanceToNodeClaim, pkg/providers/instance/aksmachineinstanceutils.go): the capacity type,
@@ -172,3 +176,54 @@ def test_pool_kind_round_trips() -> None:
     assert pool_kind.pool_of(pool_kind.labels_of("gpuspot")) == "gpuspot"
     assert pool_kind.policy_name("gpu:on-demand") == "gpu"
     assert pool_kind.policy_name("gpuspot") == "gpuspot"
+
+
+# ---- make-before-break under Karpenter: what consolidation may not take ------------------------
+
+
+def placed_annotations(
+    policy: dict[str, str], state_kw: dict[str, Any], **request_kw: Any
+) -> dict[str, str]:
+    state = cluster(policy, **state_kw)
+    result = review(request(**request_kw), view_of(state), [])
+    assert result.outcome == "placed", result.outcome
+    patched = apply_adds(request(**request_kw)["request"]["object"], patch_of(result.response))
+    return dict(patched["metadata"]["annotations"])
+
+
+def test_a_replacement_for_a_replica_under_notice_is_kept_from_consolidation() -> None:
+    state = snapshot(
+        [
+            node_json("spot-0", pool="spota", zone="eastus-1", notice_seconds=30),
+            node_json("spot-1", pool="spota", zone="eastus-2"),
+            node_json("od-0", pool="ondemand", spot=False),
+        ],
+        [pod("infer-1", "spot-0")],
+        [deployment(replicas=1, annotations={names.SPREAD: "zone"})],
+    )
+    decided = plan(state, Settings())
+    risks = assess(nodes=state.nodes.values(), history=WATCHED, now=NOW, settings=RiskSettings())
+    view = View.of_pass(state, decided.actions, risks=risks, declared={})
+    result = review(request(), view, [])
+    assert result.decision is not None and not result.decision.spot
+    patched = apply_adds(request()["request"]["object"], patch_of(result.response))
+    assert patched["metadata"]["annotations"][names.KARPENTER_DO_NOT_DISRUPT] == "true"
+
+
+def test_an_ordinary_placement_leaves_consolidation_alone() -> None:
+    annotations = placed_annotations({names.SPREAD: "zone"}, {})
+    assert names.KARPENTER_DO_NOT_DISRUPT not in annotations
+
+
+def test_every_pod_of_a_workload_with_spares_is_kept_from_consolidation() -> None:
+    annotations = placed_annotations({names.SPARE_REPLICAS: "1"}, {})
+    assert annotations[names.KARPENTER_DO_NOT_DISRUPT] == "true"
+
+
+def test_a_pod_that_says_otherwise_keeps_its_own_value() -> None:
+    state = cluster({names.SPARE_REPLICAS: "1"})
+    body = request()
+    body["request"]["object"]["metadata"]["annotations"] = {names.KARPENTER_DO_NOT_DISRUPT: "false"}
+    result = review(body, view_of(state), [])
+    patched = apply_adds(body["request"]["object"], patch_of(result.response))
+    assert patched["metadata"]["annotations"][names.KARPENTER_DO_NOT_DISRUPT] == "false"
