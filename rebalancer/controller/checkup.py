@@ -17,7 +17,11 @@ pods; NVIDIA Dynamo's AKS spot guide exists to get the tolerations right):
 - a managed workload that no spot pool takes (no spot toleration: spot saves nothing on it);
 - a managed workload that no on-demand pool takes (nowhere to fail over);
 - an on-demand pool autoscaled at zero that the settings do not declare (the controller cannot
-  see its taints, so it reports fail-over blocked).
+  see its taints, so it reports fail-over blocked);
+- under AKS node auto-provisioning (Karpenter NodePools): a GPU NodePool that may launch spot
+  only while nothing else offers on-demand GPUs (no fail-over path), and a GPU NodePool whose
+  spot nodes get a taint that no device plugin tolerates (judged from the NodePool, so before
+  any such node exists: NAP launches and consolidates them all the time).
 
 A check that needs data the caller could not read (DaemonSets, node groups: None) is skipped,
 never guessed: a finding must be true.
@@ -33,7 +37,8 @@ from typing import Any
 
 import yaml
 
-from rebalancer import names
+from rebalancer import names, pool_kind
+from rebalancer.controller.karpenter import NodePoolInfo, spot_only_patch
 from rebalancer.controller.model import DaemonSetInfo, NodeInfo, WorkloadInfo
 from rebalancer.controller.planner import Settings, managed
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
@@ -124,6 +129,7 @@ class Setup:
     node_groups: Sequence[NodeGroup] | None = None  # None: the autoscaler's status is not known
     spot_pools_seen: frozenset[str] = frozenset()  # pools the eviction history knows as spot
     now: datetime | None = None  # None: every node counts as old enough to judge
+    nodepools: Sequence[NodePoolInfo] | None = None  # Karpenter's; None: not read, checks skipped
 
 
 def setup_of(
@@ -132,6 +138,7 @@ def setup_of(
     settings: Settings,
     daemonsets: Sequence[DaemonSetInfo] | None,
     node_groups: Sequence[NodeGroup] | None = None,
+    nodepools: Sequence[NodePoolInfo] | None = None,
 ) -> Setup:
     """The checks' input from the controller's view of the cluster and its planner settings
     (which workloads it manages, which pools it declares)."""
@@ -143,6 +150,7 @@ def setup_of(
         node_groups=node_groups,
         spot_pools_seen=frozenset(e.pool for e in snapshot.history.entries if e.spot),
         now=snapshot.now,
+        nodepools=nodepools,
     )
 
 
@@ -158,6 +166,15 @@ def diagnose(setup: Setup) -> list[Finding]:
     findings += no_fallback
     if no_fallback and setup.node_groups is not None:
         findings += undeclared_pool_findings(setup, live, no_fallback)
+    if setup.nodepools is not None:
+        findings += spot_only_nodepool_findings(setup, live)
+        if setup.daemonsets is not None:
+            said = {f.key for f in findings}
+            findings += [
+                f
+                for f in nodepool_device_plugin_findings(setup.nodepools, setup.daemonsets)
+                if f.key not in said
+            ]
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.check, f.key))
 
 
@@ -613,3 +630,106 @@ def _object(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# ---- Karpenter NodePools (AKS node auto-provisioning) --------------------------------------------
+
+
+def _nodepool_ref(nodepool: NodePoolInfo) -> ObjectRef:
+    return ObjectRef("NodePool", "", nodepool.name, nodepool.uid, "karpenter.sh/v1")
+
+
+def _gpu_nodepools(setup: Setup, live: Mapping[str, Pool]) -> list[NodePoolInfo]:
+    """NodePools that make GPU nodes: by their requirements, or by the nodes they have now."""
+    gpu_pools = {p.name for p in live.values() if p.gpus_per_node > 0}
+    return sorted(
+        (
+            np
+            for np in setup.nodepools or ()
+            if np.gpu or any(np.pool(c) in gpu_pools for c in np.capacity_types)
+        ),
+        key=lambda np: np.name,
+    )
+
+
+def spot_only_nodepool_findings(setup: Setup, live: Mapping[str, Pool]) -> list[Finding]:
+    """GPU NodePools that may launch spot only, while no pool offers on-demand GPUs: no VMSS
+    pool (live or declared), no NodePool allowing on-demand with GPUs, no declared on-demand
+    part of a NodePool. Karpenter then has nowhere to put a preempted replica but spot again."""
+    gpu = _gpu_nodepools(setup, live)
+    pools = with_declared(live, setup.declared_pools)
+    on_demand = [p.name for p in pools.values() if not p.spot and p.gpus_per_node > 0]
+    on_demand += [
+        np.pool(pool_kind.ON_DEMAND) for np in gpu if pool_kind.ON_DEMAND in np.capacity_types
+    ]
+    if on_demand:
+        return []
+    findings = []
+    for nodepool in (np for np in gpu if np.spot_only):
+        ref = _nodepool_ref(nodepool)
+        document = {"spec": {"template": {"spec": {"requirements": spot_only_patch(nodepool)}}}}
+        header = (
+            f"# NodePool {nodepool.name}'s whole requirements list (a merge patch replaces it): "
+            "every requirement kept, on-demand allowed beside spot.\n"
+            "# Karpenter still launches spot while spot is offered (NAP prefers it); a pod that "
+            "requires on-demand gets it.\n"
+        )
+        findings.append(
+            Finding(
+                Check.NODEPOOL_SPOT_ONLY,
+                ERROR,
+                ref,
+                f"GPU NodePool {nodepool.name} may launch spot only "
+                f"({names.KARPENTER_CAPACITY_TYPE_LABEL} {list(nodepool.capacity_types)}), and "
+                "no pool or NodePool offers on-demand GPUs",
+                "When its spot nodes are preempted, their replacements can only go to spot again, "
+                "which the same wave may take, and a spot shortage leaves them Pending: every "
+                "notice reports SpotRebalancerFailoverBlocked.",
+                "Allow on-demand in the NodePool (or add an on-demand GPU NodePool), and declare "
+                f"its on-demand part `{nodepool.pool(pool_kind.ON_DEMAND)}` in the chart value "
+                "`controller.pools` while it has no node.",
+                yaml=header + yaml.safe_dump(document, sort_keys=False),
+                command=f"kubectl patch nodepool {nodepool.name} --type merge "
+                "--patch-file fix.yaml",
+            )
+        )
+    return findings
+
+
+def nodepool_device_plugin_findings(
+    nodepools: Sequence[NodePoolInfo], daemonsets: Sequence[DaemonSetInfo]
+) -> list[Finding]:
+    """GPU NodePools that may launch spot, whose taints every device plugin leaves untolerated:
+    their spot nodes will advertise no GPUs. Taints only: a NodePool's taints are certain to be on
+    its nodes, while the labels a device plugin selects may come from the node image."""
+    plugins = [ds for ds in daemonsets if is_device_plugin(ds)]
+    findings: list[Finding] = []
+    for nodepool in sorted(nodepools, key=lambda np: np.name):
+        if not nodepool.gpu or pool_kind.SPOT not in nodepool.capacity_types:
+            continue
+        missing_by_plugin = {
+            ds.name: untolerated(ds.template_spec.get("tolerations") or [], nodepool.taints)
+            for ds in plugins
+        }
+        if not plugins or not all(missing_by_plugin.values()):
+            continue
+        for plugin in plugins:
+            ref = _daemonset_ref(plugin)
+            missing = missing_by_plugin[plugin.name]
+            findings.append(
+                Finding(
+                    Check.DEVICE_PLUGIN_NOT_ON_SPOT,
+                    ERROR,
+                    ref,
+                    f"spot GPU NodePool {nodepool.name}: the device plugin {ref} does not "
+                    f"tolerate its taints ({', '.join(str(t) for t in missing)})",
+                    "The spot nodes it launches will advertise no nvidia.com/gpu, so GPU pods "
+                    "cannot run there: Karpenter keeps launching nodes they do not fit, and "
+                    "replicas land on on-demand or stay Pending.",
+                    "Add the NodePool's taints to its pod template's tolerations."
+                    + _helm_note(plugin.helm_release),
+                    yaml=tolerations_patch(plugin.template_spec.get("tolerations") or [], missing),
+                    command=_patch_command(ref),
+                )
+            )
+    return findings

@@ -9,7 +9,9 @@ Event; `kubectl spot-rebalancer doctor` prints it.
 
 DaemonSets (the device plugin's, our agent's) are read with one list per run rather than kept in
 an informer: they change rarely and nothing here is urgent. A run whose list fails is skipped: a
-check never guesses. The cluster autoscaler's status is not read here (it lives in kube-system,
+check never guesses. Karpenter's NodePools (AKS node auto-provisioning) are listed the same way; a
+cluster without Karpenter answers 404 (no NodePools), and a list that fails otherwise skips the
+NodePool checks alone. The cluster autoscaler's status is not read here (it lives in kube-system,
 outside the controller's permissions), so pools at zero are the plugin's check only.
 """
 
@@ -23,17 +25,19 @@ from rebalancer.clock import Clock
 from rebalancer.config import ControllerSettings
 from rebalancer.controller.catalogue import misconfigured
 from rebalancer.controller.checkup import Finding, diagnose, setup_of
+from rebalancer.controller.karpenter import NodePoolInfo
 from rebalancer.controller.model import DaemonSetInfo
 from rebalancer.controller.options import planner_settings
 from rebalancer.controller.recorder import tell
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.kube.client import Requester
-from rebalancer.kube.errors import KubeError
+from rebalancer.kube.errors import KubeError, NotFound
 from rebalancer.kube.events import EventRecorder
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.vocabulary import Check
 
 DAEMONSETS = "/apis/apps/v1/daemonsets"
+NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
 
 
 class Doctor:
@@ -94,13 +98,28 @@ class Doctor:
             self._log.warning("doctor skipped: DaemonSets not readable", reason=str(error))
             return None
         daemonsets = [DaemonSetInfo.from_json(item) for item in listed.get("items") or []]
-        findings = diagnose(setup_of(state, settings=self._planner, daemonsets=daemonsets))
+        nodepools = await self._nodepools()
+        findings = diagnose(
+            setup_of(state, settings=self._planner, daemonsets=daemonsets, nodepools=nodepools)
+        )
         for check in Check:
             count = sum(1 for finding in findings if finding.check == check)
             self._metrics.doctor_findings.labels(str(check)).set(count)
         self._tell(findings)
         self.runs += 1
         return findings
+
+    async def _nodepools(self) -> list[NodePoolInfo] | None:
+        """Karpenter's NodePools; [] without Karpenter; None when they could not be read."""
+        try:
+            listed = await self._client.request("GET", NODEPOOLS)
+        except NotFound:
+            return []
+        except KubeError as error:
+            self._metrics.reconcile_errors.labels(error.kind).inc()
+            self._log.warning("doctor: NodePool checks skipped", reason=str(error))
+            return None
+        return [NodePoolInfo.from_json(item) for item in listed.get("items") or []]
 
     def _tell(self, findings: list[Finding]) -> None:
         """A log line and an Event per finding that appeared since the last run (leader only)."""
