@@ -3,10 +3,10 @@ goes. Pure: `webhook.py` serves it over HTTPS; the view is the controller's last
 
 A replacement made for a replica under notice, and every pod of a workload that keeps spare
 replicas, carry Karpenter's `karpenter.sh/do-not-disrupt: "true"` (unless the pod says otherwise)
-for as long as they run: Karpenter's consolidation would otherwise delete a replacement
-still loading, move a fail-over replica to spot break-before-make (our return to spot does it
-make-before-break), or pack a workload's spares onto fewer nodes, the hedge they are for. It
-blocks only voluntary disruption; a spot eviction and Karpenter's repair still take the pod.
+for as long as they run: Karpenter's consolidation or drift would otherwise take their node
+and start them again elsewhere, break before make (a replacement still loading, a fail-over
+replica moved between on-demand nodes, a workload's spares packed onto fewer nodes, the hedge
+they are for). It blocks only voluntary disruption; a spot eviction still takes the pod.
 The pods themselves go when the surge scales back or the return retires them, so the
 annotation never outlives the reason (nothing removes it: no pod patch, no extra RBAC).
 
