@@ -1,11 +1,14 @@
-"""A spot eviction under Karpenter (AKS node auto-provisioning's engine), on real Karpenter.
+"""A spot eviction and the return to spot under Karpenter (AKS node auto-provisioning's engine),
+on real Karpenter.
 
 One NodePool allows spot and on-demand GPU nodes, as NAP's do; Karpenter launches spot (cheaper)
 for the Deployment. A Preempt arrives as AKS's node-problem-detector reports it (the
 `PreemptionScheduled` condition; no agent: a Karpenter node has no Azure VM here). The
 controller surges; the placement webhook requires the NodePool's on-demand capacity for the
 replacement, so Karpenter launches an on-demand NodeClaim for it, before the spot node goes.
-The test plays Azure: at NotBefore the VM's pods go at once and its NodeClaim is deleted.
+The test plays Azure: at NotBefore the VM's pods go at once and its NodeClaim is deleted. Once
+the pool has been quiet, the replica returns to a spot node Karpenter launches for it, and
+Karpenter's consolidation removes the emptied on-demand node.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ GPU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
 DECLARED = [{"name": f"{NODEPOOL}:on-demand", "gpus": 1, "taints": ["sku=gpu:NoSchedule"]}]
 POLICY = {names.SPREAD: "zone"}  # a placement policy (every other field at its default)
 NOTICE_SECONDS = 30
+QUIET_SECONDS = 45
 
 
 @pytest.fixture(scope="session")
@@ -98,7 +102,7 @@ async def evict_at(rig: KubeRig, node_name: str, not_before: float) -> None:
     await rig.api.absent(f"{NODECLAIMS}/{claim['metadata']['name']}")
 
 
-async def test_a_preempted_replica_fails_over_onto_an_on_demand_nodeclaim_karpenter_launches(
+async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_spot(
     rig: KubeRig,
     webhook: Webhook,  # noqa: F811
     gpu_nodepool: dict[str, Any],
@@ -121,7 +125,14 @@ async def test_a_preempted_replica_fails_over_onto_an_on_demand_nodeclaim_karpen
     spot_nodes = sorted({p["spec"]["nodeName"] for p in rig.pods()})
     assert [karpenter_labels(rig, n) for n in spot_nodes] == [(NODEPOOL, "spot")] * 2
 
-    rig.start_controller(**webhook.controller_env, REBALANCER_POOLS=json.dumps(DECLARED))
+    rig.start_controller(
+        **webhook.controller_env,
+        REBALANCER_POOLS=json.dumps(DECLARED),
+        # The return to spot may start 45 s after the Preempt: after the eviction at 30 s.
+        REBALANCER_RETURN_QUIET_SECONDS=str(QUIET_SECONDS),
+        REBALANCER_COOLDOWN_SECONDS="2",
+        REBALANCER_RETURN_PENDING_TIMEOUT_SECONDS="40",
+    )
     await rig.wait_for(
         lambda: "admission webhook serving" in rig.log("controller-0"),
         timeout=15,
@@ -190,3 +201,32 @@ async def test_a_preempted_replica_fails_over_onto_an_on_demand_nodeclaim_karpen
     assert rig.min_ready[("inference", "llm")] == 2, rig.min_ready
     assert rig.deficit[("inference", "llm")].replica_seconds == unavoidable
     assert rig.deployment()["spec"]["replicas"] == 2
+
+    # The return to spot, once the pool has been quiet: no spot node has room (Karpenter keeps
+    # none idle), so the new replica, pending, makes Karpenter launch a spot node; once it is
+    # Ready the on-demand replica goes, and Karpenter removes the emptied on-demand node.
+    on_demand_node = pod["spec"]["nodeName"]
+
+    def all_on_spot() -> bool:
+        nodes = [p["spec"].get("nodeName") for p in rig.pods()]
+        return (
+            rig.ready_count() == 2
+            and len(nodes) == 2
+            and all(n and karpenter_labels(rig, n) == (NODEPOOL, "spot") for n in nodes)
+            and rig.deployment()["spec"]["replicas"] == 2
+        )
+
+    async with sampling(rig):
+        returned = time.monotonic()
+        await rig.wait_for(all_on_spot, timeout=QUIET_SECONDS + 40, what="the return to spot")
+        returned_in = time.monotonic() - returned
+        await rig.wait_for(
+            lambda: rig.node(on_demand_node) is None,
+            timeout=60,
+            what="Karpenter removing the emptied on-demand node",
+        )
+    print(f"return to spot done {returned_in:.1f} s after the fail-over's checks")
+    assert len(rig.events("SpotRebalancerReturnStarted")) == 1
+    new_spot = {p["spec"]["nodeName"] for p in rig.pods()} - set(spot_nodes)
+    assert len(new_spot) == 1, "the returned replica is not on a node Karpenter launched for it"
+    assert rig.min_ready[("inference", "llm")] == 2, "a Ready replica was lost on the way back"

@@ -4,13 +4,16 @@ and what placement requires so that Karpenter provisions the capacity type it ch
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from rebalancer import names, pool_kind
 from rebalancer.config import PoolShape
+from rebalancer.controller.actions import StartReturn
 from rebalancer.controller.admission import View, review
+from rebalancer.controller.history import History
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.placement import Decision, affinity_patch
 from rebalancer.controller.planner import Settings, plan
@@ -227,3 +230,45 @@ def test_a_pod_that_says_otherwise_keeps_its_own_value() -> None:
     result = review(body, view_of(state), [])
     patched = apply_adds(body["request"]["object"], patch_of(result.response))
     assert patched["metadata"]["annotations"][names.KARPENTER_DO_NOT_DISRUPT] == "false"
+
+
+# ---- returns to spot under Karpenter ------------------------------------------------------------
+
+
+def nap_json(name: str, capacity: str, *, zone: str = "eastus-1") -> dict[str, Any]:
+    labels = {
+        names.KARPENTER_NODEPOOL_LABEL: "gpu",
+        names.KARPENTER_CAPACITY_TYPE_LABEL: capacity,
+        names.ZONE_LABEL: zone,
+        names.INSTANCE_TYPE_LABEL: "Standard_NC24ads_A100_v4",
+    }
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                   "allocatable": {"nvidia.com/gpu": "1"}},
+    }  # fmt: skip
+
+
+def test_a_return_to_a_nodepools_spot_part_starts_without_an_idle_spot_node() -> None:
+    # After a fail-over: one replica on the NodePool's last spot node (full), one on the on-demand
+    # node Karpenter launched. No spot node has room; Karpenter launches one for the new replica.
+    state = snapshot(
+        [nap_json("nap-spot-0", "spot"), nap_json("nap-od-0", "on-demand")],
+        [pod("p0", "nap-spot-0"), pod("p1", "nap-od-0")],
+        [deployment(2)],
+        history=History(since=NOW - timedelta(days=1), entries=()),
+    )
+    (start,) = [a for a in plan(state, Settings()).actions if isinstance(a, StartReturn)]
+    assert start.record is not None
+    assert (start.record.pool, start.record.retire, start.replicas) == ("gpu:spot", "ml/p1", 3)
+
+
+def test_a_full_vmss_spot_pool_still_has_no_room_for_a_return() -> None:
+    state = snapshot(
+        [node_json("spot-0"), node_json("od-0", pool="odgpu", spot=False)],
+        [pod("p0", "spot-0"), pod("p1", "od-0")],
+        [deployment(2)],
+        history=History(since=NOW - timedelta(days=1), entries=()),
+    )
+    assert [a for a in plan(state, Settings()).actions if isinstance(a, StartReturn)] == []
