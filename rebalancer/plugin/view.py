@@ -26,6 +26,7 @@ from rebalancer.azure.prices import BUNDLED, PriceTable, parse_price_file
 from rebalancer.config import ControllerSettings, describe_error
 from rebalancer.controller.checkup import NodeGroup, Setup, node_groups_from_status, setup_of
 from rebalancer.controller.history import History, history_from_configmap
+from rebalancer.controller.karpenter import NodePoolInfo
 from rebalancer.controller.model import (
     DaemonSetInfo,
     NodeInfo,
@@ -62,6 +63,7 @@ class Raw:
     prices: Obj | None = None  # the ConfigMap the controller's price file is mounted from
     autoscaler: Obj | None = None  # kube-system/cluster-autoscaler-status
     problems: Sequence[str] = ()
+    nodepools: Sequence[Obj] | None = ()  # Karpenter's; () without Karpenter
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ class View:
     node_groups: tuple[NodeGroup, ...] | None
     lease: Lease | None
     problems: tuple[str, ...] = field(default=())
+    nodepools: tuple[NodePoolInfo, ...] | None = ()
 
     @property
     def now(self) -> datetime:
@@ -122,6 +125,7 @@ class View:
             settings=self.planner,
             daemonsets=self.daemonsets,
             node_groups=self.node_groups,
+            nodepools=self.nodepools,
         )
 
 
@@ -273,4 +277,7 @@ def build_view(
         node_groups=None if groups is None else tuple(groups),
         lease=lease_of(raw.lease),
         problems=tuple(problems),
+        nodepools=None
+        if raw.nodepools is None
+        else tuple(NodePoolInfo.from_json(o) for o in raw.nodepools),
     )

@@ -13,9 +13,12 @@ import yaml
 from rebalancer import names
 from rebalancer.controller.checkup import ERROR, Finding, Setup, diagnose
 from rebalancer.controller.karpenter import NodePoolInfo
+from rebalancer.plugin import doctor
+from rebalancer.plugin.view import build_view
 from rebalancer.vocabulary import Check
 from tests.unit.kube_objects import node
 from tests.unit.test_checkup import AKS_DOCS_PLUGIN, BOTH, D4, GPU, SPOT, setup, world
+from tests.unit.test_plugin import ENV, NOW, controller, raw
 
 SPOT_TAINT = {"key": names.AKS_SPOT_LABEL, "value": "spot", "effect": "NoSchedule"}
 GPU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
@@ -272,3 +275,16 @@ def test_what_a_nodepool_may_launch(
     }
     info = NodePoolInfo.from_json(obj)
     assert (info.capacity_types, info.gpu) == (capacity_types, gpu)
+
+
+def test_the_plugins_doctor_reads_the_nodepools_it_gathered() -> None:
+    # The release declares no on-demand pool: nothing offers on-demand GPUs.
+    release = controller(env={k: v for k, v in ENV.items() if k != "REBALANCER_POOLS"})
+    nap = raw(nodes=NAP_ONLY, nodepools=[SPOT_GPU_POOL], deployments=[release])
+    view = build_view(nap, now=NOW, namespace=None)
+    checks = {f.check for f in doctor.findings_of(view)}
+    assert Check.NODEPOOL_SPOT_ONLY in checks
+    # Not readable (forbidden): the NodePool checks are skipped, never guessed.
+    forbidden = raw(nodes=NAP_ONLY, nodepools=None, deployments=[release])
+    unread = build_view(forbidden, now=NOW, namespace=None)
+    assert Check.NODEPOOL_SPOT_ONLY not in {f.check for f in doctor.findings_of(unread)}
