@@ -168,6 +168,8 @@ def diagnose(setup: Setup) -> list[Finding]:
         findings += undeclared_pool_findings(setup, live, no_fallback)
     if setup.nodepools is not None:
         findings += spot_only_nodepool_findings(setup, live)
+        if no_fallback:
+            findings += undeclared_nodepool_findings(setup, live, no_fallback)
         if setup.daemonsets is not None:
             said = {f.key for f in findings}
             findings += [
@@ -733,3 +735,57 @@ def nodepool_device_plugin_findings(
                 )
             )
     return findings
+
+
+def undeclared_nodepool_findings(
+    setup: Setup, live: Mapping[str, Pool], no_fallback: Sequence[Finding]
+) -> list[Finding]:
+    """GPU NodePools that may launch on-demand, whose on-demand part has no node and is not
+    declared, reported when some workload has no on-demand fallback: the controller cannot see
+    a NodePool part without nodes, so the fail-over is blocked although Karpenter could launch
+    the capacity (the NAP counterpart of `undeclared_pool_findings`)."""
+    stuck = ", ".join(sorted(str(f.object) for f in no_fallback))
+    findings = []
+    for nodepool in _gpu_nodepools(setup, live):
+        part = nodepool.pool(pool_kind.ON_DEMAND)
+        if pool_kind.ON_DEMAND not in nodepool.capacity_types:
+            continue
+        if part in live or part in setup.declared_pools:
+            continue
+        declaration = {
+            "controller": {
+                "pools": [
+                    {
+                        "name": part,
+                        "gpus": _gpus_of(nodepool),
+                        "taints": [str(t) for t in nodepool.taints],
+                    }
+                ]
+            }
+        }
+        header = (
+            f"# Values of the spot-rebalancer release: NodePool {nodepool.name}'s on-demand part "
+            "as its nodes will look (its taints; gpus: nvidia.com/gpu per node of its size).\n"
+        )
+        findings.append(
+            Finding(
+                Check.POOL_AT_ZERO_UNDECLARED,
+                WARNING,
+                _nodepool_ref(nodepool),
+                f"NodePool {nodepool.name} may launch on-demand GPU nodes but has none now; the "
+                f"controller's settings do not declare {part}",
+                "A NodePool part without nodes shows the controller neither its taints nor its "
+                f"labels, so it is left out of the fail-over check: {stuck} has no on-demand "
+                "fallback, although Karpenter would launch one for a replacement that requires it.",
+                f"Declare {part} in the chart value `controller.pools`, as its nodes will look.",
+                yaml=header + yaml.safe_dump(declaration, sort_keys=False),
+                command=HELM_UPGRADE,
+            )
+        )
+    return findings
+
+
+def _gpus_of(nodepool: NodePoolInfo) -> int:
+    """nvidia.com/gpu per node: the NodePool's one GPU count if it names one, else 1."""
+    count = nodepool.labels.get("karpenter.azure.com/sku-gpu-count", "")
+    return int(count) if count.isdigit() and int(count) > 0 else 1

@@ -111,6 +111,10 @@ CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
         nap_world(nodepools=[SPOT_GPU_POOL], declared=[]),
         [("nodepool-spot-only", ERROR, "NodePool gpu"), NO_FALLBACK],
     ),
+    "a NodePool allowing on-demand, its on-demand part undeclared and without nodes": (
+        nap_world(declared=[]),
+        [NO_FALLBACK, ("on-demand-pool-undeclared", "warning", "NodePool gpu")],
+    ),
     "spot only, but a separate on-demand GPU NodePool": (
         nap_world(
             nodepools=[SPOT_GPU_POOL, nodepool("gpuod", ["on-demand"], taints=[GPU_TAINT])],
@@ -184,7 +188,9 @@ def _apply(parts: dict[str, Any], finding: Finding) -> dict[str, Any]:
     requirements list; a strategic merge patch of a DaemonSet replaces its tolerations."""
     changed = copy.deepcopy(parts)
     document = yaml.safe_load(finding.yaml)
-    if finding.object.kind == "NodePool":
+    if "controller" in document:  # chart values: a pool declaration
+        changed["declared"] += document["controller"]["pools"]
+    elif finding.object.kind == "NodePool":
         for obj in changed["nodepools"]:
             if obj["metadata"]["name"] == finding.object.name:
                 requirements = document["spec"]["template"]["spec"]["requirements"]
@@ -197,7 +203,11 @@ def _apply(parts: dict[str, Any], finding: Finding) -> dict[str, Any]:
     return changed
 
 
-NAP_CHECKS = (Check.NODEPOOL_SPOT_ONLY, Check.DEVICE_PLUGIN_NOT_ON_SPOT)
+NAP_CHECKS = (
+    Check.NODEPOOL_SPOT_ONLY,
+    Check.DEVICE_PLUGIN_NOT_ON_SPOT,
+    Check.POOL_AT_ZERO_UNDECLARED,
+)
 
 
 @pytest.mark.parametrize("case", [c for c, (_, expected) in CASES.items() if expected])
@@ -209,7 +219,11 @@ def test_each_nap_yaml_fixes_its_finding(case: str) -> None:
             continue
         assert finding.yaml and finding.command
         fixed = _apply(parts, finding)
-        assert finding.key not in {f.key for f in diagnose(nap_setup(fixed))}, finding
+        after = {f.key for f in diagnose(nap_setup(fixed))}
+        assert finding.key not in after, finding
+        if finding.check == Check.POOL_AT_ZERO_UNDECLARED:
+            # The declaration, as the finding wrote it, is the fallback the workload lacked.
+            assert not any(key[0] == str(Check.NO_ON_DEMAND_FALLBACK) for key in after), after
         fixed_some = True
     assert fixed_some
 
