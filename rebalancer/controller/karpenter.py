@@ -79,27 +79,29 @@ def _capacity_types(requirements: Sequence[Mapping[str, Any]]) -> tuple[str, ...
     own = [r for r in requirements if r.get("key") == names.KARPENTER_CAPACITY_TYPE_LABEL]
     if not own:
         return (pool_kind.ON_DEMAND,)
-    allowed = [c for c in pool_kind.CAPACITY_TYPES if c != "reserved"]
+    allowed = set(pool_kind.CAPACITY_TYPES)
+    reserved_named = False
     for r in own:
-        values = [str(v) for v in r.get("values") or []]
+        values = {str(v) for v in r.get("values") or []}
         if r.get("operator") == "In":
-            allowed = [
-                c
-                for c in pool_kind.CAPACITY_TYPES
-                if c in values and (c in allowed or c == "reserved")
-            ]
+            allowed &= values
+            reserved_named |= "reserved" in values
         elif r.get("operator") == "NotIn":
-            allowed = [c for c in allowed if c not in values]
-    return tuple(allowed)
+            allowed -= values
+    if not reserved_named:
+        allowed.discard("reserved")
+    return tuple(c for c in pool_kind.CAPACITY_TYPES if c in allowed)
 
 
 def _gpu_only(requirement: Mapping[str, Any]) -> bool:
     key, operator = requirement.get("key"), requirement.get("operator")
     values = [str(v) for v in requirement.get("values") or []]
     if key in GPU_REQUIREMENT_KEYS:
-        if key == "karpenter.azure.com/sku-gpu-count":
-            return (operator == "Gt" and values[:1] not in ([], ["-1"])) or (
-                operator == "In" and bool(values) and all(v not in ("", "0") for v in values)
+        if key == "karpenter.azure.com/sku-gpu-count":  # Gt n (n >= 0), or In counts above 0
+            if operator == "Gt":
+                return bool(values) and values[0].isdigit()
+            return (
+                operator == "In" and bool(values) and all(v.isdigit() and v != "0" for v in values)
             )
         return operator in ("In", "Exists")
     if key == "karpenter.azure.com/sku-family":

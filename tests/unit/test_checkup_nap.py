@@ -104,6 +104,7 @@ def found(parts: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 ON_DEMAND_PART = {"name": "gpu:on-demand", "gpus": 1, "taints": [SPOT, GPU]}
+CAPACITY = names.KARPENTER_CAPACITY_TYPE_LABEL
 NO_FALLBACK = ("workload-no-on-demand-fallback", ERROR, "Deployment inference/llm")
 CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
     "a GPU NodePool allowing spot and on-demand: healthy": (nap_world(), []),
@@ -248,6 +249,17 @@ def test_the_spot_only_patch_keeps_every_other_requirement() -> None:
     ("requirements", "capacity_types", "gpu"),
     [
         ([], ("on-demand",), False),  # Karpenter's default
+        (
+            [{"key": CAPACITY, "operator": "In", "values": ["reserved", "on-demand"]}],
+            ("on-demand", "reserved"),
+            False,
+        ),
+        ([{"key": CAPACITY, "operator": "Exists"}], ("spot", "on-demand"), False),
+        (
+            [{"key": "karpenter.azure.com/sku-gpu-count", "operator": "Gt", "values": ["-1"]}],
+            ("on-demand",),
+            False,  # 0 GPUs allowed
+        ),
         (
             [{"key": names.KARPENTER_CAPACITY_TYPE_LABEL, "operator": "In", "values": ["spot"]}],
             ("spot",),
