@@ -274,6 +274,14 @@ class ControllerSettings(CommonSettings):
         ge=0,
         description="Run the doctor's checks this often (Warning Events, a gauge); 0: never.",
     )
+    helm_chart: str = Field(
+        "",
+        description="The chart the doctor's `helm upgrade` fixes name (the chart sets it from "
+        "`chartReference`, the published `oci://` chart); unset: `<chart>`.",
+    )
+    helm_chart_version: str = Field(
+        "", description="The chart version those fixes pin (the chart sets its own); unset: none."
+    )
     deadline_margin_seconds: float = Field(
         5.0, ge=0, description="Delete what remains on a node this long before its deadline."
     )
@@ -468,6 +476,19 @@ class ControllerSettings(CommonSettings):
     )
     azure_timeout_seconds: float = Field(
         30.0, gt=0, le=300, description="Timeout of one Azure API request."
+    )
+    target_recovery_seconds: float = Field(
+        360.0,
+        ge=0,
+        description="Availability targets: how long a lost spot replica is missing until its "
+        "replacement on on-demand is Ready (node provisioning + model load - notice).",
+    )
+    target_spot_price_share: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="Availability targets: spot's price as a share of on-demand's, to compare "
+        "plans by cost.",
     )
     return_enabled: bool = Field(True, description="Move replicas back to spot when it is safe.")
     return_quiet_seconds: float = Field(

@@ -80,6 +80,11 @@ POOLS: Final = f"{PREFIX}/pools"  # comma-separated agent pools that may serve i
 MAX_RISK: Final = f"{PREFIX}/max-risk"  # low | medium | high: the riskiest spot group accepted
 SPREAD: Final = f"{PREFIX}/spread"  # zone | pool | none: what its spot replicas spread over
 FAILOVER_TO: Final = f"{PREFIX}/failover-to"  # on-demand | spot: where replacements go
+# The share of time, in percent, with the owner's count Ready: the controller then decides the
+# spot and on-demand replicas (rebalancer/controller/target.py).
+AVAILABILITY_TARGET: Final = f"{PREFIX}/availability-target"
+# Ours, on the workload with a target: why it keeps what it keeps (words, for people).
+TARGET_WHY: Final = f"{PREFIX}/target-why"
 # Ours, on the workload: the spare replicas we keep on it (JSON: the owner's count, ours added).
 SPARE_RECORD: Final = f"{PREFIX}/spare"
 # Ours, on the workload: the last valid policy (JSON), in force while the declared one is invalid.

@@ -3,15 +3,21 @@
 An action carries everything its write needs and the state it was planned from (`basis`): the
 executor reads the object afresh, applies the action only if the object still matches that basis,
 and otherwise rejects it (the next pass plans again from the newer state). So the executor never
-decides, and a stale cache can never make it write twice. Workload actions carry their whole patch
-(`patch()`); node actions carry a builder that turns the Node as read into a merge patch, because
-a merge patch replaces the taint list whole and must start from the taints the Node has now.
+decides, and a stale cache can never make it write twice.
+
+Each action that writes has one pure function that makes what is sent: node actions `build(node)`
+(a JSON merge patch from the Node as read, because a merge patch replaces the taint list whole and
+must start from the taints the Node has now); workload actions `patch()` (sent if `applies_to`
+the object read afresh); `SetDeletionCost.patch()`, `Evict.body()` (the Eviction),
+`Delete.body()` (the DeleteOptions), `Hold.body()`, `Bound.patch()`, `RecordHistory.configmap()`.
+The executor sends them; `rebalancer simulate` applies the same ones to its virtual objects, so
+what it reports is what these writes do.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -167,6 +173,17 @@ class WorkloadAction:
     def patch(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def applies_to(self, fresh: WorkloadInfo) -> bool:
+        """Whether the patch may be sent to the object as read now: it is still the one planned
+        from, or (a surge) the count is already there and nothing else moved: an HPA whose
+        minReplicas we raised (the step before the surge) scaled to it first, and our record is
+        still to write."""
+        if self.basis.matches(fresh):
+            return True
+        if not isinstance(self, ScaleUp) or fresh.replicas != self.replicas:
+            return False
+        return self.basis.matches(replace(fresh, replicas=self.basis.replicas))
+
 
 def _workload_patch(
     annotations: Mapping[str, str | None], replicas: int | None = None
@@ -223,10 +240,16 @@ class SetSpare(WorkloadAction):
     replicas: int | None = None
     record: Spare | None = None
     reason: Reason = Reason.SPARE
+    # With an availability target, why (words for people, `names.TARGET_WHY`): None leaves the
+    # annotation as it is, "" removes it.
+    why: str | None = None
 
     def patch(self) -> dict[str, Any]:
         record = self.record.to_json() if self.record is not None else None
-        return _workload_patch({names.SPARE_RECORD: record}, self.replicas)
+        annotations: dict[str, str | None] = {names.SPARE_RECORD: record}
+        if self.why is not None:
+            annotations[names.TARGET_WHY] = self.why or None
+        return _workload_patch(annotations, self.replicas)
 
 
 @dataclass(frozen=True)
@@ -291,13 +314,14 @@ class SetDeletionCost:
     restore: bool = False
     reason: Reason = field(default=Reason.LOWEST_COST, compare=False)
 
-    def annotations(self) -> dict[str, str | None]:
+    def patch(self) -> dict[str, Any]:
+        """The JSON merge patch of the Pod."""
         annotations: dict[str, str | None] = {names.DELETION_COST: self.cost}
         if self.restore:
             annotations[names.ORIGINAL_COST_ANNOTATION] = None
         elif self.save_original is not None:
             annotations[names.ORIGINAL_COST_ANNOTATION] = self.save_original
-        return annotations
+        return {"metadata": {"annotations": annotations}}
 
 
 @dataclass(frozen=True)
@@ -310,6 +334,20 @@ class Evict:
     # Shorter than the pod's own when that would not end before the deadline; None: its own.
     grace_seconds: int | None = None
 
+    def body(self) -> dict[str, Any]:
+        """The Eviction POSTed to pods/eviction: only this pod (its UID), and the grace cut
+        when the plan cut it."""
+        namespace, name = self.pod
+        options: dict[str, Any] = {"preconditions": {"uid": self.uid}}
+        if self.grace_seconds is not None:
+            options["gracePeriodSeconds"] = max(0, self.grace_seconds)
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": options,
+        }
+
 
 @dataclass(frozen=True)
 class Delete:
@@ -319,6 +357,15 @@ class Delete:
     event_id: str
     grace_seconds: int
     reason: Reason = Reason.DEADLINE
+
+    def body(self) -> dict[str, Any]:
+        """The DeleteOptions of the DELETE: only this pod (its UID), with this grace."""
+        return {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": max(0, self.grace_seconds),
+            "preconditions": {"uid": self.uid},
+        }
 
 
 @dataclass(frozen=True)
@@ -401,6 +448,18 @@ class RecordHistory:
     history: History = field(compare=False, repr=False)
     new: tuple[Entry, ...] = ()
     reason: Reason = Reason.NEW_NOTICE
+
+    def configmap(self, *, namespace: str, name: str) -> dict[str, Any]:
+        """The ConfigMap that holds the history (created, or replaced from the version read)."""
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if self.history.resource_version:
+            metadata["resourceVersion"] = self.history.resource_version
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata,
+            "data": {names.HISTORY_KEY: self.history.to_json()},
+        }
 
 
 Action = (

@@ -91,6 +91,7 @@ class View:
     def where(self, workload: WorkloadKey, admitted: Iterable[Admitted]) -> Where:
         counts: dict[tuple[str, str], int] = {}
         on_demand = 0
+        under_notice = 0  # on spot nodes under notice: going, not counted as spot kept
         nodes = self.snapshot.nodes
         shown: set[str] = set()  # the reviews whose pods this view counts (or has seen go)
         for pod in self.snapshot.pods_by_workload.get(workload, []):
@@ -107,6 +108,7 @@ class View:
                 continue
             counts[(pool, zone)] = counts.get((pool, zone), 0) + 1
             on_demand += 0 if spot else 1
+            under_notice += 1 if spot and node is not None and node.notices else 0
         # Not "made after the view was built": a view built just after an answer often lacks
         # the pod yet (the API server writes it after the answer; the watch brings it later), and
         # the next pod of a burst went to on-demand again (the real API server showed it).
@@ -114,7 +116,7 @@ class View:
             if made.workload == workload and made.review not in shown:
                 counts[(made.pool, made.zone)] = counts.get((made.pool, made.zone), 0) + 1
                 on_demand += 0 if made.spot else 1
-        return Where(counts, on_demand)
+        return Where(counts, on_demand, under_notice)
 
     def workload_of(self, pod: Mapping[str, Any], namespace: str) -> WorkloadInfo | None:
         """Through the pod's controller reference (a ReplicaSet the caches may not have yet is
@@ -209,6 +211,7 @@ def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review
     fits = [pool for pool in view.pools.values() if not pool.problems_for(spec, gpus)]
     surge = workload.surge
     failing_over = (surge is not None and not surge.completed) or workload.key in view.surging
+    spare = workload.spare
     decision = choose(
         policy,
         fits=fits,
@@ -216,6 +219,7 @@ def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review
         where=view.where(workload.key, admitted),
         failing_over=failing_over,
         evicting=view.evicting,
+        target_spot=spare.spot if policy.target and spare is not None else None,
     )
     if decision is None:
         return allow("no_fit", workload=workload)

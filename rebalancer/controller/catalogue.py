@@ -252,6 +252,8 @@ def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:
                 text = "Spare replicas removed" + (
                     f": scaled to {action.replicas}" if action.replicas is not None else ""
                 )
+            elif action.why:
+                text = f"Availability target: scaled to {action.replicas}: {action.why}"
             else:
                 text = (
                     f"Keeping {action.record.added} spare replicas on top of the owner's "

@@ -18,6 +18,9 @@ pods; NVIDIA Dynamo's AKS spot guide exists to get the tolerations right):
 - a managed workload that no on-demand pool takes (nowhere to fail over);
 - an on-demand pool autoscaled at zero that the settings do not declare (the controller cannot
   see its taints, so it reports fail-over blocked);
+- on-demand GPU nodes that stayed empty for long after their GPU pods left before the cluster
+  autoscaler removed them (its profile's scale-down settings, which are not visible in the
+  cluster: judged from what the controller saw, `idle_nodes.py`; docs/cost.md);
 - under AKS node auto-provisioning (Karpenter NodePools): a GPU NodePool that may launch spot
   only while nothing else offers on-demand GPUs (no fail-over path), and a GPU NodePool whose
   spot nodes get a taint that no device plugin tolerates (judged from the NodePool, so before
@@ -59,7 +62,6 @@ DEVICE_PLUGIN_MARKERS = ("nvidia-device-plugin", "k8s-device-plugin")
 GPU_SKU = re.compile(r"^standard_n[cdv]", re.IGNORECASE)
 # How AKS names the VM scale set of a pool, which is what the cluster autoscaler lists.
 AKS_NODE_GROUP = re.compile(r"^aks-(?P<pool>[a-z0-9]+)-\d+-vmss$")
-HELM_UPGRADE = "helm upgrade <release> charts/spot-rebalancer --reuse-values -f fix.yaml"
 # A new GPU node shows its GPUs once the device plugin's pod has started and registered: seconds
 # to a minute or two. Younger nodes are not blamed for having none.
 GPU_REGISTRATION_GRACE = timedelta(minutes=10)
@@ -121,6 +123,18 @@ class NodeGroup:
 
 
 @dataclass(frozen=True)
+class IdleSpell:
+    """An on-demand GPU node that had a GPU pod, then none, until the cluster autoscaler removed
+    it: `seconds` is at least how long it stayed empty (between the first and the last time it
+    was seen empty)."""
+
+    node: str
+    pool: str
+    seconds: float
+    ended: datetime
+
+
+@dataclass(frozen=True)
 class Setup:
     nodes: Sequence[NodeInfo]
     workloads: Sequence[WorkloadInfo]  # the managed ones (failed over make-before-break)
@@ -129,7 +143,20 @@ class Setup:
     node_groups: Sequence[NodeGroup] | None = None  # None: the autoscaler's status is not known
     spot_pools_seen: frozenset[str] = frozenset()  # pools the eviction history knows as spot
     now: datetime | None = None  # None: every node counts as old enough to judge
+    # On-demand GPU nodes seen empty after their GPU pods left, until removed (the controller's
+    # own watch); None: not watched (the plugin sees one instant), the check is skipped.
+    idle_spells: Sequence[IdleSpell] | None = None
+    idle_limit_seconds: float = 300.0
+    # The chart fixes are applied to: the published one the release came from, when known.
+    helm_upgrade: str = "helm upgrade <release> <chart> --reuse-values -f fix.yaml"
     nodepools: Sequence[NodePoolInfo] | None = None  # Karpenter's; None: not read, checks skipped
+
+
+def helm_upgrade_command(chart: str, version: str) -> str:
+    """`helm upgrade` with a fix's values, on the chart (and version) the release was installed
+    from: a user has the published chart, not a checkout's `charts/` folder."""
+    pinned = f" --version {version}" if version else ""
+    return f"helm upgrade <release> {chart or '<chart>'}{pinned} --reuse-values -f fix.yaml"
 
 
 def setup_of(
@@ -139,6 +166,9 @@ def setup_of(
     daemonsets: Sequence[DaemonSetInfo] | None,
     node_groups: Sequence[NodeGroup] | None = None,
     nodepools: Sequence[NodePoolInfo] | None = None,
+    idle_spells: Sequence[IdleSpell] | None = None,
+    idle_limit_seconds: float = 300.0,
+    helm_upgrade: str = "",
 ) -> Setup:
     """The checks' input from the controller's view of the cluster and its planner settings
     (which workloads it manages, which pools it declares)."""
@@ -151,6 +181,9 @@ def setup_of(
         spot_pools_seen=frozenset(e.pool for e in snapshot.history.entries if e.spot),
         now=snapshot.now,
         nodepools=nodepools,
+        idle_spells=idle_spells,
+        idle_limit_seconds=idle_limit_seconds,
+        helm_upgrade=helm_upgrade or Setup.helm_upgrade,
     )
 
 
@@ -166,6 +199,9 @@ def diagnose(setup: Setup) -> list[Finding]:
     findings += no_fallback
     if no_fallback and setup.node_groups is not None:
         findings += undeclared_pool_findings(setup, live, no_fallback)
+    if setup.idle_spells is not None:
+        limit = setup.idle_limit_seconds
+        findings += idle_fallback_findings(setup.idle_spells, limit_seconds=limit)
     if setup.nodepools is not None:
         findings += spot_only_nodepool_findings(setup, live)
         if no_fallback:
@@ -508,7 +544,7 @@ def fallback_findings(setup: Setup, live: Mapping[str, Pool]) -> list[Finding]:
                 "that pool has no Node, declare it in the chart value `controller.pools`."
             )
             yaml_text = pool_declaration(_zero_pool_name(setup, live), workload.gpus_per_replica)
-            command = HELM_UPGRADE
+            command = setup.helm_upgrade
         else:
             fix = "Let one on-demand pool take it: its nodeSelector or node affinity."
         findings.append(
@@ -589,7 +625,7 @@ def undeclared_pool_findings(
             "the autoscaler bring up its Node.",
             "Declare it in the chart value `controller.pools`, as its Nodes will look.",
             yaml=pool_declaration(group.pool, gpus),
-            command=HELM_UPGRADE,
+            command=setup.helm_upgrade,
         )
         for group in _zero_pools(setup, live)
     ]
@@ -779,7 +815,7 @@ def undeclared_nodepool_findings(
                 "fallback, although Karpenter would launch one for a replacement that requires it.",
                 f"Declare {part} in the chart value `controller.pools`, as its nodes will look.",
                 yaml=header + yaml.safe_dump(declaration, sort_keys=False),
-                command=HELM_UPGRADE,
+                command=setup.helm_upgrade,
             )
         )
     return findings
@@ -789,3 +825,53 @@ def _gpus_of(nodepool: NodePoolInfo) -> int:
     """nvidia.com/gpu per node: the NodePool's one GPU count if it names one, else 1."""
     count = nodepool.labels.get("karpenter.azure.com/sku-gpu-count", "")
     return int(count) if count.isdigit() and int(count) > 0 else 1
+
+
+# ---- on-demand fallback nodes kept empty -------------------------------------------------------
+
+AKS_PROFILE_COMMAND = (
+    "az aks update -g <group> -n <cluster> --cluster-autoscaler-profile "
+    "scale-down-unneeded-time=3m scale-down-delay-after-add=5m"
+)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def idle_fallback_findings(spells: Sequence[IdleSpell], *, limit_seconds: float) -> list[Finding]:
+    """On-demand pools whose GPU nodes stayed empty longer than `limit_seconds` after their GPU
+    pods left before they were removed: what the cluster autoscaler's scale-down settings cost
+    each fail-over. Judged from the spells the controller saw, never from the settings, which
+    AKS does not show in the cluster."""
+    by_pool: dict[str, list[IdleSpell]] = {}
+    for spell in spells:
+        by_pool.setdefault(spell.pool, []).append(spell)
+    findings = []
+    for pool, members in sorted(by_pool.items()):
+        long = [s for s in members if s.seconds > limit_seconds]
+        if not long:
+            continue
+        longest = max(s.seconds for s in long)
+        idle_hours = sum(s.seconds for s in members) / 3600
+        findings.append(
+            Finding(
+                Check.FALLBACK_KEPT_IDLE,
+                WARNING,
+                ObjectRef("NodePool", "", pool),
+                f"on-demand pool {pool}: {_count(len(long), 'GPU node')} of {len(members)} "
+                f"removed lately stayed empty over {_minutes(limit_seconds)} after their GPU "
+                f"pods left (longest at least {_minutes(longest)}; {idle_hours:.2f} node-hours "
+                "empty in all)",
+                "An empty on-demand GPU node is paid at the on-demand price until the cluster "
+                "autoscaler removes it: every fail-over pays that tail after its replica went "
+                "back to spot. AKS's defaults keep it at least 10 min (scale-down-unneeded-time) "
+                "and no scale-down at all within 10 min of any scale-up "
+                "(scale-down-delay-after-add).",
+                "Shorten the cluster autoscaler profile's scale-down-unneeded-time and "
+                "scale-down-delay-after-add (cluster-wide settings: they apply to every pool). "
+                "What each costs: docs/cost.md, 'Node lifecycle'.",
+                command=AKS_PROFILE_COMMAND,
+            )
+        )
+    return findings

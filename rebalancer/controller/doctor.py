@@ -13,18 +13,24 @@ check never guesses. Karpenter's NodePools (AKS node auto-provisioning) are list
 cluster without Karpenter answers 404 (no NodePools), and a list that fails otherwise skips the
 NodePool checks alone. The cluster autoscaler's status is not read here (it lives in kube-system,
 outside the controller's permissions), so pools at zero are the plugin's check only.
+
+On-demand GPU nodes kept empty after their pods left (`on-demand-fallback-kept-idle`) are the
+controller's check only: it needs a history, which one look by the plugin does not have. The
+snapshot is watched every `IDLE_SAMPLE_SECONDS` for them (`idle_nodes.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from rebalancer.clock import Clock
 from rebalancer.config import ControllerSettings
 from rebalancer.controller.catalogue import misconfigured
-from rebalancer.controller.checkup import Finding, diagnose, setup_of
+from rebalancer.controller.checkup import Finding, diagnose, helm_upgrade_command, setup_of
+from rebalancer.controller.idle_nodes import IdleWatch
 from rebalancer.controller.karpenter import NodePoolInfo
 from rebalancer.controller.model import DaemonSetInfo
 from rebalancer.controller.options import planner_settings
@@ -37,6 +43,12 @@ from rebalancer.metrics import ControllerMetrics
 from rebalancer.vocabulary import Check
 
 DAEMONSETS = "/apis/apps/v1/daemonsets"
+# How often the snapshot is looked at for empty on-demand GPU nodes: the precision of the spells
+# measured (a scale-down delay is minutes).
+IDLE_SAMPLE_SECONDS = 30.0
+# An on-demand GPU node empty longer than this after its GPU pods left is worth a warning: the
+# cluster autoscaler removes nodes after 2 to 5 minutes with a tuned profile, 10 with AKS's default.
+IDLE_LIMIT_SECONDS = 300.0
 NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
 
 
@@ -58,12 +70,14 @@ class Doctor:
         self._leadership = leadership
         self._planner = planner_settings(settings)
         self._interval = settings.doctor_interval_seconds
+        self._helm_upgrade = helm_upgrade_command(settings.helm_chart, settings.helm_chart_version)
         self._metrics = metrics
         self._events = events
         self._leading = leading
         self._clock = clock
         self._log = log
         self._reported: set[tuple[str, str, str, str]] = set()
+        self.idle = IdleWatch()
         self.runs = 0  # checks completed: what "after several runs" counts
         for check in Check:
             metrics.doctor_findings.labels(str(check)).set(0)
@@ -73,6 +87,23 @@ class Doctor:
         when this replica becomes the leader (`leadership` is set), so that it tells."""
         if self._interval <= 0:
             return
+        watching = asyncio.ensure_future(self._watch_idle(stop, snapshot))
+        try:
+            await self._run(stop, snapshot)
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+
+    async def _watch_idle(self, stop: asyncio.Event, snapshot: Callable[[], Snapshot]) -> None:
+        while not stop.is_set():
+            try:
+                self.idle.observe(snapshot())
+            except Exception:  # a bug here must not stop the controller
+                self._log.exception("doctor's idle-node watch failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=IDLE_SAMPLE_SECONDS)
+
+    async def _run(self, stop: asyncio.Event, snapshot: Callable[[], Snapshot]) -> None:
         while not stop.is_set():
             try:
                 await self.check(snapshot())
@@ -99,9 +130,17 @@ class Doctor:
             return None
         daemonsets = [DaemonSetInfo.from_json(item) for item in listed.get("items") or []]
         nodepools = await self._nodepools()
-        findings = diagnose(
-            setup_of(state, settings=self._planner, daemonsets=daemonsets, nodepools=nodepools)
+        self.idle.observe(state)
+        setup = setup_of(
+            state,
+            settings=self._planner,
+            daemonsets=daemonsets,
+            idle_spells=self.idle.spells(),
+            idle_limit_seconds=IDLE_LIMIT_SECONDS,
+            helm_upgrade=self._helm_upgrade,
+            nodepools=nodepools,
         )
+        findings = diagnose(setup)
         for check in Check:
             count = sum(1 for finding in findings if finding.check == check)
             self._metrics.doctor_findings.labels(str(check)).set(count)

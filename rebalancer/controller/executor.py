@@ -21,11 +21,10 @@ write it does not send (`Fenced`) is the same `fenced` rejection.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from rebalancer import names
 from rebalancer.controller.actions import (
     APPLIED,
     NOOP,
@@ -39,7 +38,6 @@ from rebalancer.controller.actions import (
     RecordHistory,
     Release,
     ReportBlocked,
-    ScaleUp,
     SetDeletionCost,
     WorkloadAction,
 )
@@ -135,21 +133,15 @@ class Executor:
             case SetDeletionCost():
                 self._may_write()
                 namespace, name = action.pod
-                return _written(
-                    await self._writer.annotate_pod(namespace, name, action.annotations())
-                )
+                return _written(await self._writer.patch_pod(namespace, name, action.patch()))
             case Evict():
                 self._may_write()
                 namespace, name = action.pod
-                return _written(
-                    await self._writer.evict(namespace, name, action.uid, action.grace_seconds)
-                )
+                return _written(await self._writer.evict(namespace, name, action.body()))
             case Delete():
                 self._may_write()
                 namespace, name = action.pod
-                return _written(
-                    await self._writer.delete_pod(namespace, name, action.uid, action.grace_seconds)
-                )
+                return _written(await self._writer.delete_pod(namespace, name, action.body()))
             case ReportBlocked():
                 return APPLIED  # nothing to write: the recorder says it
             case Hold():
@@ -175,7 +167,7 @@ class Executor:
         if fresh is None:
             raise Rejected(Rejection.GONE)
         info = WorkloadInfo.from_json(kind, fresh)
-        if not action.basis.matches(info) and not _reached(action, info):
+        if not action.applies_to(info):
             raise Rejected(Rejection.STALE, "replicas or our records changed since the plan")
         patch = action.patch()
         self._sealer().seal_patch(workload_identity(info), WORKLOAD_RECORDS, patch)
@@ -202,16 +194,10 @@ class Executor:
 
     async def _record_history(self, action: RecordHistory) -> Outcome:
         where = self._history
-        body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": where.name, "namespace": where.namespace},
-            "data": {names.HISTORY_KEY: action.history.to_json()},
-        }
+        body = action.configmap(namespace=where.namespace, name=where.name)
         self._may_write()
         try:
             if action.history.resource_version:
-                body["metadata"]["resourceVersion"] = action.history.resource_version
                 await self._writer.put(where.path, body)
             else:
                 await self._writer.create(where.collection, body)
@@ -239,11 +225,3 @@ class DryRunExecutor:
     async def apply(self, action: Action) -> Outcome:
         del action
         return Outcome(Result.DRY_RUN)
-
-
-def _reached(action: WorkloadAction, fresh: WorkloadInfo) -> bool:
-    """A surge whose count is already there and nothing else moved: an HPA whose minReplicas
-    we raised (the step before the surge) scaled to it first. Our record is still to write."""
-    if not isinstance(action, ScaleUp) or fresh.replicas != action.replicas:
-        return False
-    return action.basis.matches(replace(fresh, replicas=action.basis.replicas))

@@ -386,24 +386,33 @@ class Spare:
     added: int
     reverted: int = 0
     gave_up: bool = False
+    # With an availability target: how many of base + added go on spot (the rest on-demand);
+    # None: the placement policy's rules place them.
+    spot: int | None = None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"base": self.base, "added": self.added, "reverted": self.reverted,
-             "gaveUp": self.gave_up},
-            sort_keys=True, separators=(",", ":"),
-        )  # fmt: skip
+        data: dict[str, Any] = {
+            "base": self.base, "added": self.added, "reverted": self.reverted,
+            "gaveUp": self.gave_up,
+        }  # fmt: skip
+        if self.spot is not None:
+            data["spot"] = self.spot
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Spare:
         data = _record_object(text)
         if _count(data, "base") < 1:
             raise ValueError("base is 0: we never keep spares for a workload with no replicas")
+        spot = _count(data, "spot") if "spot" in data else None
+        if spot is not None and spot > _count(data, "base") + _count(data, "added"):
+            raise ValueError("more spot replicas than replicas")
         return cls(
             base=_count(data, "base"),
             added=_count(data, "added"),
             reverted=_count(data, "reverted"),
             gave_up=data.get("gaveUp", False) is True,
+            spot=spot,
         )
 
 

@@ -7,6 +7,7 @@ from rebalancer.controller.planner import Settings
 from rebalancer.controller.pools import declared_pools
 from rebalancer.controller.returns import ReturnSettings
 from rebalancer.controller.risk import RiskSettings
+from rebalancer.controller.target import TargetSettings
 from rebalancer.retry import Backoff, RetryPolicy
 from rebalancer.vocabulary import Policy
 
@@ -23,6 +24,10 @@ def planner_settings(settings: ControllerSettings) -> Settings:
         hold_doomed_pods=settings.hold_doomed_pods,
         hold_before_notice=settings.hold_before_notice,
         declared_pools=declared_pools(settings.pools),
+        target=TargetSettings(
+            recovery_seconds=settings.target_recovery_seconds,
+            spot_price_share=settings.target_spot_price_share,
+        ),
         returns=ReturnSettings(
             enabled=settings.return_enabled,
             quiet_seconds=settings.return_quiet_seconds,

@@ -31,6 +31,7 @@ from rebalancer import names, pool_kind
 from rebalancer.controller.policy import Policy
 from rebalancer.controller.pools import Pool
 from rebalancer.controller.risk import LEVELS, Risk
+from rebalancer.controller.target import open_zones
 
 PREFERRED_WEIGHT = 100  # the most a preferred term can weigh: above the user's own preferences
 
@@ -51,6 +52,12 @@ class Where:
 
     counts: Mapping[tuple[str, str], int]
     on_demand: int
+    under_notice: int = 0  # on spot nodes under notice
+
+    @property
+    def spot_kept(self) -> int:
+        """Replicas on spot not under notice (Ready or not)."""
+        return sum(self.counts.values()) - self.on_demand - self.under_notice
 
     def in_zone(self, zone: str) -> int:
         return sum(n for (_, z), n in self.counts.items() if z == zone)
@@ -65,6 +72,11 @@ class Decision:
     zone: str
     spot: bool
     reason: str
+    # An availability target's spot replica: its zone and these spot pools (the zone's that
+    # the policy accepts) are required, so the replicas stay spread and one without capacity
+    # waits, the autoscaler trying each pool, while the plan covers it on on-demand; the chosen
+    # pool is preferred. Empty: spot is only preferred.
+    required_pools: tuple[str, ...] = ()
 
     @property
     def required(self) -> bool:
@@ -87,8 +99,8 @@ def spot_groups(pools: Iterable[Pool], risks: Mapping[tuple[str, str, str], Risk
         if not pool.spot:
             continue
         zones = [(zone, risk) for (name, zone), risk in worst.items() if name == pool.name]
-        if not zones:
-            groups.append(Group(pool.name, "", "unknown", -1.0))
+        if not zones:  # no node yet: the zone its nodes will have, if the pool says
+            groups.append(Group(pool.name, pool.labels.get(names.ZONE_LABEL, ""), "unknown", -1.0))
         for zone, risk in sorted(zones, key=lambda item: item[0]):
             groups.append(Group(pool.name, zone, risk.level, risk.rate_per_hour))
     return groups
@@ -102,16 +114,20 @@ def choose(
     where: Where,
     failing_over: bool,
     evicting: set[tuple[str, str]],
+    target_spot: int | None = None,
 ) -> Decision | None:
     """The group for one new pod; None when no pool the policy allows fits it (placed as
     without a policy). `fits`: the pools the pod's own template can run on; `evicting`: the
-    (pool, zone) of nodes under notice."""
+    (pool, zone) of nodes under notice; `target_spot`: with an availability target, the
+    replicas its plan keeps on spot."""
     allowed = [pool for pool in fits if policy.allows_pool(pool.name)]
     names_allowed = {pool.name for pool in allowed}
     on_demand = sorted(
         (pool.name for pool in allowed if not pool.spot),
         key=lambda name: (where.in_pool(name), name),
     )
+    if target_spot is not None and not failing_over:
+        return _for_target(policy, target_spot, allowed, groups, where, evicting, on_demand)
     if failing_over and policy.failover_to == "on-demand" and on_demand:
         return Decision(
             on_demand[0], "", False,
@@ -151,6 +167,51 @@ def choose(
     return None
 
 
+def _for_target(
+    policy: Policy,
+    target_spot: int,
+    allowed: list[Pool],
+    groups: Iterable[Group],
+    where: Where,
+    evicting: set[tuple[str, str]],
+    on_demand: list[str],
+) -> Decision | None:
+    """An availability target's pod: spot while fewer than the plan's spot replicas are kept
+    there (required: a spot replica that cannot have spot waits for it, asking the autoscaler,
+    while the plan covers it on on-demand), else on-demand."""
+    spot_allowed = {pool.name for pool in allowed if pool.spot}
+    accepted = [
+        g
+        for g in groups
+        if g.pool in spot_allowed
+        and (g.level not in LEVELS or policy.accepts(g.level))
+        and (g.pool, g.zone) not in evicting
+    ]
+    kept_by_zone: dict[str, int] = {}
+    for g in accepted:
+        kept_by_zone[g.zone] = kept_by_zone.get(g.zone, 0) + where.counts.get((g.pool, g.zone), 0)
+    kept = where.spot_kept
+    zones = open_zones(target_spot, kept_by_zone)
+    if zones:
+        accepted = [g for g in accepted if g.zone in zones]
+    if kept < target_spot and accepted:
+        best = min(accepted, key=lambda g: _spread_key(policy, where, g))
+        return Decision(
+            best.pool, best.zone, True,
+            f"availability target {policy.target} %: {kept} of {target_spot} spot "
+            f"replicas kept; spot pool {best.pool} zone {best.zone or '(any)'}, "
+            f"{where.in_zone(best.zone)} replicas in the zone",
+            required_pools=tuple(sorted({g.pool for g in accepted if g.zone == best.zone})),
+        )  # fmt: skip
+    if on_demand:
+        return Decision(
+            on_demand[0], "", False,
+            f"availability target {policy.target} %: {kept} of {target_spot} spot "
+            f"replicas kept, the rest on on-demand pool {on_demand[0]}",
+        )  # fmt: skip
+    return None
+
+
 def _spread_key(policy: Policy, where: Where, group: Group) -> tuple[Any, ...]:
     spread = {
         "zone": where.in_zone(group.zone),
@@ -171,6 +232,17 @@ def _why_no_spot(usable: list[Group], policy: Policy, evicting: set[tuple[str, s
         else:
             parts.append(f"{g.pool}/{g.zone or '-'} risk {g.level}")
     return f"no spot group within max-risk {policy.max_risk} ({', '.join(parts)})"
+
+
+def _any_of(pools: Iterable[str]) -> list[list[dict[str, Any]]]:
+    """Node selector requirements, one list per alternative, that together admit the nodes of
+    any of these pools: the agent pools in one `In`, each NodePool part by its own labels (a term
+    cannot OR two keys, so those are terms of their own)."""
+    agent_pools = sorted(p for p in pools if not pool_kind.is_karpenter(p))
+    ways = [[{"key": names.AKS_AGENTPOOL_LABEL, "operator": "In", "values": agent_pools}]]
+    return (ways if agent_pools else []) + [
+        pool_kind.selector(p) for p in sorted(pools) if pool_kind.is_karpenter(p)
+    ]
 
 
 def affinity_patch(pod: Mapping[str, Any], decision: Decision) -> list[dict[str, Any]]:
@@ -195,6 +267,21 @@ def affinity_patch(pod: Mapping[str, Any], decision: Decision) -> list[dict[str,
             expressions.append(
                 {"key": names.ZONE_LABEL, "operator": "In", "values": [decision.zone]}
             )
+        if decision.required_pools:
+            required = node_affinity.setdefault(
+                "requiredDuringSchedulingIgnoredDuringExecution", {}
+            )
+            zone = (
+                [{"key": names.ZONE_LABEL, "operator": "In", "values": [decision.zone]}]
+                if decision.zone
+                else []
+            )
+            # Each of the pod's own terms (ORed) with each way of being in one of the pools.
+            required["nodeSelectorTerms"] = [
+                {**term, "matchExpressions": [*term.get("matchExpressions", []), *way, *zone]}
+                for term in required.get("nodeSelectorTerms") or [{}]
+                for way in _any_of(decision.required_pools)
+            ]
         node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
             {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": expressions}}
         )

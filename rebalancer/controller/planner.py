@@ -80,6 +80,8 @@ from rebalancer.controller.returns import (
     pods_in_play,
 )
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
+from rebalancer.controller.target import TargetSettings
+from rebalancer.controller.target_plan import plan_target
 from rebalancer.notices import Notice
 from rebalancer.strict import whole_number
 from rebalancer.timefmt import iso, parse_iso
@@ -112,6 +114,7 @@ class Settings:
     # Hold a surge's doomed pods against evictions by others (a PodDisruptionBudget of ours).
     hold_doomed_pods: bool = True
     hold_before_notice: bool = False
+    target: TargetSettings = field(default_factory=TargetSettings)
 
     def policy_for(self, event_type: str) -> Policy:
         return self.event_policy.get(event_type, self.unknown_event_policy)
@@ -180,6 +183,8 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     spares = _spares(snapshot, settings, surging, contain)
     actions += spares
     surging |= {a.workload for a in spares if isinstance(a, SetSpare)}
+    # A workload with an availability target is placed by its plan, never returned or moved.
+    surging |= {w.key for w in snapshot.workloads.values() if _targeted(w)}
     actions += plan_returns(
         snapshot,
         managed=set(chosen),
@@ -682,7 +687,8 @@ def _spare_one(
     record = workload.spare
     policy = in_force(workload.annotations).policy
     wanted = policy.spare if policy is not None and managed(workload, settings) else 0
-    if record is None and (wanted == 0 or workload.replicas == 0):
+    targeted = policy is not None and bool(policy.target)
+    if record is None and (wanted == 0 or workload.replicas == 0) and not targeted:
         return actions
     scaled = {(s.namespace, s.target) for s in snapshot.scalers.values()}
     if (
@@ -693,8 +699,11 @@ def _spare_one(
         or (workload.namespace, ("Deployment", workload.name)) in scaled
     ):
         return actions
+    if policy is not None and policy.target and managed(workload, settings):
+        return plan_target(snapshot, workload, policy, settings.target, settings.declared_pools)
     basis = WorkloadBasis.of(workload)
     replicas = workload.replicas
+    why = "" if record is not None and record.spot is not None else None  # a target's, gone
     if record is None:
         fresh = Spare(base=replicas, added=wanted)
         actions.append(SetSpare(key, replicas + wanted, fresh, basis=basis))
@@ -704,9 +713,9 @@ def _spare_one(
             actions.append(SetSpare(key, None, None, basis=basis))
         return actions
     if replicas == record.base + record.added:
-        if wanted != record.added:
+        if wanted != record.added or why is not None:
             kept = Spare(record.base, wanted, record.reverted) if wanted else None
-            actions.append(SetSpare(key, record.base + wanted, kept, basis=basis))
+            actions.append(SetSpare(key, record.base + wanted, kept, basis=basis, why=why))
     elif replicas == record.base and record.added > 0:
         reverted = record.reverted + 1
         if reverted >= 2:
@@ -717,7 +726,9 @@ def _spare_one(
             actions.append(SetSpare(key, record.base + wanted, again, basis=basis))
     else:  # the owner chose a new count: that is the base now
         rebased = Spare(replicas, wanted, record.reverted) if wanted and replicas else None
-        actions.append(SetSpare(key, replicas + wanted if rebased else None, rebased, basis=basis))
+        actions.append(
+            SetSpare(key, replicas + wanted if rebased else None, rebased, basis=basis, why=why)
+        )
     return actions
 
 
@@ -918,6 +929,8 @@ def _restore_deletion_costs(snapshot: Snapshot, active: Mapping[str, Notice]) ->
     for pod in snapshot.pods.values():
         if pod.original_deletion_cost is None or pod.deleting:
             continue
+        if _targeted(snapshot.workload_of(pod)):
+            continue  # its own planner gives costs back (target_plan.py)
         if pod.node_name in active or f"{pod.namespace}/{pod.name}" in in_surge:
             continue
         if pod.key in in_play:
@@ -927,6 +940,13 @@ def _restore_deletion_costs(snapshot: Snapshot, active: Mapping[str, Notice]) ->
             SetDeletionCost(pod.key, original, restore=True, reason=Reason.COST_RESTORED)
         )
     return actions
+
+
+def _targeted(workload: WorkloadInfo | None) -> bool:
+    if workload is None:
+        return False
+    policy = in_force(workload.annotations).policy
+    return policy is not None and bool(policy.target)
 
 
 def _deadline_key(notice: Notice) -> datetime:

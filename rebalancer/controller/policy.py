@@ -19,7 +19,9 @@ from typing import Final
 
 from rebalancer import pool_kind
 from rebalancer.controller.risk import LEVELS
+from rebalancer.controller.target import parse_target
 from rebalancer.names import (
+    AVAILABILITY_TARGET,
     FAILOVER_TO,
     MAX_RISK,
     MIN_ON_DEMAND,
@@ -30,7 +32,9 @@ from rebalancer.names import (
 from rebalancer.names import SPARE_REPLICAS as SPARE
 from rebalancer.strict import shown, whole_number
 
-POLICY_KEYS: Final = (MIN_ON_DEMAND, SPARE, POOLS, MAX_RISK, SPREAD, FAILOVER_TO)
+POLICY_KEYS: Final = (
+    MIN_ON_DEMAND, SPARE, POOLS, MAX_RISK, SPREAD, FAILOVER_TO, AVAILABILITY_TARGET,
+)  # fmt: skip
 SPREADS: Final = ("zone", "pool", "none")
 FAILOVER_TARGETS: Final = ("on-demand", "spot")
 MAX_REPLICAS: Final = 10_000
@@ -45,6 +49,12 @@ class Policy:
     max_risk: str = "high"
     spread: str = "zone"
     failover_to: str = "on-demand"
+    # "" or a percentage as written ("99.9"): the controller decides spares and on-demand
+    target: str = ""
+
+    @property
+    def target_percent(self) -> float | None:
+        return parse_target(self.target) if self.target else None
 
     def allows_pool(self, pool: str) -> bool:
         # A NodePool's name allows both its spot and its on-demand pool; `<nodepool>:spot` one.
@@ -69,6 +79,8 @@ class Policy:
             raise ValueError("not JSON") from None
         if isinstance(data, dict):
             data.pop("seal", None)  # checked where the snapshot is built (seal.py)
+        if isinstance(data, dict):
+            data.setdefault("target", "")  # written before availability targets
         if not isinstance(data, dict) or set(data) != set(cls.__dataclass_fields__):
             raise ValueError("not a policy record")
         pools = data["pools"]
@@ -83,6 +95,8 @@ class Policy:
         }
         if pools:
             given[POOLS] = ",".join(pools)
+        if data["target"] != "":
+            given[AVAILABILITY_TARGET] = data["target"]
         if not all(isinstance(v, str | int) and not isinstance(v, bool) for v in given.values()):
             raise ValueError("not a policy record")
         try:
@@ -136,6 +150,14 @@ def parse(annotations: Mapping[str, str]) -> Policy:
             )
         else:
             pools = tuple(sorted(set(names)))
+    target = ""
+    if AVAILABILITY_TARGET in annotations:
+        try:
+            target = f"{parse_target(annotations[AVAILABILITY_TARGET]):g}"
+        except ValueError as error:
+            problems.append(f"{AVAILABILITY_TARGET}: {error}")
+        if SPARE in annotations:
+            problems.append(f"{SPARE}: not with {AVAILABILITY_TARGET} (the target decides spares)")
     policy = Policy(
         min_on_demand=count(MIN_ON_DEMAND),
         spare=count(SPARE),
@@ -143,6 +165,7 @@ def parse(annotations: Mapping[str, str]) -> Policy:
         max_risk=word(MAX_RISK, LEVELS, "high"),
         spread=word(SPREAD, SPREADS, "zone"),
         failover_to=word(FAILOVER_TO, FAILOVER_TARGETS, "on-demand"),
+        target=target,
     )
     if problems:
         raise PolicyError(problems)

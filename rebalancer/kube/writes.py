@@ -109,52 +109,25 @@ class Writer:
             return None
         return result
 
-    async def annotate_pod(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None]
-    ) -> bool:
-        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
-        try:
-            await self._client.request(
-                "PATCH",
-                path,
-                body={"metadata": {"annotations": dict(annotations)}},
-                content_type=MERGE,
-            )
-        except NotFound:
-            return False
-        return True
+    async def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
+        """A JSON merge patch of a Pod; False when it is gone."""
+        return await self.patch(f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}", patch)
 
-    async def evict(
-        self, namespace: str, name: str, uid: str, grace_seconds: int | None = None
-    ) -> bool:
-        """POST pods/eviction; raises TooManyRequests when a PDB blocks it. False: already gone.
-        `grace_seconds` shortens the pod's own grace period (None: keep it)."""
+    async def evict(self, namespace: str, name: str, body: Mapping[str, Any]) -> bool:
+        """POST pods/eviction with `body` (an Eviction, carrying the UID precondition and any
+        shorter grace); raises TooManyRequests when a PDB blocks it. False: already gone."""
         path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}/eviction"
-        options: dict[str, Any] = {"preconditions": {"uid": uid}}
-        if grace_seconds is not None:
-            options["gracePeriodSeconds"] = max(0, grace_seconds)
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace},
-            "deleteOptions": options,
-        }
         try:
-            await self._client.request("POST", path, body=body)
+            await self._client.request("POST", path, body=dict(body))
         except (NotFound, Conflict):
             return False  # gone, or a new pod with the same name: not ours to evict
         return True
 
-    async def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int) -> bool:
+    async def delete_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> bool:
+        """DELETE with `body` (DeleteOptions, carrying the UID precondition and the grace)."""
         path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
-        body = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "gracePeriodSeconds": max(0, grace_seconds),
-            "preconditions": {"uid": uid},
-        }
         try:
-            await self._client.request("DELETE", path, body=body)
+            await self._client.request("DELETE", path, body=dict(body))
         except (NotFound, Conflict):
             return False
         return True

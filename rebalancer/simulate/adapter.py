@@ -1,8 +1,9 @@
 """The one place the simulator touches the controller's planner.
 
 Builds the planner's `Snapshot` from the virtual world, calls `plan(snapshot, settings)`, and
-applies each action to the world the way the executor and Kubernetes would (a cordon is a taint
-and `unschedulable`, a scale-up a replica count the ReplicaSet then acts on, ...). When the
+applies each action to the world through the very write the executor sends (the action's own
+`build`, `patch()` or `body()`, applied to the object's API form with a JSON merge patch and read
+back), so a cordon is whatever the product's cordon patch makes it. When the
 planner's names change (the controller is being refactored: an eviction history is becoming
 part of the snapshot), only this module has to follow.
 
@@ -13,8 +14,8 @@ controller keeps its history ConfigMap), and the admission webhook's answer for 
 
 Controller names used: `rebalancer.controller.planner`: `plan`, `Plan`, `Settings`;
 `rebalancer.controller.snapshot`: `Snapshot`; `rebalancer.controller.history`: `History`,
-`Entry`; `rebalancer.controller.actions`: the action classes (workload actions are applied
-through their own `patch()`, as the executor sends it); `rebalancer.controller.returns`:
+`Entry`, `history_from_configmap`; `rebalancer.controller.actions`: the action classes and
+their writes (`build`, `patch`, `applies_to`, `body`, `configmap`); `rebalancer.controller.returns`:
 `ReturnSettings`; `rebalancer.controller.model`: `NodeInfo`, `PodInfo`, `WorkloadInfo`,
 `Owner`, `Surge`, `ReturnRecord`; `rebalancer.controller.pools`: `Pool`;
 `rebalancer.controller.scheduling`: `Taint`, `tolerates`, `untolerated`, `unmet_placement`,
@@ -30,6 +31,7 @@ import base64
 import copy
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -37,23 +39,19 @@ from rebalancer import names
 from rebalancer.controller.actions import (
     Action,
     Bound,
-    Cordon,
     Delete,
-    EndCooldown,
     Evict,
     FinishReturn,
     Hold,
-    MarkDrained,
+    NodeAction,
     RecordHistory,
     Release,
     ReportBlocked,
-    Restore,
     SetDeletionCost,
-    StartCooldown,
     WorkloadAction,
 )
 from rebalancer.controller.admission import View, review
-from rebalancer.controller.history import History
+from rebalancer.controller.history import History, history_from_configmap
 from rebalancer.controller.model import NodeInfo, Owner, PodInfo, ReturnRecord, Surge, WorkloadInfo
 from rebalancer.controller.planner import Plan, Settings, plan
 from rebalancer.controller.policy import PolicyError, parse
@@ -68,11 +66,9 @@ from rebalancer.controller.scheduling import (
     untolerated,
 )
 from rebalancer.controller.snapshot import Snapshot
+from rebalancer.controller.target import TargetSettings, parse_target
 from rebalancer.names import (
-    COOLDOWN_TAINT,
     COOLDOWN_UNTIL,
-    CORDONED_FOR,
-    EVICTING_TAINT,
     FAILOVER_TO,
     GPU_RESOURCE,
     MAX_RISK,
@@ -81,25 +77,27 @@ from rebalancer.names import (
     PLACED_WHY,
     RETURN_ANNOTATION,
     RETURN_BACKOFF_ANNOTATION,
-    SPARE_RECORD,
     SPARE_REPLICAS,
     SPREAD,
     SURGE_ANNOTATION,
 )
 from rebalancer.notices import Notice
 from rebalancer.simulate import InputError
+from rebalancer.simulate.merge_patch import merge_patch
 from rebalancer.vocabulary import EventType, Reason, Source
 from rebalancer.vocabulary import Policy as EventPolicy
 
 if TYPE_CHECKING:
-    from rebalancer.simulate.workload import Scenario
-    from rebalancer.simulate.world import Pod, World
+    from rebalancer.simulate.workload import Prices, Scenario
+    from rebalancer.simulate.world import Deployment, Node, Pod, World
 
 # The placement rules the controller itself uses (taints, tolerations, node affinity), for the
 # virtual scheduler and autoscaler.
 __all__ = ["Taint", "preferred_weight", "tolerates", "unmet_placement", "untolerated"]
 
 NAMESPACE = "inference"
+# Where the controller keeps its eviction history (`<lease name>-history`, the chart's default).
+HISTORY_CONFIGMAP = "spot-rebalancer-controller-history"
 
 # Virtual time 0 (the first tick of the traces) as the planner's wall clock.
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
@@ -127,6 +125,32 @@ def failover_settings(world: World) -> Settings:
         ),
         declared_pools=declared_pools(world),
     )
+
+
+def target_settings(world: World, prices: Prices) -> Settings:
+    """`failover_settings` with the availability target's model set as a user would set it
+    for this workload: recovery = on-demand provisioning + model load - notice (means), spot's
+    price as a share of on-demand's (the pools' mean)."""
+    scenario = world.scenario
+    recovery = (
+        scenario.on_demand_provision_seconds.mean
+        + scenario.load_seconds.mean
+        - scenario.notice_seconds.mean
+    )
+    spot = [pool.price for pool in world.pools.values() if pool.spot]
+    share = (sum(spot) / len(spot)) / prices.on_demand if spot and prices.on_demand else 0.2
+    return replace(
+        failover_settings(world),
+        target=TargetSettings(recovery_seconds=max(0.0, recovery), spot_price_share=share),
+    )
+
+
+def availability_target(text: str, *, where: str) -> str:
+    """The workload's availability target as the controller reads it (`target.parse_target`)."""
+    try:
+        return f"{parse_target(text):g}"
+    except ValueError as error:
+        raise InputError(f"{where}: {error}") from None
 
 
 def drain_settings(world: World) -> Settings:
@@ -327,11 +351,13 @@ def snapshot(world: World, *, risk: RiskSettings | None = None) -> Snapshot:
             phase="Running" if pod.node else "Pending",
             ready=world.pod_ready(pod),
             deleting=pod.deleting,
+            deletion_at=at(pod.deletion_at) if pod.deletion_at is not None else None,
             owner=Owner("ReplicaSet", _rs(pod.deployment)),
             gpus=world.deployments[pod.deployment].gpus,
             deletion_cost=pod.deletion_cost,
             original_deletion_cost=pod.original_cost,
             grace_seconds=world.scenario.grace_seconds,
+            created=at(pod.created),
             placed=pod.annotations.get(PLACED, ""),
             placed_why=pod.annotations.get(PLACED_WHY, ""),
         )
@@ -380,61 +406,27 @@ def run_planner(
 
 
 def apply(world: World, action: Action) -> bool:
-    """What the executor and the cluster would make of one action; True if it changed anything."""
+    """What the executor and the cluster make of one action; True if it changed anything.
+
+    Each write is the product's own: a node action's `build` on the Node as the API would show
+    it, a workload action's `patch()` (sent only if it `applies_to` the Deployment now), a pod's
+    merge patch, the Eviction or DeleteOptions body, the history's ConfigMap, each applied as
+    the API server would (`merge_patch`, the UID precondition, the grace it carries)."""
     match action:
-        case Cordon():
+        case NodeAction():
             node = world.nodes.get(action.node)
-            if node is None or CORDONED_FOR in node.annotations:
+            if node is None or not _patch_node(node, action.build(node_object(node))):
                 return False
-            node.annotations[CORDONED_FOR] = action.event_id
-            node.unschedulable = True
-            node.taints.append(Taint(EVICTING_TAINT, action.event_type, "NoSchedule"))
-        case Restore():
-            node = world.nodes.get(action.node)
-            if node is None:
-                return False
-            node.annotations.pop(CORDONED_FOR, None)
-            node.annotations.pop(names.DRAINED_FOR_ANNOTATION, None)
-            node.unschedulable = False
-            node.taints = [t for t in node.taints if t.key != EVICTING_TAINT]
-        case MarkDrained():
-            node = world.nodes.get(action.node)
-            if node is None:
-                return False
-            node.annotations[names.DRAINED_FOR_ANNOTATION] = action.event_id
-        case StartCooldown():
-            node = world.nodes.get(action.node)
-            if node is None:
-                return False
-            assert action.until is not None
-            node.annotations[COOLDOWN_UNTIL] = action.until.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            if not any(t.key == COOLDOWN_TAINT for t in node.taints):
-                node.taints.append(Taint(COOLDOWN_TAINT, "", "PreferNoSchedule"))
-        case EndCooldown():
-            node = world.nodes.get(action.node)
-            if node is None:
-                return False
-            node.annotations.pop(COOLDOWN_UNTIL, None)
-            node.taints = [t for t in node.taints if t.key != COOLDOWN_TAINT]
         case SetDeletionCost():
             pod = world.pods.get(action.pod[1])
-            if pod is None:
+            if pod is None or not _patch_pod(pod, action.patch()):
                 return False
-            pod.deletion_cost = action.cost
-            if action.restore:
-                pod.original_cost = None
-            elif action.save_original is not None:
-                pod.original_cost = action.save_original
         case Evict():
-            pod = world.pods.get(action.pod[1])
-            if pod is None or pod.deleting:
+            if not _evict(world, action.body()):
                 return False
-            world.delete_pod(pod, world.scenario.grace_seconds)
         case Delete():
-            pod = world.pods.get(action.pod[1])
-            if pod is None or pod.deleting:
+            if not _delete(world, action.pod[1], action.body()):
                 return False
-            world.delete_pod(pod, action.grace_seconds)
         case ReportBlocked():
             return False
         case Hold() | Release() | Bound():
@@ -449,7 +441,9 @@ def apply(world: World, action: Action) -> bool:
             if moved and world.now >= 0:
                 world.counters.moves += 1
         case RecordHistory():
-            world.history = action.history
+            # Read back as the controller reads its ConfigMap: what it keeps is what was written.
+            configmap = action.configmap(namespace=NAMESPACE, name=HISTORY_CONFIGMAP)
+            world.history = history_from_configmap(configmap)
             return False  # nothing the pods or nodes see
         case _:
             raise TypeError(f"the simulator cannot apply {action!r}")
@@ -457,35 +451,125 @@ def apply(world: World, action: Action) -> bool:
     return True
 
 
-def _patch_deployment(world: World, action: WorkloadAction) -> bool:
-    """The merge patch the executor would send: our annotations and, maybe, the replicas."""
-    deployment = world.deployments[action.workload[2]]
-    # As the executor does: applied only if the Deployment is still what the plan was made from.
-    now = (
-        deployment.replicas,
-        deployment.annotations.get(SURGE_ANNOTATION),
-        deployment.annotations.get(RETURN_ANNOTATION),
-        deployment.annotations.get(SPARE_RECORD),
-    )
-    planned = (
-        action.basis.replicas,
-        action.basis.surge,
-        action.basis.return_record,
-        action.basis.spare,
-    )
-    if now != planned:
+# ---- the world's objects as the API shows them, and back -----------------------------------
+
+
+def node_object(node: Node) -> dict[str, Any]:
+    """The Node as the API shows it (the fields our patches read and write): the pool's taints
+    and ours in one list, `unschedulable` only when set, a taint's empty value left out."""
+    spec: dict[str, Any] = {"taints": [_taint_json(t) for t in node.all_taints()]}
+    if node.unschedulable:
+        spec["unschedulable"] = True
+    return {
+        "metadata": {
+            "name": node.name,
+            "labels": dict(node.labels),
+            "annotations": dict(node.annotations),
+        },
+        "spec": spec,
+    }
+
+
+def _taint_json(taint: Taint) -> dict[str, str]:
+    data = {"key": taint.key, "value": taint.value, "effect": taint.effect}
+    return {k: v for k, v in data.items() if v}
+
+
+def _patch_node(node: Node, patch: Mapping[str, Any] | None) -> bool:
+    """`patch` (None: nothing to write) applied to the Node; True if it changed."""
+    if patch is None:
         return False
-    patch = action.patch()
-    before = (deployment.replicas, dict(deployment.annotations))
-    for key, value in patch["metadata"]["annotations"].items():
-        if value is None:
-            deployment.annotations.pop(key, None)
-        else:
-            deployment.annotations[key] = value
-    replicas = (patch.get("spec") or {}).get("replicas")
-    if replicas is not None:
-        deployment.replicas = int(replicas)
-    return (deployment.replicas, deployment.annotations) != before
+    before = node_object(node)
+    after = merge_patch(before, patch)
+    if after == before:
+        return False
+    meta, spec = after.get("metadata") or {}, after.get("spec") or {}
+    node.labels = dict(meta.get("labels") or {})
+    node.annotations = dict(meta.get("annotations") or {})
+    node.unschedulable = bool(spec.get("unschedulable", False))
+    taints = [Taint.from_json(t) for t in spec.get("taints") or []]
+    node.taints = [t for t in taints if t not in node.pool.taints]
+    return True
+
+
+def pod_object(pod: Pod) -> dict[str, Any]:
+    """The Pod's metadata as the API shows it: the admission's annotations and the deletion
+    costs (which the world keeps apart, for the ReplicaSet's ranking)."""
+    annotations = dict(pod.annotations)
+    if pod.deletion_cost is not None:
+        annotations[names.DELETION_COST] = pod.deletion_cost
+    if pod.original_cost is not None:
+        annotations[names.ORIGINAL_COST_ANNOTATION] = pod.original_cost
+    return {
+        "metadata": {
+            "name": pod.name,
+            "namespace": NAMESPACE,
+            "uid": pod.uid,
+            "annotations": annotations,
+        }
+    }
+
+
+def _patch_pod(pod: Pod, patch: Mapping[str, Any]) -> bool:
+    before = pod_object(pod)
+    after = merge_patch(before, patch)
+    if after == before:
+        return False
+    annotations = dict((after.get("metadata") or {}).get("annotations") or {})
+    pod.deletion_cost = annotations.pop(names.DELETION_COST, None)
+    pod.original_cost = annotations.pop(names.ORIGINAL_COST_ANNOTATION, None)
+    pod.annotations = annotations
+    return True
+
+
+def _evict(world: World, eviction: Mapping[str, Any]) -> bool:
+    """pods/eviction: the pod named, if its UID is the precondition's (else a new pod that took
+    the name: not ours), deleted with the grace the Eviction carries, or its own."""
+    name = str((eviction.get("metadata") or {}).get("name", ""))
+    return _delete(world, name, eviction.get("deleteOptions") or {})
+
+
+def _delete(world: World, name: str, options: Mapping[str, Any]) -> bool:
+    """A DELETE with these DeleteOptions: UID precondition, grace (default: the pod's own, the
+    scenario's terminationGracePeriodSeconds). A pod already terminating gets the shorter of
+    its grace and this one, as the API server shortens a graceful deletion."""
+    pod = world.pods.get(name)
+    if pod is None:
+        return False
+    uid = (options.get("preconditions") or {}).get("uid")
+    if uid is not None and uid != pod.uid:
+        return False
+    grace = options.get("gracePeriodSeconds")
+    return world.delete_pod(pod, world.scenario.grace_seconds if grace is None else float(grace))
+
+
+def deployment_object(world: World, deployment: Deployment) -> dict[str, Any]:
+    """The Deployment as the API shows it (what the executor reads afresh before a patch)."""
+    ready = sum(1 for p in world.pods_of(deployment.name) if world.pod_ready(p))
+    return {
+        "metadata": {
+            "name": deployment.name,
+            "namespace": NAMESPACE,
+            "annotations": dict(deployment.annotations),
+        },
+        "spec": {"replicas": deployment.replicas, "template": {"spec": deployment.template_spec}},
+        "status": {"readyReplicas": ready},
+    }
+
+
+def _patch_deployment(world: World, action: WorkloadAction) -> bool:
+    """The executor's write: the fresh Deployment checked against the plan (`applies_to`),
+    then the action's merge patch."""
+    deployment = world.deployments[action.workload[2]]
+    before = deployment_object(world, deployment)
+    if not action.applies_to(WorkloadInfo.from_json("Deployment", before)):
+        return False
+    after = merge_patch(before, action.patch())
+    if after == before:
+        return False
+    deployment.annotations = dict((after.get("metadata") or {}).get("annotations") or {})
+    deployment.replicas = int(after["spec"]["replicas"])
+    return True
 
 
 def next_wakeup(

@@ -182,6 +182,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name}", metavar=words, help=f"{policy}{name} (default {default})")
     parser.add_argument("--min-on-demand", type=int, help=f"{policy}min-on-demand (default 0)")
     parser.add_argument("--spare-replicas", type=int, help=f"{policy}spare-replicas (default 0)")
+    parser.add_argument(
+        "--availability-target",
+        metavar="PERCENT",
+        help="target: the workload's spot-rebalancer.io/availability-target (default 99.9)",
+    )
     parser.add_argument("--seed", type=int)
     controller = [
         f"{name}-seconds"

@@ -48,6 +48,7 @@ from rebalancer.simulate.adapter import (
     placement_annotations,
     risk_settings,
     run_planner,
+    target_settings,
 )
 from rebalancer.simulate.trace import Trace, slot_timeline
 from rebalancer.simulate.workload import Prices, Scenario
@@ -63,6 +64,7 @@ POLICIES: Mapping[str, str] = {
     "failover": "reactive fail-over + return (product defaults)",
     "spothedge": "SpotHedge-like (reference from the paper)",
     "eviction-aware": "placement by policy and eviction risk + fail-over + moves",
+    "target": "availability target: spot and on-demand replicas decided from the risk",
     "dynamic-fallback": "N+k spot on distinct zones, on-demand for missing Ready spot (reference)",
     ORACLE: "clairvoyant cost lower bound at 100% all Ready (reference)",
 }
@@ -339,12 +341,14 @@ def build(
         # The same Deployment for every planner policy; with eviction-aware it declares a
         # placement policy too.
         annotations = placement_annotations(scenario) if policy == "eviction-aware" else {}
+        if policy == "target":
+            annotations = {names.AVAILABILITY_TARGET: scenario.availability_target}
         deployments = [
             Deployment(
                 SERVICE, needed, _spot_preferring_template(), scenario.gpus_per_replica, annotations
             )
         ]
-    risk = risk_settings(scenario) if policy == "eviction-aware" else None
+    risk = risk_settings(scenario) if policy in ("eviction-aware", "target") else None
     world = World(
         scenario=scenario,
         pools=pools,
@@ -356,6 +360,8 @@ def build(
     )
     if policy == "eviction-aware":
         controller = _Planner(policy, failover_settings(world), risk=risk)
+    elif policy == "target":
+        controller = _Planner(policy, target_settings(world, prices), risk=risk)
     elif policy == "failover":
         controller = _Planner(policy, failover_settings(world))
     elif policy == "spot-drain":

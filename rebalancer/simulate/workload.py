@@ -152,6 +152,8 @@ class Scenario:
     spare_replicas: int = 0
     spread: str = "zone"
     failover_to: str = "on-demand"
+    # target: the workload's spot-rebalancer.io/availability-target
+    availability_target: str = "99.9"
     seed: int = 1
     # Pools of several regions (from the traces' names) as one cluster; off: one region only.
     multi_region: bool = False
@@ -265,6 +267,10 @@ def scenario_from(
             if not isinstance(value, str) or not value:
                 raise InputError(f"{where}: expected a name, not {value!r}")
             changes[name] = value
+        elif name == "availability_target":
+            from rebalancer.simulate.adapter import availability_target
+
+            changes[name] = availability_target(str(value), where=where)
         elif name in CHOICES:
             if not isinstance(value, str) or value.strip().lower() not in CHOICES[name]:
                 allowed = ", ".join(CHOICES[name])

@@ -23,7 +23,8 @@ Kept deliberately small; what it leaves out is listed in docs/simulate.md. The m
 - ReplicaSet: keeps each Deployment's replica count; scales down by upstream's ranks (unassigned,
   not Ready, lower pod-deletion-cost, newer first);
 - a pod is Ready `load_seconds` after it lands on a Ready node; deleted, it stops serving at once
-  and frees its GPU after min(shutdown time, grace period).
+  and frees its GPU after min(shutdown time, grace period); deleted again with a shorter grace,
+  that one ends it (the API server shortens a graceful deletion, never lengthens it).
 Policies act on it through `Policy.react` (see policies.py).
 """
 
@@ -138,6 +139,9 @@ class Pod:
     node: str | None = None
     ready_at: float | None = None
     deleting: bool = False
+    # A deleted pod's deletionTimestamp: when its grace period ends (it may be gone before).
+    deletion_at: float | None = None
+    ends_at: float | None = None  # when it is gone (its shutdown, or its grace if shorter)
     gone: bool = False
     deletion_cost: str | None = None
     original_cost: str | None = None
@@ -445,16 +449,31 @@ class World:
 
     # ---- pods ----------------------------------------------------------------------------------
 
-    def delete_pod(self, pod: Pod, grace_seconds: float) -> None:
-        if pod.gone or pod.deleting:
-            return
+    def delete_pod(self, pod: Pod, grace_seconds: float) -> bool:
+        """Delete with this grace period; True if that changed anything. A pod already
+        terminating only has its grace shortened (as the API server does), never lengthened."""
+        if pod.gone:
+            return False
+        grace_ends = self.now + max(0.0, grace_seconds)
+        if pod.deleting:
+            if pod.deletion_at is None or grace_ends >= pod.deletion_at:
+                return False
+            pod.deletion_at = grace_ends
+            if pod.ends_at is not None and grace_ends < pod.ends_at:
+                pod.ends_at = grace_ends
+                self._push(grace_ends, "pod_gone", pod.name)
+            self.touch()
+            return True
         pod.deleting = True
         self.touch()
         if pod.node is None:
             self._pod_gone(pod)
-            return
+            return True
         shutdown = max(0.0, self.scenario.shutdown_seconds.sample(self.rng))
-        self._push(self.now + min(shutdown, grace_seconds), "pod_gone", pod.name)
+        pod.deletion_at = grace_ends
+        pod.ends_at = self.now + min(shutdown, max(0.0, grace_seconds))
+        self._push(pod.ends_at, "pod_gone", pod.name)
+        return True
 
     def _pod_gone(self, pod: Pod) -> None:
         pod.gone = True

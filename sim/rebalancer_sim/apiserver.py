@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from rebalancer_sim import defaults, discovery, patch, tables
+from rebalancer_sim import defaults, discovery, event_views, patch, protobuf, tables
 from rebalancer_sim import resources as R
 from rebalancer_sim.admission import API_USER, CREATE_OPTIONS, Admission, UserInfo
 from rebalancer_sim.disruption import evict
@@ -141,12 +141,13 @@ class ApiServer:
         if self._on_request is not None:
             self._on_request()
         method = request.method
-        if "protobuf" in request.headers.get("Content-Type", "") or "cbor" in request.headers.get(
-            "Content-Type", ""
-        ):
-            # JSON only. client-go (kubectl >= 1.32 sends protobuf for built-in kinds) falls back
-            # to JSON after a 415, as it does for servers that do not speak protobuf.
-            raise unsupported_media_type(request.headers.get("Content-Type", ""))
+        content_type = request.headers.get("Content-Type", "")
+        if "cbor" in content_type or ("protobuf" in content_type and method == "PATCH"):
+            # Protobuf bodies of creates and updates are read (kubectl >= 1.32 sends them for
+            # its generator commands; client-go does not retry in JSON after a 415); CBOR is not.
+            raise unsupported_media_type(content_type)
+        if route.resource is R.EVENTS_V1:
+            return await self._events_v1(request, route)
         if route.subresource == "eviction":
             if method != "POST":
                 raise method_not_allowed()
@@ -208,7 +209,11 @@ class ApiServer:
         if "as=Table" in request.headers.get("Accept", ""):  # `kubectl get <kind> <name>`
             obj = json.loads(raw)
             meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
-            return _json(tables.table(route.resource, [obj], meta, self.store))
+            return _json(
+                tables.table(
+                    route.resource, [obj], meta, self.store, include_object=_include(request)
+                )
+            )
         return _raw_json(raw)
 
     def _selectors(
@@ -241,7 +246,13 @@ class ApiServer:
             meta["remainingItemCount"] = remaining
         accept = request.headers.get("Accept", "")
         if "as=Table" in accept:
-            table = tables.table(route.resource, [json.loads(i) for i in items], meta, self.store)
+            table = tables.table(
+                route.resource,
+                [json.loads(i) for i in items],
+                meta,
+                self.store,
+                include_object=_include(request),
+            )
             return _json(table)
         body = (
             b'{"kind":"'
@@ -257,7 +268,12 @@ class ApiServer:
         return _raw_json(body)
 
     async def _watch(
-        self, request: web.Request, route: Route, single: str | None = None
+        self,
+        request: web.Request,
+        route: Route,
+        single: str | None = None,
+        *,
+        view: Callable[[str, bytes], bytes] | None = None,
     ) -> web.StreamResponse:
         labels, fields, _ = self._selectors(request, route.resource)
         if single is not None:
@@ -288,9 +304,9 @@ class ApiServer:
                 labels=labels,
                 fields=fields,
                 since=since,
-                encode=self._table_events(route.resource)
+                encode=self._table_events(route.resource, _include(request))
                 if "as=Table" in request.headers.get("Accept", "")
-                else None,
+                else view,
             )
         except ApiError as error:
             # Like the watch cache: a 200 stream carrying one ERROR event with the 410 Status.
@@ -330,7 +346,70 @@ class ApiServer:
                 self._watch_tasks.discard(task)
         return response
 
-    def _table_events(self, resource: ResourceType) -> Callable[[str, bytes], bytes]:
+    async def _events_v1(self, request: web.Request, route: Route) -> web.StreamResponse:
+        """events.k8s.io/v1: the core/v1 Events, converted both ways (see event_views)."""
+        core = Route(R.EVENTS, route.namespace, route.name, route.subresource)
+        method = request.method
+        table = "as=Table" in request.headers.get("Accept", "")
+        if method == "GET" and request.query.get("watch", "") in WATCH_TRUE:
+            return await self._watch(request, core, single=route.name, view=_events_v1_line)
+        if method == "GET" or (method == "DELETE" and route.name is None):
+            if method == "GET":
+                response = self._get(request, core) if route.name else self._list(request, core)
+            else:
+                response = await self._delete_collection(request, core)
+            assert isinstance(response.body, bytes)
+            document = json.loads(response.body)
+            if table:  # the same columns; the rows' objects (`includeObject=Object`) converted
+                for row in document.get("rows", []):
+                    if (row.get("object") or {}).get("kind") == "Event":
+                        row["object"] = event_views.to_events_v1(row["object"])
+                return _json(document)
+            if "items" in document:
+                document.update(kind="EventList", apiVersion=R.EVENTS_V1.api_version)
+                document["items"] = [event_views.to_events_v1(i) for i in document["items"]]
+                return _json(document)
+            return _json(event_views.to_events_v1(document))
+        if method == "DELETE":
+            return await self._delete(request, core)
+        namespace = route.namespace or ""
+        if method == "PATCH" and route.name is not None:
+            current = self.store.copy_of(R.EVENTS, namespace, route.name)
+            if current is None:
+                raise not_found(route.resource, route.name)
+            content_type = request.headers.get("Content-Type", "")
+            body = patch.apply(
+                event_views.to_events_v1(current),
+                content_type,
+                _decode_patch(await request.read(), content_type),
+            )
+        elif method in ("POST", "PUT"):
+            body = await _read_object(request, route.resource)
+        else:
+            raise method_not_allowed()
+        meta = body.setdefault("metadata", {})
+        if meta.get("namespace") not in (None, "", route.namespace):
+            raise bad_request(
+                "the namespace of the provided object does not match the namespace sent on the "
+                "request"
+            )
+        if route.namespace is None:
+            raise path_not_found()
+        meta["namespace"] = route.namespace
+        if route.name is not None:
+            meta["name"] = route.name
+        stored = event_views.to_core(body)
+        if _dry_run(request):
+            written = stored
+        elif method == "POST":
+            written = self.store.create(R.EVENTS, stored)
+        else:
+            written = self.store.replace(R.EVENTS, stored)
+        return _json(event_views.to_events_v1(written), status=201 if method == "POST" else 200)
+
+    def _table_events(
+        self, resource: ResourceType, include_object: str
+    ) -> Callable[[str, bytes], bytes]:
         """`kubectl get -w`: each event's object is a one-row Table; column definitions only
         in the first event, as upstream sends them."""
         first = True
@@ -339,7 +418,9 @@ class ApiServer:
             nonlocal first
             obj = json.loads(raw)
             meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
-            rendered = tables.table(resource, [obj], meta, self.store)
+            rendered = tables.table(
+                resource, [obj], meta, self.store, include_object=include_object
+            )
             if not first:
                 rendered["columnDefinitions"] = []
             first = False
@@ -555,6 +636,19 @@ class ApiServer:
             task.cancel()
 
 
+def _events_v1_line(event_type: str, raw: bytes) -> bytes:
+    """One watch event of events.k8s.io/v1, from a stored core/v1 Event."""
+    return dumps({"type": event_type, "object": event_views.to_events_v1(json.loads(raw))}) + b"\n"
+
+
+def _include(request: web.Request) -> str:
+    """A Table row's object: `Metadata` (the default), `Object` or `None`, as upstream."""
+    value = request.query.get("includeObject", "") or "Metadata"
+    if value not in ("Metadata", "Object", "None"):
+        raise bad_request(f"includeObject: unsupported value {value!r}")
+    return value
+
+
 def invalid_watch_list() -> ApiError:
     return ApiError(
         422,
@@ -666,6 +760,8 @@ def _decode_continue(token: str) -> tuple[str, str] | None:
 
 async def _read_json(request: web.Request) -> Any:
     raw = await request.read()
+    if protobuf.MEDIA_TYPE in request.headers.get("Content-Type", ""):
+        return _decode_protobuf(raw, request.headers["Content-Type"])
     try:
         return json.loads(raw)
     except ValueError as exc:
@@ -675,10 +771,13 @@ async def _read_json(request: web.Request) -> Any:
 async def _read_object(request: web.Request, resource: ResourceType) -> Obj:
     content_type = request.headers.get("Content-Type", JSON)
     raw = await request.read()
-    try:
-        body = yaml.safe_load(raw) if "yaml" in content_type else json.loads(raw)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
+    if protobuf.MEDIA_TYPE in content_type:
+        body = _decode_protobuf(raw, content_type)
+    else:
+        try:
+            body = yaml.safe_load(raw) if "yaml" in content_type else json.loads(raw)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
     if not isinstance(body, dict):
         raise bad_request("couldn't get version/kind; json parse error: not an object")
     kind, api_version = body.get("kind"), body.get("apiVersion")
@@ -695,6 +794,16 @@ async def _read_object(request: web.Request, resource: ResourceType) -> Obj:
             f"version ({resource.api_version})"
         )
     return body
+
+
+def _decode_protobuf(raw: bytes, content_type: str) -> Obj:
+    """A protobuf body as JSON; a kind without a schema is a 415, as a CRD's is upstream."""
+    try:
+        return protobuf.decode(raw)
+    except protobuf.ProtobufError as error:
+        if str(error).startswith("no protobuf schema"):
+            raise ApiError(415, "UnsupportedMediaType", f"{error} (got {content_type!r})") from None
+        raise bad_request(f"protobuf: {error}") from None
 
 
 def _decode_patch(raw: bytes, content_type: str) -> Any:

@@ -8,6 +8,9 @@ at once, and `node_delete_delay_seconds` later the Node is deleted, its pods wit
 `Delete` eviction policy, shared reference B.4). With `Deallocate` the Node stays NotReady with
 the taint `node.cloudprovider.kubernetes.io/shutdown:NoSchedule`.
 
+Events reach the cloud through `ImdsEmulator.on_schedule`, whoever schedules them (the timeline,
+`ClusterEmulator.preempt`, the control API): one path.
+
 A Reboot or Redeploy (Redeploy: the VM moves to another host, keeping its name and OS disk)
 takes the VM down for `reboot_seconds` once it starts: the node is NotReady (Unknown) meanwhile,
 the event stays Started that long, then the node is Ready again and its pods start over (they
@@ -60,6 +63,10 @@ class Cloud:
         # pods).
         self.on_node_back: Callable[[str], object] | None = None
         self.imds = imds
+        # Azure keeps a Reboot/Redeploy Started while the VM is down.
+        for event_type in RESTARTS_VM:
+            imds.started_seconds_by_type[event_type] = reboot_seconds
+        imds.on_schedule.append(self._watch)
         self.cluster = cluster or ClusterInfo()
         self.node_delete_delay_seconds = node_delete_delay_seconds
         self.pools: dict[str, PoolSpec] = {}
@@ -153,19 +160,13 @@ class Cloud:
         self, event_type: str, node_names: list[str], *, notice_seconds: float | None = None
     ) -> EmulatedEvent:
         vms = [self.vm_for(name).name for name in node_names]
-        if event_type in RESTARTS_VM:
-            # Azure keeps a Reboot/Redeploy Started while the VM is down.
-            event = self.imds.schedule(
-                event_type,
-                vms,
-                notice_seconds=notice_seconds,
-                started_seconds=self.reboot_seconds,
-            )
-        else:
-            event = self.imds.schedule(event_type, vms, notice_seconds=notice_seconds)
-        if event_type in TAKES_VM_AWAY or event_type in RESTARTS_VM:
+        return self.imds.schedule(event_type, vms, notice_seconds=notice_seconds)
+
+    def _watch(self, event: EmulatedEvent) -> None:
+        """Every event IMDS announces (from the timeline, Python or the control API) is carried
+        out here, at its start: one path, whoever scheduled it."""
+        if event.event_type in TAKES_VM_AWAY or event.event_type in RESTARTS_VM:
             self._watched[event.event_id] = event
-        return event
 
     def restart(self, node_name: str) -> None:
         """The VM reboots (or is redeployed) now: down for `reboot_seconds`, then back."""

@@ -99,6 +99,7 @@ def pod_spec_defaults(pod: Obj) -> None:
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("terminationMessagePolicy", "File")
             container.setdefault("imagePullPolicy", "IfNotPresent")
+    _port_protocols(spec)
 
 
 def _qos_class(spec: Obj) -> str:
@@ -124,13 +125,14 @@ def _workload(resource: ResourceType, obj: Obj) -> None:
         spec.setdefault("replicas", 1)
     spec.setdefault("revisionHistoryLimit", 10)
     if resource is R.DEPLOYMENTS:
-        spec.setdefault(
-            "strategy",
-            {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"},
-            },
-        )
+        # Upstream's SetDefaults_Deployment: an empty strategy (`kubectl create deployment`
+        # sends `strategy: {}`) is a RollingUpdate of 25 % / 25 %.
+        strategy = spec.setdefault("strategy", {})
+        strategy.setdefault("type", "RollingUpdate")
+        if strategy["type"] == "RollingUpdate":
+            rolling = strategy.setdefault("rollingUpdate", {})
+            rolling.setdefault("maxUnavailable", "25%")
+            rolling.setdefault("maxSurge", "25%")
         spec.setdefault("progressDeadlineSeconds", 600)
     if resource is R.STATEFULSETS:
         spec.setdefault("podManagementPolicy", "OrderedReady")
@@ -139,7 +141,16 @@ def _workload(resource: ResourceType, obj: Obj) -> None:
     pod_spec = template.get("spec") or {}
     pod_spec.setdefault("restartPolicy", "Always")
     pod_spec.setdefault("terminationGracePeriodSeconds", 30)
+    _port_protocols(pod_spec)
     obj.setdefault("status", {})
+
+
+def _port_protocols(spec: Obj) -> None:
+    """Upstream's SetDefaults_ContainerPort: a port without a protocol is TCP."""
+    for container in spec.get("containers") or []:
+        for port in (container.get("ports") or []) if isinstance(container, dict) else []:
+            if isinstance(port, dict):
+                port.setdefault("protocol", "TCP")
 
 
 # ---- admissionregistration.k8s.io/v1 MutatingWebhookConfiguration ---------------------------

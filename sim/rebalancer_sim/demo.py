@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -35,11 +32,12 @@ from rebalancer.config import ControllerSettings
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.measure import ReadyDeficit, unavoidable_deficit
+from rebalancer_sim.product_processes import RebalancerProcesses
 from rebalancer_sim.scenario import Scenario, load_scenario
+from rebalancer_sim.serve import explore_lines, run_rebalancer
 
 DEMO_SCENARIO = "autodrain-pdb"  # sim/rebalancer_sim/scenarios/autodrain-pdb.yaml
 NAMESPACE, DEPLOYMENT = "inference", "llm"
-LEASE = ("default", "spot-rebalancer-controller")
 # What the processes may add per doomed replica to the unavoidable deficit: the agent's 1 s IMDS
 # poll, watch and plan, a controller pass up to 1 s late at the deadline (resync 1 s), the
 # emulator's ticks and the 50 ms sampling.
@@ -84,22 +82,6 @@ def _pool_of(cluster: ClusterEmulator, node_name: str) -> str:
 def _ready(pod: dict[str, Any]) -> bool:
     conditions = pod["status"].get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-def _has_condition(cluster: ClusterEmulator, node_name: str) -> bool:
-    node = cluster.store.get(R.NODES, "", node_name)
-    conditions = (node or {"status": {}})["status"].get("conditions") or []
-    return any(c["type"] == names.CONDITION_TYPE for c in conditions)
-
-
-def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    handle = log.open("wb")
-    return subprocess.Popen(
-        [sys.executable, "-m", "rebalancer.cli", *args],
-        env={**os.environ, **env},
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-    )
 
 
 def _observe(
@@ -194,18 +176,13 @@ def _scenario() -> Scenario:
     return scenario
 
 
-def _leading(cluster: ClusterEmulator) -> bool:
-    lease = cluster.store.get(R.LEASES, *LEASE)
-    return bool(lease and (lease.get("spec") or {}).get("holderIdentity"))
-
-
 def _on_demand_provisioning(scenario: Scenario, pool: str) -> float:
     """0 when a warm on-demand node has room for the replacement, else the pool's delay."""
     spec = next(p for p in scenario.pools if p.name == pool)
     return 0.0 if spec.count > 0 else spec.provisioning_seconds
 
 
-async def _demo(notice_seconds: float) -> int:
+async def _demo(notice_seconds: float, *, keep: bool) -> int:
     scenario = _scenario()
     workload = next(w for w in scenario.workloads if w.name == DEPLOYMENT)
     load = workload.startup_seconds
@@ -221,7 +198,7 @@ async def _demo(notice_seconds: float) -> int:
     urls = await ours.start(kubeconfig_dir=workdir)
     (workdir / "alone").mkdir()
     await alone.start(kubeconfig_dir=workdir / "alone")
-    processes: list[subprocess.Popen[bytes]] = []
+    processes = RebalancerProcesses(ours, workdir)
     timeline = Timeline()
     print(
         f"spot-rebalancer demo: two emulated AKS clusters, each with {replicas} spot A100 nodes "
@@ -237,27 +214,10 @@ async def _demo(notice_seconds: float) -> int:
                 timeout=30,
                 message=f"the {replicas} replicas Ready",
             )
-        common = {"REBALANCER_KUBECONFIG": str(urls.kubeconfig), "REBALANCER_LOG_FORMAT": "json"}
-        spot_nodes = sorted(n["metadata"]["name"] for n in ours.nodes("gpuspot"))
-        for index, node_name in enumerate(spot_nodes):
-            env = {
-                **common,
-                "NODE_NAME": node_name,
-                "REBALANCER_IMDS_URL": ours.imds_url_for(node_name),
-                "REBALANCER_HTTP_HOST": "127.0.0.1",
-                "REBALANCER_HTTP_PORT": "0",
-            }
-            processes.append(_spawn(["agent"], env, workdir / f"agent-{index}.log"))
-        controller_env = {
-            **common,
-            "REBALANCER_NAMESPACE": LEASE[0],
-            "REBALANCER_HTTP_HOST": "127.0.0.1",
-            "REBALANCER_HTTP_PORT": "0",
-            "REBALANCER_IDENTITY": "controller-0",
-        }
-        processes.append(_spawn(["controller"], controller_env, workdir / "controller.log"))
+        spot_nodes = processes.spot_nodes()
+        processes.start()
         await ours.wait_for(
-            lambda: all(_has_condition(ours, n) for n in spot_nodes) and _leading(ours),
+            processes.reported_in,
             timeout=30,
             message="the agents to report in and the controller to lead",
         )
@@ -295,7 +255,8 @@ async def _demo(notice_seconds: float) -> int:
             )
             if settled and seen.replicas == replicas:
                 break
-            if any(p.poll() is not None for p in processes):
+            processes.sync()
+            if processes.exited():
                 timeline.say("demo", "a rebalancer process exited early; see its log")
                 break
             await asyncio.sleep(0.05)
@@ -368,19 +329,30 @@ async def _demo(notice_seconds: float) -> int:
                 "node was not drained in time; see the logs."
             )
         )
-        return 0 if ok else 1
+        code = 0 if ok else 1
+        await alone.stop()
+        if keep:
+            await _keep(ours, processes, workdir)
+        return code
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        await processes.stop()
         await ours.stop()
         await alone.stop()
 
 
-def run_demo(*, notice_seconds: float = 30.0) -> int:
-    return asyncio.run(_demo(notice_seconds))
+async def _keep(cluster: ClusterEmulator, processes: RebalancerProcesses, workdir: Path) -> None:
+    """`--keep`: the first cluster, its agents and its controller run on until Ctrl-C."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    assert cluster.urls is not None
+    print(f"\nKept running (--keep): cluster emulator on {cluster.urls.api}")
+    print(f"  kubeconfig:  {cluster.urls.kubeconfig}")
+    for line in explore_lines(cluster, processes):
+        print(line, flush=True)
+    await run_rebalancer(cluster, workdir, stop, processes=processes)
+
+
+def run_demo(*, notice_seconds: float = 30.0, keep: bool = False) -> int:
+    return asyncio.run(_demo(notice_seconds, keep=keep))

@@ -24,6 +24,7 @@ import json
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -162,6 +163,12 @@ class ImdsEmulator:
         # Requests per real second before a 429; None turns the limit off, for a test that runs
         # a client in virtual time and checks its rate on the virtual clock instead.
         self.rate_limit_per_second: int | None = RATE_LIMIT_PER_SECOND
+        # How long an event of a type stays Started when its scheduler does not say (the cloud
+        # sets its reboot time for Reboot and Redeploy); others stay 10 s.
+        self.started_seconds_by_type: dict[str, float] = {}
+        # Called with every event scheduled, through Python or the control API alike: the
+        # emulated cloud carries each out from here, whoever scheduled it.
+        self.on_schedule: list[Callable[[EmulatedEvent], object]] = []
 
     # ---- Python control API -------------------------------------------------------------------
 
@@ -194,10 +201,12 @@ class ImdsEmulator:
         description: str = "",
         event_source: str = "Platform",
         duration_seconds: int = -1,
-        started_seconds: float = 10.0,
+        started_seconds: float | None = None,
         placement_group: str | None = None,
     ) -> EmulatedEvent:
         now = self.clock.now()
+        if started_seconds is None:
+            started_seconds = self.started_seconds_by_type.get(event_type, 10.0)
         notice = DEFAULT_NOTICE_SECONDS.get(event_type, 300.0)
         if notice_seconds is not None:
             notice = notice_seconds
@@ -217,6 +226,8 @@ class ImdsEmulator:
             created_at=now,
         )
         self.events[event.event_id] = event
+        for listener in self.on_schedule:
+            listener(event)
         return event
 
     def cancel(self, event_id: str) -> bool:
@@ -455,7 +466,9 @@ class ImdsEmulator:
                 description=str(body.get("description", "")),
                 event_source=str(body.get("eventSource", "Platform")),
                 duration_seconds=int(body.get("durationSeconds", -1)),
-                started_seconds=float(body.get("startedSeconds", 10.0)),
+                started_seconds=(
+                    None if body.get("startedSeconds") is None else float(body["startedSeconds"])
+                ),
                 placement_group=body.get("placementGroup"),
             )
         except (KeyError, TypeError, ValueError) as exc:

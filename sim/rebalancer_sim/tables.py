@@ -1,7 +1,9 @@
 """Server-side printing: `meta.k8s.io/v1` Table answers for `kubectl get` without `-o`.
 
 kubectl asks for a Table by default; a few columns per kind (the ones `kubectl get` shows for
-nodes, pods and deployments) keep its output familiar. Other kinds get NAME and AGE.
+nodes, pods, deployments and events) keep its output familiar. Other kinds get NAME and AGE.
+Each row carries its object as `includeObject` asks (`Metadata` by default, `Object` for
+`kubectl get --sort-by`, which sorts on the objects' fields, or `None`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from rebalancer_sim.store import Store, parse_time
 
 
 def _age(obj: Obj, store: Store) -> str:
-    created = obj["metadata"].get("creationTimestamp")
-    if not created:
+    return _since(obj["metadata"].get("creationTimestamp"), store)
+
+
+def _since(stamp: str | None, store: Store) -> str:
+    if not stamp:
         return "<unknown>"
-    seconds = max(0, int((store.clock.now() - parse_time(created)).total_seconds()))
+    seconds = max(0, int((store.clock.now() - parse_time(stamp)).total_seconds()))
     if seconds < 120:
         return f"{seconds}s"
     if seconds < 7200:
@@ -78,6 +83,34 @@ def _deployment_row(deployment: Obj, age: str) -> list[Any]:
     ]
 
 
+def _event_row(event: Obj, store: Store) -> list[Any]:
+    """Upstream's printEvent, wide (the server always prints wide; kubectl hides priority 1)."""
+    involved = event.get("involvedObject") or {}
+    source = event.get("source") or {}
+    first = event.get("firstTimestamp") or event.get("eventTime")
+    last = event.get("lastTimestamp") or first
+    count = event.get("count") or 1
+    series = event.get("series")
+    if series:
+        last, count = series.get("lastObservedTime") or last, series.get("count") or count
+    kind = str(involved.get("kind", "")).lower()
+    target = f"{kind}/{involved['name']}" if involved.get("name") else kind
+    component = source.get("component") or event.get("reportingComponent") or ""
+    instance = source.get("host") or event.get("reportingInstance") or ""
+    return [
+        _since(last, store),
+        event.get("type", ""),
+        event.get("reason", ""),
+        target,
+        involved.get("fieldPath", ""),
+        f"{component}, {instance}" if instance else component,
+        str(event.get("message", "")).strip(),
+        _since(first, store),
+        int(count),
+        event["metadata"]["name"],
+    ]
+
+
 def _webhook_configuration_row(configuration: Obj, age: str) -> list[Any]:
     return [len(configuration.get("webhooks") or []), age]
 
@@ -113,6 +146,19 @@ _COLUMNS: dict[str, list[tuple[str, str, int]]] = {
     ],
     "MutatingWebhookConfiguration": [("Webhooks", "integer", 0), ("Age", "string", 0)],
 }
+# Events print no leading Name column: upstream's is the last one, and wide only.
+_EVENT_COLUMNS = [
+    ("Last Seen", "string", 0),
+    ("Type", "string", 0),
+    ("Reason", "string", 0),
+    ("Object", "string", 0),
+    ("Subobject", "string", 1),
+    ("Source", "string", 1),
+    ("Message", "string", 0),
+    ("First Seen", "string", 1),
+    ("Count", "string", 1),
+    ("Name", "string", 1),
+]
 _ROWS = {
     "Node": _node_row,
     "Pod": _pod_row,
@@ -121,8 +167,18 @@ _ROWS = {
 }
 
 
-def table(resource: ResourceType, items: list[Obj], meta: dict[str, Any], store: Store) -> Obj:
-    columns = [("Name", "string", 0), *_COLUMNS.get(resource.kind, [("Age", "string", 0)])]
+def table(
+    resource: ResourceType,
+    items: list[Obj],
+    meta: dict[str, Any],
+    store: Store,
+    *,
+    include_object: str = "Metadata",
+) -> Obj:
+    if resource.kind == "Event":
+        columns = _EVENT_COLUMNS
+    else:
+        columns = [("Name", "string", 0), *_COLUMNS.get(resource.kind, [("Age", "string", 0)])]
     definitions = [
         {
             "name": name,
@@ -136,18 +192,21 @@ def table(resource: ResourceType, items: list[Obj], meta: dict[str, Any], store:
     row_of = _ROWS.get(resource.kind)
     rows = []
     for obj in items:
-        age = _age(obj, store)
-        cells = [obj["metadata"]["name"], *(row_of(obj, age) if row_of else [age])]
-        rows.append(
-            {
-                "cells": cells,
-                "object": {
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": obj["metadata"],
-                },
+        if resource.kind == "Event":
+            cells = _event_row(obj, store)
+        else:
+            age = _age(obj, store)
+            cells = [obj["metadata"]["name"], *(row_of(obj, age) if row_of else [age])]
+        row: dict[str, Any] = {"cells": cells}
+        if include_object == "Object":  # as a GET returns it, kind and apiVersion first
+            row["object"] = {"kind": resource.kind, "apiVersion": resource.api_version, **obj}
+        elif include_object != "None":
+            row["object"] = {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": obj["metadata"],
             }
-        )
+        rows.append(row)
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",

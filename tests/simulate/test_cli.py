@@ -30,6 +30,7 @@ def test_json_output_has_every_policy_that_exists(
         "failover",
         "spothedge",
         "eviction-aware",
+        "target",
         "dynamic-fallback",
         "oracle",
     ]

@@ -222,7 +222,7 @@ def test_each_pod_carries_the_webhooks_placement_and_reason() -> None:
     why = sorted(p.annotations[names.PLACED_WHY] for p in world.pods.values())
     assert why == [
         "on-demand pool ondemand: no spot group within max-risk low "
-        "(a/- risk unknown, b/- risk unknown)",
+        "(a/a risk unknown, b/b risk unknown)",
         "spot pool a zone a: risk low (0.050 evictions per node-hour, max-risk low), "
         "0 replicas in zone a",
     ]

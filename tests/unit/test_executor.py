@@ -63,7 +63,7 @@ class FakeWriter:
         self._fail()
         return True
 
-    async def evict(self, namespace: str, name: str, uid: str, grace: int | None = None) -> bool:
+    async def evict(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
         self.writes.append(("evict", name))
         self._fail()
         return True

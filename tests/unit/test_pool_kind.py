@@ -272,3 +272,44 @@ def test_a_full_vmss_spot_pool_still_has_no_room_for_a_return() -> None:
         history=History(since=NOW - timedelta(days=1), entries=()),
     )
     assert [a for a in plan(state, Settings()).actions if isinstance(a, StartReturn)] == []
+
+
+def test_required_spot_pools_of_both_kinds_are_one_term_each_way() -> None:
+    # An availability target requires the accepted spot pools of the zone: an agent pool and a
+    # NodePool's spot part cannot share one expression, so each is a term (terms are ORed).
+    own = {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}
+    pod_json: dict[str, Any] = {
+        "metadata": {},
+        "spec": {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [own]}
+                }
+            }
+        },
+    }
+    decision = Decision(
+        "gpu:spot", "eastus-1", True, "target", required_pools=("gpu:spot", "gpuspot")
+    )
+    patched = apply_adds(json.loads(json.dumps(pod_json)), affinity_patch(pod_json, decision))
+    terms = patched["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    zone = {"key": names.ZONE_LABEL, "operator": "In", "values": ["eastus-1"]}
+    assert terms == [
+        {
+            "matchExpressions": [
+                own["matchExpressions"][0],
+                {"key": names.AKS_AGENTPOOL_LABEL, "operator": "In", "values": ["gpuspot"]},
+                zone,
+            ]
+        },
+        {
+            "matchExpressions": [
+                own["matchExpressions"][0],
+                {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["gpu"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+                zone,
+            ]
+        },
+    ]

@@ -1,0 +1,84 @@
+"""Issue 22's proof: the availability-target policy at 99, 99.9 and 99.99 beside every reference,
+on every shared trace set, with `rebalancer simulate`'s defaults and one setting for all sets.
+
+For each cluster (a set's traces split by region, as `simulate_references.py` does, plus the
+regions as one cluster where a set has several): availability (all Ready, at least one), cost
+as a share of on-demand, and for the target policy the share of the cost gap between the
+`dynamic-fallback` baseline and the `oracle` it closes ((baseline - target) / (baseline -
+oracle); in parentheses when the target policy is less available than the baseline), and
+whether it met its target. The target policy is the product's code: the planner's
+`target_plan.py` and the admission webhook's placement, through `rebalancer simulate`.
+
+    .venv/bin/python -m bench.simulate_targets [SPOT_TRACES_DIR] [SET_SUBSTRING]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from bench.simulate_references import AZURE_REGION, BASELINE, DEFAULT_ROOT, ORACLE, clusters
+from rebalancer.simulate.engine import Result, simulate
+from rebalancer.simulate.files import load_traces
+from rebalancer.simulate.workload import Scenario, prices_for
+
+REFERENCES = ("on-demand", "spothedge", BASELINE, ORACLE)
+TARGETS = ("99", "99.9", "99.99")
+
+
+def closed(result: Result, baseline: Result, oracle: Result) -> str:
+    gap = baseline.cost - oracle.cost
+    if gap <= 0:
+        return "n/a"
+    share = f"{(baseline.cost - result.cost) / gap * 100:.0f}%"
+    return share if result.availability >= baseline.availability else f"({share})"
+
+
+def row(name: str, label: str, result: Result, extra: str = "", met: str = "") -> str:
+    return (
+        f"| {name} | {label} | {result.availability * 100:.3f}% | "
+        f"{result.any_ready * 100:.3f}% | {result.cost / result.all_on_demand_cost * 100:.1f}% | "
+        f"{extra} | {met} |"
+    )
+
+
+def main() -> None:
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_ROOT
+    only = sys.argv[2] if len(sys.argv) > 2 else ""
+    folders = sorted({p.parent for p in root.rglob("*.json") if only in str(p.parent)})
+    if not folders:
+        sys.exit(f"no trace set (*.json) under {root} matching {only!r}")
+    print("| cluster | policy | avail (all) | avail (>=1) | of on-demand | gap closed | met |")
+    print("|---|---|---|---|---|---|---|")
+    started = time.perf_counter()
+    for folder in folders:
+        traces = load_traces([folder])
+        for region, members, joined in clusters(traces):
+            home = AZURE_REGION.get(members[0].region, "eastus")
+            scenario = replace(Scenario(), region=home, multi_region=joined)
+            price_regions = {t.region: AZURE_REGION[t.region] for t in members if t.region}
+            prices = prices_for(scenario, regions=price_regions)
+            references = simulate(REFERENCES, traces=members, scenario=scenario, prices=prices)
+            by_policy = {r.policy: r for r in references}
+            baseline, oracle = by_policy[BASELINE], by_policy[ORACLE]
+            zones = len({t.zone for t in members})
+            days = references[0].horizon / 86400
+            name = (
+                f"{folder.parent.name} {region} ({len(members)} pools, {zones} zones, {days:.1f} d)"
+            )
+            lines = [row(name, f"{r.policy} (ref)", r) for r in references]
+            for target in TARGETS:
+                aimed = replace(scenario, availability_target=target)
+                (result,) = simulate(["target"], traces=members, scenario=aimed, prices=prices)
+                met = "yes" if result.availability * 100 >= float(target) else "no"
+                lines.append(
+                    row(name, f"target {target}", result, closed(result, baseline, oracle), met)
+                )
+            print("\n".join(lines), flush=True)
+    print(f"\n{time.perf_counter() - started:.0f} s on one core", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

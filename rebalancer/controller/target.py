@@ -1,0 +1,307 @@
+"""Availability targets: how many spot and how many on-demand replicas a workload keeps so that
+its owner's count is Ready for the share of time it asks for, at the least expected cost. Pure.
+
+A workload states `spot-rebalancer.io/availability-target: "99.9"`: the owner's count N Ready
+99.9 % of the time. The controller keeps S replicas on spot, spread over the spot groups (pool
+and zone) its policy accepts, and D on on-demand, S + D >= N; the S + D - N beyond the owner's
+count are spares. Each pass it decides both from the cluster's eviction history, before any
+notice, in four steps that the log, the Event and `kubectl spot-rebalancer status` repeat:
+
+1. **Waves.** The Preempt notices of the history within `wave_seconds` of each other are one
+   wave; a wave takes some groups (one pool, a zone, several zones at once).
+2. **Rates**, each the mean of a posterior over the history's last 24 h, every wave weighted
+   2^(-age / half-life) so that this morning's counts less than the last hour's:
+
+       waves per hour      W       = (w * W0 + waves) / (w + hours watched)        Gamma
+       group g's share     q_g     = (a * q0 + waves that hit g) / (a + waves)     Beta
+       pair g, h's share   q_gh    = (a * q0^2 + waves that hit both) / (a + waves)
+       losses per hour     lambda_g = W * q_g,   lambda_gh = W * q_gh
+
+   W0 and q0 are the priors (a wave a day; a wave hits a group 3 times in 10) and w, a their
+   weights: a cluster with no record is assumed neither safe nor hopeless, and its own waves
+   soon outweigh the assumption. Groups that go together (one zone, one region) show it in
+   q_gh; nothing about zones is assumed.
+3. **Exposure.** A replica lost is missing until its replacement on on-demand is Ready:
+   `recovery_seconds` (T: the node's provisioning plus the model's load, less the notice). The
+   share of time below N with a configuration is about
+
+       U = sum over groups g whose loss alone leaves fewer than N Ready:  lambda_g * T
+         + sum over pairs g, h whose loss together does:  lambda_gh * T + lambda_g * lambda_h * T^2
+
+   (a pair lost in one wave, or one after the other within T; three at once are left out).
+4. **Choice.** The cheapest (S spot at `spot_price_share` of on-demand, D on-demand) with
+   U <= 1 - target/100, spot spread over the groups as placement spreads it; if none, N on
+   on-demand. That is the standing plan, decided before a notice. Now: with the spot replicas
+   Ready now (not under notice), on-demand replicas are the fewest >= D that make N Ready now and
+   keep U within the budget, at most N: a lost or missing spot replica is covered on on-demand
+   at once, and given back as soon as spot replicas are Ready again (dynamic fallback).
+
+Why this and not a learned model: a cluster has a day of its own history and no training data;
+every number here is a count a reader can check against the history ConfigMap and a formula.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from rebalancer.controller.history import RETENTION, Entry
+from rebalancer.strict import shown
+
+TARGET_LOW, TARGET_HIGH = 50.0, 99.999
+
+MAX_GROUPS = 16  # pairs of at most this many groups: 120, well under a millisecond
+
+
+@dataclass(frozen=True)
+class TargetSettings:
+    # A replacement on on-demand: a node (5 min) plus the model's load (90 s), less the 30 s
+    # notice during which the old replica still serves.
+    recovery_seconds: float = 360.0
+    spot_price_share: float = 0.2  # spot's price as a share of on-demand's (A100: 12-17 %)
+    wave_rate_per_hour: float = 0.05  # waves of Preempts in the cluster, before its own record
+    wave_weight_hours: float = 24.0  # how many hours of experience that prior counts for
+    hit_share: float = 0.3  # the share of waves that hit a group, before the record
+    hit_weight: float = 2.0  # how many waves of experience that prior counts for
+    half_life_seconds: float = 6 * 3600.0
+    wave_seconds: float = 600.0
+    max_spares: int = 4
+
+
+def parse_target(text: str) -> float:
+    """A percentage such as "99.9": ASCII digits and one point, 50 to 99.999; ValueError else."""
+    stripped = text.strip()
+    whole, _, fraction = stripped.partition(".")
+    if (
+        not whole
+        or len(stripped) > 8
+        or not (whole.isascii() and whole.isdigit())
+        or (fraction and not (fraction.isascii() and fraction.isdigit()))
+        or (stripped.endswith(".") and not fraction)
+    ):
+        raise ValueError(f"{shown(text)} is not a percentage such as 99.9")
+    value = float(stripped)
+    if not TARGET_LOW <= value <= TARGET_HIGH:
+        raise ValueError(f"{shown(text)} is not between {TARGET_LOW:g} and {TARGET_HIGH:g}")
+    return value
+
+
+@dataclass(frozen=True)
+class Wave:
+    at: datetime
+    groups: frozenset[str]  # "pool/zone" of every node it took
+
+
+def group_of(pool: str, zone: str) -> str:
+    return f"{pool}/{zone}"
+
+
+def waves(entries: Iterable[Entry], wave_seconds: float) -> list[Wave]:
+    """The history's spot Preempts grouped into waves: a notice within `wave_seconds` of the
+    previous one joins its wave."""
+    found: list[Wave] = []
+    last: datetime | None = None
+    wave = timedelta(seconds=wave_seconds)
+    for entry in sorted((e for e in entries if e.spot and e.preempt), key=lambda e: e.first_seen):
+        group = group_of(entry.pool, entry.zone)
+        if found and last is not None and entry.first_seen - last <= wave:
+            found[-1] = Wave(found[-1].at, found[-1].groups | {group})
+        else:
+            found.append(Wave(entry.first_seen, frozenset({group})))
+        last = entry.first_seen
+    return found
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Losses per hour of each spot group (pool and zone), and of each pair together."""
+
+    wave_rate: float  # waves per hour
+    waves: int  # waves in the record (for the words)
+    group: Mapping[str, float]
+    pair: Mapping[frozenset[str], float]
+    hits: Mapping[str, int]  # waves in the record that hit each group
+    window_hours: float
+
+    def of(self, group: str) -> float:
+        return self.group.get(group, 0.0)
+
+    def of_pair(self, first: str, second: str) -> float:
+        return self.pair.get(frozenset((first, second)), 0.0)
+
+
+def rates(
+    entries: Iterable[Entry],
+    groups: Sequence[str],
+    *,
+    now: datetime,
+    since: datetime | None,
+    settings: TargetSettings,
+) -> Rates:
+    """Waves per hour, and the share of waves that hit each group and each pair of groups,
+    each the mean of a posterior over the record (Gamma for the rate, Beta for the shares)."""
+    found = [w for w in waves(entries, settings.wave_seconds) if now - RETENTION <= w.at <= now]
+    half_life_hours = settings.half_life_seconds / 3600.0
+    tau = half_life_hours / math.log(2)
+    watched = min(RETENTION, now - since) if since is not None else RETENTION
+    watched_hours = max(0.0, watched.total_seconds() / 3600.0)
+    exposure = tau * (1.0 - math.exp(-watched_hours / tau))
+
+    def weight(wave: Wave) -> float:
+        return float(2.0 ** (-((now - wave.at).total_seconds() / 3600.0) / half_life_hours))
+
+    weights = [(wave, weight(wave)) for wave in found]
+    seen = sum(w for _, w in weights)
+    rate = (settings.wave_weight_hours * settings.wave_rate_per_hour + seen) / (
+        settings.wave_weight_hours + exposure
+    )
+    a, q = settings.hit_weight, settings.hit_share
+    group_rates: dict[str, float] = {}
+    hits: dict[str, int] = {}
+    for group in groups:
+        hit = sum(w for wave, w in weights if group in wave.groups)
+        group_rates[group] = rate * (a * q + hit) / (a + seen)
+        hits[group] = sum(1 for wave in found if group in wave.groups)
+    pair_rates: dict[frozenset[str], float] = {}
+    for first, second in itertools.combinations(groups[:MAX_GROUPS], 2):
+        both = sum(w for wave, w in weights if {first, second} <= wave.groups)
+        pair_rates[frozenset((first, second))] = rate * (a * q * q + both) / (a + seen)
+    return Rates(rate, len(found), group_rates, pair_rates, hits, watched_hours)
+
+
+def unavailability(
+    spot: Mapping[str, int], on_demand: int, needed: int, rates: Rates, recovery_hours: float
+) -> float:
+    """The share of time below `needed` Ready with `spot` replicas per group and `on_demand`:
+    a group whose loss alone leaves fewer is down for its rate times the recovery; a pair, for
+    its rate together (one wave) plus one after the other within the recovery."""
+    total = sum(spot.values()) + on_demand
+    if total < needed:
+        return 1.0
+    groups = [g for g in sorted(spot) if spot[g] > 0][:MAX_GROUPS]
+    t = recovery_hours
+    share = 0.0
+    for group in groups:
+        if total - spot[group] < needed:
+            share += rates.of(group) * t
+    for first, second in itertools.combinations(groups, 2):
+        if total - spot[first] - spot[second] < needed:
+            share += rates.of_pair(first, second) * t + rates.of(first) * rates.of(second) * t * t
+    return min(1.0, share)
+
+
+def spread(count: int, groups: Sequence[str]) -> dict[str, int]:
+    """`count` replicas over `groups` ("pool/zone") as placement spreads them: each to the
+    zone with the fewest, then the group with the fewest, then the first."""
+    placed = dict.fromkeys(groups, 0)
+    by_zone: dict[str, int] = {}
+    for _ in range(max(0, count)):
+        group = min(
+            groups,
+            key=lambda g: (by_zone.get(g.rpartition("/")[2], 0), placed[g], groups.index(g)),
+        )
+        placed[group] += 1
+        zone = group.rpartition("/")[2]
+        by_zone[zone] = by_zone.get(zone, 0) + 1
+    return placed
+
+
+def open_zones(target_spot: int, kept_by_zone: Mapping[str, int]) -> list[str]:
+    """Zones a new spot replica of a plan may go to: those with fewer than their share of the
+    plan's spot replicas (an even split, rounded up), so that a zone with capacity while the
+    others have none does not collect them all, which would make its one loss take them all.
+    `kept_by_zone`: every zone the plan may use, with its spot replicas now."""
+    share = math.ceil(target_spot / len(kept_by_zone)) if kept_by_zone else 0
+    return sorted(zone for zone, kept in kept_by_zone.items() if kept < share)
+
+
+@dataclass(frozen=True)
+class Decision:
+    spot: int  # replicas wanted on spot (Ready or not, not under notice)
+    on_demand: int  # replicas wanted on on-demand now
+    standing_on_demand: int  # the plan's on-demand before losses (the floor)
+    unavailability: float  # expected share of time below the owner's count, as planned
+    why: str
+
+    @property
+    def replicas(self) -> int:
+        return self.spot + self.on_demand
+
+
+def decide(
+    needed: int,
+    target: float,
+    *,
+    groups: Sequence[str],
+    ready_spot: Mapping[str, int],
+    rates: Rates,
+    settings: TargetSettings,
+    min_on_demand: int = 0,
+) -> Decision:
+    """The spot and on-demand replicas for `needed` Ready at `target` percent; `groups`: the
+    spot groups ("pool/zone") the policy accepts (none: everything on on-demand);
+    `ready_spot`: the Ready spot replicas per group now, not under notice."""
+    budget = 1.0 - target / 100.0
+    t = settings.recovery_seconds / 3600.0
+    price = settings.spot_price_share
+    floor = min(needed, min_on_demand)
+    best: tuple[float, int, int, float] | None = None  # (cost, spot, on-demand, U)
+    if groups:
+        for on_demand in range(floor, needed + 1):
+            for spot in range(max(0, needed - on_demand), needed + settings.max_spares + 1):
+                if on_demand == needed and spot > 0:
+                    break  # spot on top of N on-demand buys nothing
+                share = unavailability(spread(spot, groups), on_demand, needed, rates, t)
+                cost = spot * price + on_demand
+                if share <= budget and (best is None or cost < best[0] - 1e-9):
+                    best = (cost, spot, on_demand, share)
+    if best is None:
+        best = (float(needed), 0, needed, 0.0)
+    _, spot, standing, planned = best
+    ready = {group: ready_spot.get(group, 0) for group in groups}
+    now = standing
+    while now < needed and (
+        sum(ready.values()) + now < needed or unavailability(ready, now, needed, rates, t) > budget
+    ):
+        now += 1
+    why = _why(needed, target, spot, standing, now, ready, groups, rates, planned)
+    return Decision(spot, now, standing, planned, why)
+
+
+def _why(
+    needed: int,
+    target: float,
+    spot: int,
+    standing: int,
+    now: int,
+    ready: Mapping[str, int],
+    groups: Sequence[str],
+    rates: Rates,
+    planned: float,
+) -> str:
+    if not groups:
+        return f"{needed} on on-demand: no spot group the policy accepts"
+    zones = len({g.rpartition("/")[2] for g in groups})
+    worst = max(groups, key=lambda g: (rates.of(g), g))
+    seen = (
+        f"{rates.waves} waves of Preempts in {rates.window_hours:.0f} h, "
+        f"{rates.wave_rate:.3f}/h; riskiest {worst}: {rates.of(worst):.3f}/h, "
+        f"hit by {rates.hits.get(worst, 0)}"
+    )
+    if spot == 0:
+        plan = f"{needed} on on-demand: no plan with spot meets {target:g} % ({seen})"
+    else:
+        plan = (
+            f"{spot} on spot over {len(groups)} groups in {zones} zone(s) + {standing} "
+            f"on-demand ({spot + standing - needed} spare): expected "
+            f"{100 * (1 - planned):.3f} % >= {target:g} % ({seen})"
+        )
+    if now > standing:
+        plan += (
+            f"; {now - standing} more on on-demand while {sum(ready.values())} of {spot} "
+            "spot are Ready"
+        )
+    return plan

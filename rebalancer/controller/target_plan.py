@@ -1,0 +1,243 @@
+"""The planner's part for a workload with an availability target: its replica count, the pods
+to give up first, and the record the webhook places new pods by. Pure.
+
+`target.py` decides how many replicas go on spot and how many on on-demand; this turns that into
+actions on the Deployment, make-before-break:
+
+- more replicas: at once (the webhook sends a new pod to spot while fewer than the record's
+  `spot` are there, not under notice, else to on-demand);
+- fewer: only when every replica is Ready, after the ones to go have the lowest
+  pod-deletion-cost (on-demand ones first when on-demand is to shrink, else spot ones from the
+  fullest zone), so that the ReplicaSet removes exactly those; a ReplicaSet scaling down removes
+  replicas that are not Ready first whatever their cost, so shrinking while one loads would
+  remove the wrong one;
+- the record (`Spare`, sealed): the owner's count, what we added, and how many go on spot.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from rebalancer import names
+from rebalancer.controller.actions import Action, Evict, SetDeletionCost, SetSpare, WorkloadBasis
+from rebalancer.controller.model import PodInfo, Spare, WorkloadInfo
+from rebalancer.controller.placement import spot_groups
+from rebalancer.controller.policy import Policy
+from rebalancer.controller.pools import Pool, pools_of, with_declared
+from rebalancer.controller.returns import LOWEST, lower_cost
+from rebalancer.controller.risk import LEVELS
+from rebalancer.controller.snapshot import Snapshot
+from rebalancer.controller.target import Decision, TargetSettings, decide, group_of, rates
+from rebalancer.vocabulary import Reason
+
+# A cheaper plan replaces the one in force only when its expected unavailability leaves this
+# share of the budget unused: near the threshold, the plan would otherwise flip with every
+# pass as old losses fade.
+DOWN_BAND = 0.8
+
+
+def accepted_zones(
+    snapshot: Snapshot, workload: WorkloadInfo, policy: Policy, declared: Mapping[str, Pool]
+) -> dict[str, tuple[str, ...]]:
+    """Spot zones the workload may use, with their pools: spot pools its pods fit and its
+    policy allows, in groups whose risk its `max-risk` accepts (unknown risk is accepted)."""
+    pools = with_declared(pools_of(snapshot.nodes.values()), declared)
+    levels = {(g.pool, g.zone): g.level for g in spot_groups(pools.values(), snapshot.risks)}
+    zones: dict[str, set[str]] = {}
+    for pool in pools.values():
+        if not pool.spot or not policy.allows_pool(pool.name):
+            continue
+        if pool.problems_for(workload.template_spec, workload.gpus_per_replica):
+            continue
+        labelled = pool.labels.get(names.ZONE_LABEL)
+        found = {labelled} if labelled else {snapshot.nodes[n].zone for n in pool.nodes}
+        for zone in found or {""}:
+            level = levels.get((pool.name, zone), "unknown")
+            if level in LEVELS and not policy.accepts(level):
+                continue
+            zones.setdefault(zone, set()).add(pool.name)
+    return {zone: tuple(sorted(p)) for zone, p in sorted(zones.items())}
+
+
+def _alive(pods: list[PodInfo]) -> list[PodInfo]:
+    return [p for p in pods if not p.deleting and not p.finished]
+
+
+def plan_target(
+    snapshot: Snapshot,
+    workload: WorkloadInfo,
+    policy: Policy,
+    settings: TargetSettings,
+    declared: Mapping[str, Pool],
+) -> list[Action]:
+    target = policy.target_percent
+    assert target is not None
+    record = workload.spare
+    basis = WorkloadBasis.of(workload)
+    replicas = workload.replicas
+    if record is not None and record.gave_up:
+        return []
+    reverted = record.reverted if record is not None else 0
+    if record is None:
+        base = replicas
+    elif replicas == record.base + record.added:
+        base = record.base
+    elif replicas == record.base and record.added > 0:
+        reverted += 1
+        if reverted >= 2:
+            given_up = Spare(record.base, 0, reverted, gave_up=True)
+            return [
+                SetSpare(workload.key, None, given_up, basis=basis, reason=Reason.SPARE_NOT_HELD)
+            ]
+        base = record.base
+    else:  # the owner chose a new count
+        base = replicas
+    if base == 0:
+        return [SetSpare(workload.key, None, None, basis=basis, why="")] if record else []
+
+    zones = accepted_zones(snapshot, workload, policy, declared)
+    groups = [group_of(pool, zone) for zone, pools in zones.items() for pool in pools]
+    nodes = snapshot.nodes
+    pods = _alive(snapshot.pods_by_workload.get(workload.key, []))
+    ready_spot: Counter[str] = Counter()
+    for pod in pods:
+        node = nodes.get(pod.node_name)
+        if pod.ready and node is not None and node.spot and not node.notices:
+            ready_spot[group_of(node.pool, node.zone)] += 1
+    seen = rates(
+        snapshot.history.entries,
+        groups,
+        now=snapshot.now,
+        since=snapshot.history.since,
+        settings=settings,
+    )
+    decision = decide(
+        base,
+        target,
+        groups=groups,
+        ready_spot=ready_spot,
+        rates=seen,
+        settings=settings,
+        min_on_demand=policy.min_on_demand,
+    )
+    if record is not None and record.spot is not None and decision.spot < record.spot:
+        # Fewer spot replicas only as the plan for a budget with room to spare (DOWN_BAND).
+        decision = decide(
+            base, 100 - (100 - target) * DOWN_BAND, groups=groups, ready_spot=ready_spot,
+            rates=seen, settings=settings, min_on_demand=policy.min_on_demand,
+        )  # fmt: skip
+    spot_pools = {pool for pools in zones.values() for pool in pools}
+    owner = Spare(base, 0, reverted)
+    return _converge(snapshot, workload, pods, decision, owner, record, spot_pools)
+
+
+def _converge(
+    snapshot: Snapshot,
+    workload: WorkloadInfo,
+    pods: list[PodInfo],
+    decision: Decision,
+    owner: Spare,
+    record: Spare | None,
+    spot_pools: set[str],
+) -> list[Action]:
+    """The actions that bring the workload to the decision, one step a pass."""
+    basis = WorkloadBasis.of(workload)
+    replicas = workload.replicas
+    # Spot replicas beyond the plan stay until the on-demand ones that take their place are
+    # Ready (make-before-break): the count rises by those first.
+    spot, on_demand = _sides(snapshot, pods, spot_pools)
+    ready_on_demand = sum(1 for p in on_demand if p.ready)
+    swap = min(len(spot) - decision.spot, decision.on_demand - ready_on_demand)
+    wanted = decision.replicas + max(0, swap)
+    fresh = Spare(owner.base, wanted - owner.base, owner.reverted, spot=decision.spot)
+    if wanted > replicas or (wanted == replicas and record != fresh):
+        return [
+            *_restore_costs(pods),
+            SetSpare(workload.key, wanted, fresh, basis=basis, why=decision.why),
+        ]
+    if wanted < replicas:
+        # A ReplicaSet scaling down removes replicas that are not Ready first (they serve
+        # nothing); beyond those, the ones to go get the lowest cost first.
+        excess = replicas - wanted
+        unready = [p for p in pods if not p.ready]
+        if len(unready) < excess:
+            ready = [p for p in pods if p.ready]
+            victims = _victims(snapshot, ready, decision, excess - len(unready), spot_pools)
+            unmarked = [p for p in victims if p.deletion_cost != LOWEST]
+            if unmarked:
+                return [lower_cost(p, Reason.SPARE) for p in unmarked]
+        return [SetSpare(workload.key, wanted, fresh, basis=basis, why=decision.why)]
+    return _recompose(snapshot, pods, decision, owner.base, spot_pools)
+
+
+def _recompose(
+    snapshot: Snapshot,
+    pods: list[PodInfo],
+    decision: Decision,
+    base: int,
+    spot_pools: set[str],
+) -> list[Action]:
+    """The right count, the wrong mix: on-demand replicas the plan no longer needs while spot
+    ones are missing (the ReplicaSet, scaling down, removed spot replicas that were not Ready
+    yet). One is evicted a pass (a PodDisruptionBudget is respected); the ReplicaSet's
+    replacement goes to spot. A Ready one goes only if the owner's count stays Ready without
+    it. (The other way, spot beyond the plan, is a swap in `_converge`.)"""
+    spot, on_demand = _sides(snapshot, pods, spot_pools)
+    # The webhook sends no replica to a spot group under notice: nothing to gain there.
+    evicting = {n.pool for n in snapshot.nodes.values() if n.notices}
+    if not (
+        len(on_demand) > decision.on_demand and len(spot) < decision.spot and spot_pools - evicting
+    ):
+        return []
+    ready = sum(1 for p in pods if p.ready)
+    for pod in sorted(on_demand, key=lambda p: (p.ready, p.name)):
+        if not pod.ready or ready - 1 >= base:
+            return [Evict(pod.key, pod.uid, pod.node_name, "", reason=Reason.SPARE)]
+    return []
+
+
+def _sides(
+    snapshot: Snapshot, pods: list[PodInfo], spot_pools: set[str]
+) -> tuple[list[PodInfo], list[PodInfo]]:
+    """The replicas kept on spot (not under notice) and those on on-demand; a pod not yet
+    scheduled counts where the webhook sent it."""
+    nodes = snapshot.nodes
+    spot: list[PodInfo] = []
+    on_demand: list[PodInfo] = []
+    for pod in pods:
+        node = nodes.get(pod.node_name) if pod.node_name else None
+        if node is not None:
+            if not node.spot:
+                on_demand.append(pod)
+            elif not node.notices:
+                spot.append(pod)
+        elif pod.placed:
+            (spot if pod.placed.partition("/")[0] in spot_pools else on_demand).append(pod)
+    return spot, on_demand
+
+
+def _victims(
+    snapshot: Snapshot, ready: list[PodInfo], decision: Decision, count: int, spot_pools: set[str]
+) -> list[PodInfo]:
+    """The `count` Ready replicas to give up: spot ones beyond the plan's from the fullest zone
+    first, then on-demand ones (by name, last first)."""
+    spot, on_demand = _sides(snapshot, ready, spot_pools)
+    nodes = snapshot.nodes
+    chosen: list[PodInfo] = []
+    by_zone = Counter(nodes[p.node_name].zone for p in spot if p.node_name in nodes)
+    for _ in range(min(max(0, len(spot) - decision.spot), count)):
+        zone = max(by_zone, key=lambda z: (by_zone[z], z))
+        chosen.append(next(p for p in spot if nodes[p.node_name].zone == zone and p not in chosen))
+        by_zone[zone] -= 1
+    chosen += sorted(on_demand, key=lambda p: p.name, reverse=True)[: count - len(chosen)]
+    return chosen
+
+
+def _restore_costs(pods: list[PodInfo]) -> list[Action]:
+    """Pods we marked to go that stay after all get their cost back."""
+    return [
+        SetDeletionCost(p.key, p.original_deletion_cost or None, restore=True, reason=Reason.SPARE)
+        for p in pods
+        if p.deletion_cost == LOWEST and p.original_deletion_cost is not None
+    ]

@@ -1,0 +1,214 @@
+"""Availability targets (issue 22): the estimator, the plan, the planner's actions and the
+webhook's placement. Expected values are derived in the comments from the formulas of
+`rebalancer/controller/target.py` with its default settings (T = 0.1 h, spot at 0.2 of
+on-demand, a prior of 0.05 waves an hour each hitting a group with share 0.3)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from rebalancer import names
+from rebalancer.controller.actions import SetDeletionCost, SetSpare
+from rebalancer.controller.history import Entry, History
+from rebalancer.controller.model import Spare
+from rebalancer.controller.placement import Group, Where, affinity_patch, choose
+from rebalancer.controller.planner import Settings, plan
+from rebalancer.controller.policy import PolicyError, parse
+from rebalancer.controller.pools import Pool
+from rebalancer.controller.returns import LOWEST
+from rebalancer.controller.target import TargetSettings, decide, parse_target, rates, waves
+from tests.unit.test_planner import NOW, deployment, node_json, of_type, pod, snapshot
+
+GROUPS = ["spotgpu/eastus-1", "spotgpu/eastus-2", "spotgpu/eastus-3"]
+FRESH = History(since=NOW)  # a record that starts now: the priors alone
+TARGET = {names.AVAILABILITY_TARGET: "99.9"}
+
+
+def preempt(zone: str, minutes_ago: float, node: str) -> Entry:
+    at = NOW - timedelta(minutes=minutes_ago)
+    return Entry(f"E-{node}", "Preempt", node, "spotgpu", zone, "x", True, at)
+
+
+@pytest.mark.parametrize("text", ["99.9", " 99.99 ", "50", "99.999"])
+def test_a_target_is_a_percentage_from_50_to_99_999(text: str) -> None:
+    assert parse_target(text) == float(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["100", "49.9", "99.9999", "99,9", "1e2", "\uff19\uff19", "99.", "", "-99"]
+)
+def test_anything_else_is_refused_with_the_value_named(text: str) -> None:
+    with pytest.raises(ValueError, match="is not"):
+        parse_target(text)
+    with pytest.raises(PolicyError, match=names.AVAILABILITY_TARGET):
+        parse({names.AVAILABILITY_TARGET: text})
+
+
+def test_the_target_decides_spares_so_spare_replicas_with_it_is_refused() -> None:
+    with pytest.raises(PolicyError, match="the target decides spares"):
+        parse({**TARGET, names.SPARE_REPLICAS: "2"})
+    assert parse(TARGET).target == "99.9"
+
+
+def test_notices_within_the_wave_window_are_one_wave() -> None:
+    found = waves(
+        [preempt("eastus-1", 30, "a"), preempt("eastus-2", 25, "b"), preempt("eastus-1", 5, "c")],
+        wave_seconds=600,
+    )
+    assert [sorted(w.groups) for w in found] == [
+        ["spotgpu/eastus-1", "spotgpu/eastus-2"],
+        ["spotgpu/eastus-1"],
+    ]
+
+
+def test_with_no_record_the_priors_alone_give_the_rates() -> None:
+    seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings())
+    # W = 24 * 0.05 / 24; lambda_g = W * 0.3; lambda_gh = W * 0.3^2
+    assert seen.wave_rate == pytest.approx(0.05)
+    assert seen.of(GROUPS[0]) == pytest.approx(0.015)
+    assert seen.of_pair(GROUPS[0], GROUPS[1]) == pytest.approx(0.0045)
+
+
+def test_three_zones_and_no_record_keep_seven_on_spot_and_cover_what_is_not_ready() -> None:
+    seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings())
+    ready = dict.fromkeys(GROUPS, 1)
+    plan_now = decide(3, 99.9, groups=GROUPS, ready_spot=ready, rates=seen,
+                      settings=TargetSettings())  # fmt: skip
+    # Budget 0.001. Six on spot (2,2,2): every pair's loss leaves 2 < 3, U = 3 * (0.0045 * 0.1 +
+    # 0.015^2 * 0.01) = 0.00136. Seven (3,2,2): only the two pairs with the 3 count, U =
+    # 0.000905: cost 7 * 0.2 = 1.4. With on-demand, the cheapest within budget is 4 spot + 1
+    # (1.8). So 7 on spot; with 1 Ready in each group now, 2 on-demand make every pair's loss
+    # leave 3.
+    assert (plan_now.spot, plan_now.standing_on_demand, plan_now.on_demand) == (7, 0, 2)
+    assert plan_now.unavailability == pytest.approx(0.0009045)
+    assert "2 more on on-demand while 3 of 7 spot are Ready" in plan_now.why
+
+
+def test_a_wave_across_two_zones_starts_on_demand_before_any_notice() -> None:
+    record = [preempt("eastus-1", 10, "a"), preempt("eastus-2", 9, "b")]
+    seen = rates(record, GROUPS, now=NOW, since=NOW - timedelta(hours=1),
+                 settings=TargetSettings())  # fmt: skip
+    calm = rates([], GROUPS, now=NOW, since=NOW - timedelta(hours=1), settings=TargetSettings())
+    # The pair that went together is now far likelier to go together again than the others.
+    assert seen.of_pair(GROUPS[0], GROUPS[1]) > 5 * seen.of_pair(GROUPS[0], GROUPS[2])
+    assert seen.of(GROUPS[0]) > calm.of(GROUPS[0]) > 0
+    ready = {GROUPS[0]: 3, GROUPS[1]: 2, GROUPS[2]: 2}  # the calm plan, all Ready
+    after = decide(3, 99.9, groups=GROUPS, ready_spot=ready, rates=seen, settings=TargetSettings())
+    # The 3-2 pair lost together (0.034/h, U = 0.0034 alone) must be survived: one on-demand
+    # replica and 6 on spot (2,2,2) leave 3 after any pair.
+    assert (after.spot, after.standing_on_demand, after.on_demand) == (6, 1, 1)
+    assert "1 waves of Preempts" in after.why
+
+
+def test_one_zone_cannot_meet_99_9_on_spot_but_meets_99() -> None:
+    one = GROUPS[:1]
+    seen = rates([], one, now=NOW, since=NOW, settings=TargetSettings())
+    # Its one loss takes everything: U = 0.015 * 0.1 = 0.0015, over 0.001, under 0.01.
+    strict = decide(3, 99.9, groups=one, ready_spot={}, rates=seen, settings=TargetSettings())
+    assert (strict.spot, strict.on_demand) == (0, 3)
+    assert "no plan with spot meets 99.9 %" in strict.why
+    loose = decide(3, 99, groups=one, ready_spot={one[0]: 3}, rates=seen,
+                   settings=TargetSettings())  # fmt: skip
+    assert (loose.spot, loose.on_demand) == (3, 0)
+
+
+# ---- the planner -------------------------------------------------------------------------
+
+
+def three_zone_nodes(spot_per_zone: tuple[int, ...], on_demand: int) -> list[dict[str, Any]]:
+    nodes = []
+    for zone_index, count in enumerate(spot_per_zone, start=1):
+        for i in range(count):
+            nodes.append(node_json(f"spot-{zone_index}-{i}", zone=f"eastus-{zone_index}"))
+    nodes += [node_json(f"od-{i}", pool="odgpu", spot=False) for i in range(on_demand)]
+    return nodes
+
+
+def test_a_new_target_scales_to_the_plan_and_records_it() -> None:
+    nodes = three_zone_nodes((1, 1, 1), 0)
+    pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+    state = snapshot(nodes, pods, [deployment(3, annotations=TARGET)], history=FRESH)
+    (action,) = of_type(plan(state, Settings()).actions, SetSpare)
+    assert (action.replicas, action.record) == (9, Spare(base=3, added=6, spot=7))
+    assert action.why is not None and action.why.startswith("7 on spot over 3 groups")
+    assert action.patch()["metadata"]["annotations"][names.TARGET_WHY] == action.why
+
+
+def test_on_demand_goes_once_spot_is_ready_marked_first_then_scaled() -> None:
+    nodes = three_zone_nodes((3, 2, 2), 2)
+    pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7).to_json()}
+    state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
+    actions = plan(state, Settings()).actions
+    # Seven Ready on spot (3,2,2) are the plan: the two on-demand replicas are not needed. They
+    # get the lowest deletion cost first; nothing is scaled in the same pass.
+    lowered = of_type(actions, SetDeletionCost)
+    assert sorted(a.pod[1] for a in lowered) == ["p7", "p8"]  # the pods on od-0 and od-1
+    assert {a.cost for a in lowered} == {LOWEST}
+    assert of_type(actions, SetSpare) == []
+    marked = [
+        pod(p.name, p.node_name, annotations={names.DELETION_COST: LOWEST}) if p.name in
+        ("p7", "p8") else p
+        for p in pods
+    ]  # fmt: skip
+    state = snapshot(nodes, marked, [deployment(9, annotations=record)], history=FRESH)
+    (scaled,) = of_type(plan(state, Settings()).actions, SetSpare)
+    assert (scaled.replicas, scaled.record) == (7, Spare(3, 4, spot=7))
+
+
+def test_nothing_is_scaled_down_while_a_replica_loads() -> None:
+    nodes = three_zone_nodes((3, 2, 2), 2)
+    pods = [pod(f"p{i}", node["metadata"]["name"], ready=i != 0) for i, node in enumerate(nodes)]
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7).to_json()}
+    state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
+    assert of_type(plan(state, Settings()).actions, SetDeletionCost) == []
+
+
+# ---- placement -----------------------------------------------------------------------------
+
+SPOT_POOL = Pool("spotgpu", True, (), {}, ())
+OD_POOL = Pool("odgpu", False, (), {}, ())
+SPOT_GROUPS = [Group("spotgpu", f"eastus-{i}", "unknown", -1.0) for i in (1, 2, 3)]
+
+
+def place(counts: dict[tuple[str, str], int], on_demand: int, target_spot: int) -> Any:
+    return choose(
+        parse(TARGET),
+        fits=[SPOT_POOL, OD_POOL],
+        groups=SPOT_GROUPS,
+        where=Where(counts, on_demand),
+        failing_over=False,
+        evicting=set(),
+        target_spot=target_spot,
+    )
+
+
+def test_a_targets_spot_replica_requires_its_zone_and_spreads() -> None:
+    decision = place({("spotgpu", "eastus-1"): 2, ("spotgpu", "eastus-2"): 1}, 0, 7)
+    assert (decision.spot, decision.zone, decision.required_pools) == (
+        True,
+        "eastus-3",
+        ("spotgpu",),
+    )
+    ops = affinity_patch({"spec": {}}, decision)
+    required = ops[0]["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": names.AKS_AGENTPOOL_LABEL, "operator": "In", "values": ["spotgpu"]},
+        {"key": names.ZONE_LABEL, "operator": "In", "values": ["eastus-3"]},
+    ]
+
+
+def test_a_zone_with_its_share_takes_no_more_while_others_wait() -> None:
+    # 7 on spot over 3 zones: a share of 3. Zone 1 has 3, the others none (no capacity yet):
+    # the next goes to zone 2 even though only zone 1 has nodes.
+    decision = place({("spotgpu", "eastus-1"): 3}, 0, 7)
+    assert decision.zone == "eastus-2"
+
+
+def test_beyond_the_plans_spot_replicas_new_ones_go_on_demand() -> None:
+    counts = {("spotgpu", "eastus-1"): 3, ("spotgpu", "eastus-2"): 2, ("spotgpu", "eastus-3"): 2}
+    decision = place(counts, 0, 7)
+    assert (decision.spot, decision.pool) == (False, "odgpu")
