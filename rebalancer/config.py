@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from rebalancer import names
+from rebalancer import names, pool_kind
 from rebalancer.azure.prices import parse_price_file
 from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, EventType, Policy
 
@@ -39,6 +39,8 @@ IMDS_MIN_INTERVAL_SECONDS = 0.25
 # Kubernetes label values and kubectl's taint form `key[=value]:Effect` (the chart's
 # values.schema.json has the same patterns, so helm refuses what the controller would).
 LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+# An agent pool's name, or a Karpenter NodePool's with its capacity type (rebalancer/pool_kind.py).
+POOL_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(:(spot|on-demand|reserved))?$"
 TAINT_PATTERN = (
     r"^([A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?)"
     r"(=([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?)?"
@@ -171,15 +173,16 @@ def parse_taint(text: str) -> tuple[str, str, str]:
 
 class PoolShape(BaseModel):
     """A node pool as its Nodes would show it, declared for pools that may have none (the
-    cluster autoscaler at min 0): the controller cannot see the taints and labels of a pool
-    without Nodes, so it is told them."""
+    cluster autoscaler at min 0, a Karpenter NodePool with no node yet): the controller cannot
+    see the taints and labels of a pool without Nodes, so it is told them. A NodePool's pool is
+    named `<nodepool>:<capacity type>`, e.g. `gpu:on-demand`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(min_length=1, max_length=63, pattern=LABEL_VALUE_PATTERN)
+    name: str = Field(min_length=1, max_length=80, pattern=POOL_NAME_PATTERN)
     spot: bool = False  # a spot pool is never a fail-over target
     gpus: int = Field(0, ge=0)  # allocatable nvidia.com/gpu per node
-    labels: dict[str, str] = {}  # besides kubernetes.azure.com/agentpool=<name>, always there
+    labels: dict[str, str] = {}  # besides the pool's own (pool_kind.labels_of), always there
     taints: list[str] = []  # kubectl's form, key=value:Effect
 
     @field_validator("taints")
@@ -191,10 +194,16 @@ class PoolShape(BaseModel):
 
     @model_validator(mode="after")
     def _pool_label_is_the_name(self) -> PoolShape:
-        label = self.labels.get(names.AKS_AGENTPOOL_LABEL, self.name)
-        if label != self.name:
+        for key, value in pool_kind.labels_of(self.name).items():
+            label = self.labels.get(key, value)
+            if label != value:
+                what = "capacity type" if key == names.KARPENTER_CAPACITY_TYPE_LABEL else "name"
+                raise ValueError(f"pool {self.name}: {key} is the pool's {what}, not {label}")
+        _, capacity = pool_kind.split(self.name)
+        if capacity and self.spot != (capacity == pool_kind.SPOT):
             raise ValueError(
-                f"pool {self.name}: {names.AKS_AGENTPOOL_LABEL} is the pool's name, not {label}"
+                f"pool {self.name}: spot is {str(capacity == pool_kind.SPOT).lower()} for "
+                f"capacity type {capacity}"
             )
         return self
 

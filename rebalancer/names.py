@@ -27,6 +27,12 @@ AKS_AGENTPOOL_LABEL: Final = "kubernetes.azure.com/agentpool"
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 ZONE_LABEL: Final = "topology.kubernetes.io/zone"
 REGION_LABEL: Final = "topology.kubernetes.io/region"
+# Karpenter's (AKS node auto-provisioning, KAITO): the NodePool of a Node and its capacity type
+# (spot, on-demand, reserved); on a pod, do-not-disrupt keeps voluntary disruption (consolidation,
+# drift) off its node.
+KARPENTER_NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
+KARPENTER_CAPACITY_TYPE_LABEL: Final = "karpenter.sh/capacity-type"
+KARPENTER_DO_NOT_DISRUPT: Final = "karpenter.sh/do-not-disrupt"
 
 # An operator sets this on a Node to have it drained now, as if a notice had arrived. Its value
 # is "now", or an RFC 3339 deadline; anything else also means now.

@@ -197,4 +197,5 @@ class Check(StrEnum):
     WORKLOAD_NOT_ON_SPOT = "workload-cannot-use-spot"
     NO_ON_DEMAND_FALLBACK = "workload-no-on-demand-fallback"
     POOL_AT_ZERO_UNDECLARED = "on-demand-pool-undeclared"
+    NODEPOOL_SPOT_ONLY = "nodepool-spot-only"
     FALLBACK_KEPT_IDLE = "on-demand-fallback-kept-idle"

@@ -1,6 +1,15 @@
 """The admission review of one Pod creation: which workload it belongs to, its policy, where it
 goes. Pure: `webhook.py` serves it over HTTPS; the view is the controller's last pass.
 
+A replacement made for a replica under notice, and every pod of a workload that keeps spare
+replicas, carry Karpenter's `karpenter.sh/do-not-disrupt: "true"` (unless the pod says otherwise)
+for as long as they run: Karpenter's consolidation or drift would otherwise take their node
+and start them again elsewhere, break before make (a replacement still loading, a fail-over
+replica moved between on-demand nodes, a workload's spares packed onto fewer nodes, the hedge
+they are for). It blocks only voluntary disruption; a spot eviction still takes the pod.
+The pods themselves go when the surge scales back or the return retires them, so the
+annotation never outlives the reason (nothing removes it: no pod patch, no extra RBAC).
+
 Every path that does not place a pod allows it unchanged: the webhook may refuse nothing (its
 failure policy is Ignore as well), so a bug, a stale cache or an odd pod costs placement, never
 a deployment.
@@ -201,20 +210,25 @@ def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review
     gpus = gpus_of(spec)
     fits = [pool for pool in view.pools.values() if not pool.problems_for(spec, gpus)]
     surge = workload.surge
+    failing_over = (surge is not None and not surge.completed) or workload.key in view.surging
     spare = workload.spare
     decision = choose(
         policy,
         fits=fits,
         groups=view.groups,
         where=view.where(workload.key, admitted),
-        failing_over=(surge is not None and not surge.completed) or workload.key in view.surging,
+        failing_over=failing_over,
         evicting=view.evicting,
         target_spot=spare.spot if policy.target and spare is not None else None,
     )
     if decision is None:
         return allow("no_fit", workload=workload)
     patch = affinity_patch(pod, decision)
-    for name, value in ((names.PLACED_WHY, decision.reason), (names.PLACED_REVIEW, uid)):
+    added = [(names.PLACED_WHY, decision.reason), (names.PLACED_REVIEW, uid)]
+    own = (pod.get("metadata") or {}).get("annotations") or {}
+    if (failing_over or policy.spare) and names.KARPENTER_DO_NOT_DISRUPT not in own:
+        added.append((names.KARPENTER_DO_NOT_DISRUPT, "true"))
+    for name, value in added:
         key = name.replace("~", "~0").replace("/", "~1")
         patch.append({"op": "add", "path": f"/metadata/annotations/{key}", "value": value})
     return allow("placed", patch=patch, decision=decision, workload=workload)

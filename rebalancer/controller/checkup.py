@@ -17,10 +17,14 @@ pods; NVIDIA Dynamo's AKS spot guide exists to get the tolerations right):
 - a managed workload that no spot pool takes (no spot toleration: spot saves nothing on it);
 - a managed workload that no on-demand pool takes (nowhere to fail over);
 - an on-demand pool autoscaled at zero that the settings do not declare (the controller cannot
-  see its taints, so it reports fail-over blocked).
+  see its taints, so it reports fail-over blocked);
 - on-demand GPU nodes that stayed empty for long after their GPU pods left before the cluster
   autoscaler removed them (its profile's scale-down settings, which are not visible in the
-  cluster: judged from what the controller saw, `idle_nodes.py`; docs/cost.md).
+  cluster: judged from what the controller saw, `idle_nodes.py`; docs/cost.md);
+- under AKS node auto-provisioning (Karpenter NodePools): a GPU NodePool that may launch spot
+  only while nothing else offers on-demand GPUs (no fail-over path), and a GPU NodePool whose
+  spot nodes get a taint that no device plugin tolerates (judged from the NodePool, so before
+  any such node exists: NAP launches and consolidates them all the time).
 
 A check that needs data the caller could not read (DaemonSets, node groups: None) is skipped,
 never guessed: a finding must be true.
@@ -36,7 +40,8 @@ from typing import Any
 
 import yaml
 
-from rebalancer import names
+from rebalancer import names, pool_kind
+from rebalancer.controller.karpenter import NodePoolInfo, spot_only_patch
 from rebalancer.controller.model import DaemonSetInfo, NodeInfo, WorkloadInfo
 from rebalancer.controller.planner import Settings, managed
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
@@ -144,6 +149,7 @@ class Setup:
     idle_limit_seconds: float = 300.0
     # The chart fixes are applied to: the published one the release came from, when known.
     helm_upgrade: str = "helm upgrade <release> <chart> --reuse-values -f fix.yaml"
+    nodepools: Sequence[NodePoolInfo] | None = None  # Karpenter's; None: not read, checks skipped
 
 
 def helm_upgrade_command(chart: str, version: str) -> str:
@@ -159,6 +165,7 @@ def setup_of(
     settings: Settings,
     daemonsets: Sequence[DaemonSetInfo] | None,
     node_groups: Sequence[NodeGroup] | None = None,
+    nodepools: Sequence[NodePoolInfo] | None = None,
     idle_spells: Sequence[IdleSpell] | None = None,
     idle_limit_seconds: float = 300.0,
     helm_upgrade: str = "",
@@ -173,6 +180,7 @@ def setup_of(
         node_groups=node_groups,
         spot_pools_seen=frozenset(e.pool for e in snapshot.history.entries if e.spot),
         now=snapshot.now,
+        nodepools=nodepools,
         idle_spells=idle_spells,
         idle_limit_seconds=idle_limit_seconds,
         helm_upgrade=helm_upgrade or Setup.helm_upgrade,
@@ -194,6 +202,17 @@ def diagnose(setup: Setup) -> list[Finding]:
     if setup.idle_spells is not None:
         limit = setup.idle_limit_seconds
         findings += idle_fallback_findings(setup.idle_spells, limit_seconds=limit)
+    if setup.nodepools is not None:
+        findings += spot_only_nodepool_findings(setup, live)
+        if no_fallback:
+            findings += undeclared_nodepool_findings(setup, live, no_fallback)
+        if setup.daemonsets is not None:
+            said = {f.key for f in findings}
+            findings += [
+                f
+                for f in nodepool_device_plugin_findings(setup.nodepools, setup.daemonsets)
+                if f.key not in said
+            ]
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.check, f.key))
 
 
@@ -649,6 +668,163 @@ def _object(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# ---- Karpenter NodePools (AKS node auto-provisioning) --------------------------------------------
+
+
+def _nodepool_ref(nodepool: NodePoolInfo) -> ObjectRef:
+    return ObjectRef("NodePool", "", nodepool.name, nodepool.uid, "karpenter.sh/v1")
+
+
+def _gpu_nodepools(setup: Setup, live: Mapping[str, Pool]) -> list[NodePoolInfo]:
+    """NodePools that make GPU nodes: by their requirements, or by the nodes they have now."""
+    gpu_pools = {p.name for p in live.values() if p.gpus_per_node > 0}
+    return sorted(
+        (
+            np
+            for np in setup.nodepools or ()
+            if np.gpu or any(np.pool(c) in gpu_pools for c in np.capacity_types)
+        ),
+        key=lambda np: np.name,
+    )
+
+
+def spot_only_nodepool_findings(setup: Setup, live: Mapping[str, Pool]) -> list[Finding]:
+    """GPU NodePools that may launch spot only, while no pool offers on-demand GPUs: no VMSS
+    pool (live or declared), no NodePool allowing on-demand with GPUs, no declared on-demand
+    part of a NodePool. Karpenter then has nowhere to put a preempted replica but spot again."""
+    gpu = _gpu_nodepools(setup, live)
+    pools = with_declared(live, setup.declared_pools)
+    on_demand = [p.name for p in pools.values() if not p.spot and p.gpus_per_node > 0]
+    on_demand += [
+        np.pool(pool_kind.ON_DEMAND) for np in gpu if pool_kind.ON_DEMAND in np.capacity_types
+    ]
+    if on_demand:
+        return []
+    findings = []
+    for nodepool in (np for np in gpu if np.spot_only):
+        ref = _nodepool_ref(nodepool)
+        document = {"spec": {"template": {"spec": {"requirements": spot_only_patch(nodepool)}}}}
+        header = (
+            f"# NodePool {nodepool.name}'s whole requirements list (a merge patch replaces it): "
+            "every requirement kept, on-demand allowed beside spot.\n"
+            "# Karpenter still launches spot while spot is offered (NAP prefers it); a pod that "
+            "requires on-demand gets it.\n"
+        )
+        findings.append(
+            Finding(
+                Check.NODEPOOL_SPOT_ONLY,
+                ERROR,
+                ref,
+                f"GPU NodePool {nodepool.name} may launch spot only "
+                f"({names.KARPENTER_CAPACITY_TYPE_LABEL} {list(nodepool.capacity_types)}), and "
+                "no pool or NodePool offers on-demand GPUs",
+                "When its spot nodes are preempted, their replacements can only go to spot again, "
+                "which the same wave may take, and a spot shortage leaves them Pending: every "
+                "notice reports SpotRebalancerFailoverBlocked.",
+                "Allow on-demand in the NodePool (or add an on-demand GPU NodePool), and declare "
+                f"its on-demand part `{nodepool.pool(pool_kind.ON_DEMAND)}` in the chart value "
+                "`controller.pools` while it has no node.",
+                yaml=header + yaml.safe_dump(document, sort_keys=False),
+                command=f"kubectl patch nodepool {nodepool.name} --type merge "
+                "--patch-file fix.yaml",
+            )
+        )
+    return findings
+
+
+def nodepool_device_plugin_findings(
+    nodepools: Sequence[NodePoolInfo], daemonsets: Sequence[DaemonSetInfo]
+) -> list[Finding]:
+    """GPU NodePools that may launch spot, whose taints every device plugin leaves untolerated:
+    their spot nodes will advertise no GPUs. Taints only: a NodePool's taints are certain to be on
+    its nodes, while the labels a device plugin selects may come from the node image."""
+    plugins = [ds for ds in daemonsets if is_device_plugin(ds)]
+    findings: list[Finding] = []
+    for nodepool in sorted(nodepools, key=lambda np: np.name):
+        if not nodepool.gpu or pool_kind.SPOT not in nodepool.capacity_types:
+            continue
+        missing_by_plugin = {
+            ds.name: untolerated(ds.template_spec.get("tolerations") or [], nodepool.taints)
+            for ds in plugins
+        }
+        if not plugins or not all(missing_by_plugin.values()):
+            continue
+        for plugin in plugins:
+            ref = _daemonset_ref(plugin)
+            missing = missing_by_plugin[plugin.name]
+            findings.append(
+                Finding(
+                    Check.DEVICE_PLUGIN_NOT_ON_SPOT,
+                    ERROR,
+                    ref,
+                    f"spot GPU NodePool {nodepool.name}: the device plugin {ref} does not "
+                    f"tolerate its taints ({', '.join(str(t) for t in missing)})",
+                    "The spot nodes it launches will advertise no nvidia.com/gpu, so GPU pods "
+                    "cannot run there: Karpenter keeps launching nodes they do not fit, and "
+                    "replicas land on on-demand or stay Pending.",
+                    "Add the NodePool's taints to its pod template's tolerations."
+                    + _helm_note(plugin.helm_release),
+                    yaml=tolerations_patch(plugin.template_spec.get("tolerations") or [], missing),
+                    command=_patch_command(ref),
+                )
+            )
+    return findings
+
+
+def undeclared_nodepool_findings(
+    setup: Setup, live: Mapping[str, Pool], no_fallback: Sequence[Finding]
+) -> list[Finding]:
+    """GPU NodePools that may launch on-demand, whose on-demand part has no node and is not
+    declared, reported when some workload has no on-demand fallback: the controller cannot see
+    a NodePool part without nodes, so the fail-over is blocked although Karpenter could launch
+    the capacity (the NAP counterpart of `undeclared_pool_findings`)."""
+    stuck = ", ".join(sorted(str(f.object) for f in no_fallback))
+    findings = []
+    for nodepool in _gpu_nodepools(setup, live):
+        part = nodepool.pool(pool_kind.ON_DEMAND)
+        if pool_kind.ON_DEMAND not in nodepool.capacity_types:
+            continue
+        if part in live or part in setup.declared_pools:
+            continue
+        declaration = {
+            "controller": {
+                "pools": [
+                    {
+                        "name": part,
+                        "gpus": _gpus_of(nodepool),
+                        "taints": [str(t) for t in nodepool.taints],
+                    }
+                ]
+            }
+        }
+        header = (
+            f"# Values of the spot-rebalancer release: NodePool {nodepool.name}'s on-demand part "
+            "as its nodes will look (its taints; gpus: nvidia.com/gpu per node of its size).\n"
+        )
+        findings.append(
+            Finding(
+                Check.POOL_AT_ZERO_UNDECLARED,
+                WARNING,
+                _nodepool_ref(nodepool),
+                f"NodePool {nodepool.name} may launch on-demand GPU nodes but has none now; the "
+                f"controller's settings do not declare {part}",
+                "A NodePool part without nodes shows the controller neither its taints nor its "
+                f"labels, so it is left out of the fail-over check: {stuck} has no on-demand "
+                "fallback, although Karpenter would launch one for a replacement that requires it.",
+                f"Declare {part} in the chart value `controller.pools`, as its nodes will look.",
+                yaml=header + yaml.safe_dump(declaration, sort_keys=False),
+                command=setup.helm_upgrade,
+            )
+        )
+    return findings
+
+
+def _gpus_of(nodepool: NodePoolInfo) -> int:
+    """nvidia.com/gpu per node: the NodePool's one GPU count if it names one, else 1."""
+    count = nodepool.labels.get("karpenter.azure.com/sku-gpu-count", "")
+    return int(count) if count.isdigit() and int(count) > 0 else 1
 
 
 # ---- on-demand fallback nodes kept empty -------------------------------------------------------

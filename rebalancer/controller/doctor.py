@@ -9,7 +9,9 @@ Event; `kubectl spot-rebalancer doctor` prints it.
 
 DaemonSets (the device plugin's, our agent's) are read with one list per run rather than kept in
 an informer: they change rarely and nothing here is urgent. A run whose list fails is skipped: a
-check never guesses. The cluster autoscaler's status is not read here (it lives in kube-system,
+check never guesses. Karpenter's NodePools (AKS node auto-provisioning) are listed the same way; a
+cluster without Karpenter answers 404 (no NodePools), and a list that fails otherwise skips the
+NodePool checks alone. The cluster autoscaler's status is not read here (it lives in kube-system,
 outside the controller's permissions), so pools at zero are the plugin's check only.
 
 On-demand GPU nodes kept empty after their pods left (`on-demand-fallback-kept-idle`) are the
@@ -29,12 +31,13 @@ from rebalancer.config import ControllerSettings
 from rebalancer.controller.catalogue import misconfigured
 from rebalancer.controller.checkup import Finding, diagnose, helm_upgrade_command, setup_of
 from rebalancer.controller.idle_nodes import IdleWatch
+from rebalancer.controller.karpenter import NodePoolInfo
 from rebalancer.controller.model import DaemonSetInfo
 from rebalancer.controller.options import planner_settings
 from rebalancer.controller.recorder import tell
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.kube.client import Requester
-from rebalancer.kube.errors import KubeError
+from rebalancer.kube.errors import KubeError, NotFound
 from rebalancer.kube.events import EventRecorder
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.vocabulary import Check
@@ -46,6 +49,7 @@ IDLE_SAMPLE_SECONDS = 30.0
 # An on-demand GPU node empty longer than this after its GPU pods left is worth a warning: the
 # cluster autoscaler removes nodes after 2 to 5 minutes with a tuned profile, 10 with AKS's default.
 IDLE_LIMIT_SECONDS = 300.0
+NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
 
 
 class Doctor:
@@ -125,6 +129,7 @@ class Doctor:
             self._log.warning("doctor skipped: DaemonSets not readable", reason=str(error))
             return None
         daemonsets = [DaemonSetInfo.from_json(item) for item in listed.get("items") or []]
+        nodepools = await self._nodepools()
         self.idle.observe(state)
         setup = setup_of(
             state,
@@ -133,6 +138,7 @@ class Doctor:
             idle_spells=self.idle.spells(),
             idle_limit_seconds=IDLE_LIMIT_SECONDS,
             helm_upgrade=self._helm_upgrade,
+            nodepools=nodepools,
         )
         findings = diagnose(setup)
         for check in Check:
@@ -141,6 +147,18 @@ class Doctor:
         self._tell(findings)
         self.runs += 1
         return findings
+
+    async def _nodepools(self) -> list[NodePoolInfo] | None:
+        """Karpenter's NodePools; [] without Karpenter; None when they could not be read."""
+        try:
+            listed = await self._client.request("GET", NODEPOOLS)
+        except NotFound:
+            return []
+        except KubeError as error:
+            self._metrics.reconcile_errors.labels(error.kind).inc()
+            self._log.warning("doctor: NodePool checks skipped", reason=str(error))
+            return None
+        return [NodePoolInfo.from_json(item) for item in listed.get("items") or []]
 
     def _tell(self, findings: list[Finding]) -> None:
         """A log line and an Event per finding that appeared since the last run (leader only)."""

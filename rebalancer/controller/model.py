@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rebalancer import names
+from rebalancer import names, pool_kind
 from rebalancer.controller.scheduling import Taint
 from rebalancer.names import (
     DELETION_COST,
@@ -131,11 +131,11 @@ class NodeInfo:
 
     @property
     def pool(self) -> str:
-        return self.labels.get(names.AKS_AGENTPOOL_LABEL, "")
+        return pool_kind.pool_of(self.labels)
 
     @property
     def spot(self) -> bool:
-        return self.labels.get(names.AKS_SPOT_LABEL) == "spot"
+        return pool_kind.is_spot(self.labels)
 
     @property
     def sku(self) -> str:

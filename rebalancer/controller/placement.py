@@ -11,7 +11,10 @@ decision into node affinity with `affinity_patch`. The order of the rules, first
    now, spread over zones (or pools) by the workload's replicas already there, then lowest risk;
 4. no such spot group: on-demand.
 
-On-demand is required node affinity: on-demand capacity is what the cluster autoscaler can add,
+Pools are VMSS agent pools or Karpenter NodePools (by capacity type, `rebalancer/pool_kind.py`);
+the affinity names whichever labels select the pool, so Karpenter provisions for it too.
+On-demand is required node affinity: on-demand capacity is what the cluster autoscaler or
+Karpenter can add,
 and a replacement that lands on spot again defeats the fail-over. Spot is preferred node
 affinity: spot capacity may not be there, and a replica that cannot have the chosen spot group
 is better anywhere else it fits than Pending.
@@ -24,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rebalancer import names
+from rebalancer import names, pool_kind
 from rebalancer.controller.policy import Policy
 from rebalancer.controller.pools import Pool
 from rebalancer.controller.risk import LEVELS, Risk
@@ -231,6 +234,17 @@ def _why_no_spot(usable: list[Group], policy: Policy, evicting: set[tuple[str, s
     return f"no spot group within max-risk {policy.max_risk} ({', '.join(parts)})"
 
 
+def _any_of(pools: Iterable[str]) -> list[list[dict[str, Any]]]:
+    """Node selector requirements, one list per alternative, that together admit the nodes of
+    any of these pools: the agent pools in one `In`, each NodePool part by its own labels (a term
+    cannot OR two keys, so those are terms of their own)."""
+    agent_pools = sorted(p for p in pools if not pool_kind.is_karpenter(p))
+    ways = [[{"key": names.AKS_AGENTPOOL_LABEL, "operator": "In", "values": agent_pools}]]
+    return (ways if agent_pools else []) + [
+        pool_kind.selector(p) for p in sorted(pools) if pool_kind.is_karpenter(p)
+    ]
+
+
 def affinity_patch(pod: Mapping[str, Any], decision: Decision) -> list[dict[str, Any]]:
     """RFC 6902 operations that add the decision to the pod: required node affinity to an
     on-demand pool (added to each of the pod's own required terms, which are ORed), or a
@@ -238,15 +252,17 @@ def affinity_patch(pod: Mapping[str, Any], decision: Decision) -> list[dict[str,
     spec = pod.get("spec") or {}
     affinity = copy.deepcopy(spec.get("affinity") or {})
     node_affinity = affinity.setdefault("nodeAffinity", {})
-    pool_expr = {"key": names.AKS_AGENTPOOL_LABEL, "operator": "In", "values": [decision.pool]}
+    # A NodePool's pool is selected by its NodePool and capacity type: Karpenter launches a node
+    # of that capacity type for a pending pod that requires them (an on-demand fail-over).
+    pool_exprs = pool_kind.selector(decision.pool)
     if decision.required:
         required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
         terms = required.get("nodeSelectorTerms") or [{}]
         for term in terms:
-            term.setdefault("matchExpressions", []).append(pool_expr)
+            term.setdefault("matchExpressions", []).extend(copy.deepcopy(pool_exprs))
         required["nodeSelectorTerms"] = terms
     else:
-        expressions = [pool_expr]
+        expressions = pool_exprs
         if decision.zone:
             expressions.append(
                 {"key": names.ZONE_LABEL, "operator": "In", "values": [decision.zone]}
@@ -255,16 +271,17 @@ def affinity_patch(pod: Mapping[str, Any], decision: Decision) -> list[dict[str,
             required = node_affinity.setdefault(
                 "requiredDuringSchedulingIgnoredDuringExecution", {}
             )
-            terms = required.get("nodeSelectorTerms") or [{}]
-            pools = {"key": names.AKS_AGENTPOOL_LABEL, "operator": "In",
-                     "values": list(decision.required_pools)}  # fmt: skip
-            for term in terms:
-                term.setdefault("matchExpressions", []).append(dict(pools))
-                if decision.zone:
-                    term["matchExpressions"].append(
-                        {"key": names.ZONE_LABEL, "operator": "In", "values": [decision.zone]}
-                    )
-            required["nodeSelectorTerms"] = terms
+            zone = (
+                [{"key": names.ZONE_LABEL, "operator": "In", "values": [decision.zone]}]
+                if decision.zone
+                else []
+            )
+            # Each of the pod's own terms (ORed) with each way of being in one of the pools.
+            required["nodeSelectorTerms"] = [
+                {**term, "matchExpressions": [*term.get("matchExpressions", []), *way, *zone]}
+                for term in required.get("nodeSelectorTerms") or [{}]
+                for way in _any_of(decision.required_pools)
+            ]
         node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
             {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": expressions}}
         )

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Final
 
+from rebalancer import pool_kind
 from rebalancer.controller.risk import LEVELS
 from rebalancer.controller.target import parse_target
 from rebalancer.names import (
@@ -56,7 +57,8 @@ class Policy:
         return parse_target(self.target) if self.target else None
 
     def allows_pool(self, pool: str) -> bool:
-        return not self.pools or pool in self.pools
+        # A NodePool's name allows both its spot and its on-demand pool; `<nodepool>:spot` one.
+        return not self.pools or pool in self.pools or pool_kind.policy_name(pool) in self.pools
 
     def accepts(self, level: str) -> bool:
         return LEVELS.index(level) <= LEVELS.index(self.max_risk)
@@ -145,7 +147,8 @@ def parse(annotations: Mapping[str, str]) -> Policy:
         if not names or bad or len(names) > MAX_POOLS:
             problems.append(
                 f"{POOLS}: {shown(annotations[POOLS])} is not a comma-separated list of 1 to "
-                f"{MAX_POOLS} agent pool names (lower-case letters and digits)"
+                f"{MAX_POOLS} agent pool or Karpenter NodePool names (a NodePool's may end "
+                "in :spot or :on-demand)"
             )
         else:
             pools = tuple(sorted(set(names)))
@@ -173,7 +176,12 @@ def parse(annotations: Mapping[str, str]) -> Policy:
 
 def _pool_name(name: str) -> bool:
     # AKS: lower-case alphanumerics, 1-12 characters (Linux pools); a little room for others.
-    return 0 < len(name) <= 63 and name.isascii() and name.replace("-", "").isalnum()
+    # A Karpenter NodePool: a DNS name, optionally `:<capacity type>` (rebalancer/pool_kind.py).
+    nodepool, capacity = pool_kind.split(name)
+    if nodepool:
+        return capacity in pool_kind.CAPACITY_TYPES and _pool_name(nodepool)
+    bare = name.replace("-", "").replace(".", "")
+    return 0 < len(name) <= 63 and name.isascii() and bare.isalnum()
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,13 @@
 """Node pools as the controller sees them, and which on-demand pools a workload can fail over to.
 
-A pool is the set of Nodes with one `kubernetes.azure.com/agentpool` label. Its taints and labels
+A pool is the set of Nodes with one `kubernetes.azure.com/agentpool` label (a VMSS agent pool), or
+with one `karpenter.sh/nodepool` and one `karpenter.sh/capacity-type` (a Karpenter NodePool's
+spot or on-demand part: `rebalancer/pool_kind.py`). Its taints and labels
 are those all its nodes share, minus the transient ones (cordon, not-ready, ours), so a pod
 template can be checked against the pool rather than against one node's passing state.
 
-A pool the cluster autoscaler keeps at min 0 has no Node to learn that from, so it can be
+A pool the cluster autoscaler keeps at min 0, or a NodePool Karpenter has launched nothing for yet,
+has no Node to learn that from, so it can be
 declared in the settings (`REBALANCER_POOLS`); a declared pool has no nodes, and a pool seen on
 Nodes wins over its declaration. Only the fail-over check looks at declared pools: returns to spot
 and cost accounting are about nodes that exist.
@@ -16,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rebalancer import names
+from rebalancer import names, pool_kind
 from rebalancer.config import PoolShape, parse_taint
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.scheduling import Taint, unmet_placement, untolerated
@@ -87,7 +90,7 @@ def declared_pools(shapes: Iterable[PoolShape]) -> dict[str, Pool]:
             name=shape.name,
             spot=shape.spot,
             taints=tuple(sorted((Taint(*parse_taint(t)) for t in shape.taints), key=str)),
-            labels={names.AKS_AGENTPOOL_LABEL: shape.name, **shape.labels},
+            labels={**pool_kind.labels_of(shape.name), **shape.labels},
             nodes=(),
             gpus_per_node=shape.gpus,
         )

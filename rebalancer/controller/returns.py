@@ -1,8 +1,9 @@
 """Return to spot, and moves off risky spot groups: make-before-break, one replica at a time.
 
 Pure, like the planner it is part of. For a managed Deployment with a Ready replica on an
-on-demand node, whose template fits a spot pool that has Ready room, no notice, no cool-down
-and has been quiet (no Preempt) for `return_quiet_seconds`:
+on-demand node, whose template fits a spot pool that has Ready room (or is a Karpenter NodePool's
+spot part, which launches the room for the new replica), no notice, no cool-down and has been
+quiet (no Preempt) for `return_quiet_seconds`:
 1. start: scale up by one, recording on the Deployment (`spot-rebalancer.io/return`) the base
    count, the on-demand pod to retire, the target pool and the pods that existed;
 2. the new pod (the one not in that list) must land on a spot node and become Ready; then the
@@ -31,6 +32,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from rebalancer import pool_kind
 from rebalancer.controller.actions import (
     Action,
     FinishReturn,
@@ -309,7 +311,9 @@ def _start(
             if _has_room(snapshot, n, tolerations, workload.gpus_per_replica)
             and _accepted(snapshot, policy, n)
         ]
-        if not room:
+        # A Karpenter NodePool's spot part keeps no idle node (consolidation removes empty ones):
+        # the new replica, pending, is what makes Karpenter launch one.
+        if not room and not pool_kind.is_karpenter(pool.name):
             continue
         retire = sorted(on_demand, key=lambda p: p.name)[0]
         record = ReturnRecord(

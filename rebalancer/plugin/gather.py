@@ -69,6 +69,19 @@ async def _optional_get(
     return found
 
 
+async def _nodepools(client: KubeClient, problems: list[str]) -> list[Obj] | None:
+    """Karpenter's NodePools (AKS node auto-provisioning); [] on a cluster without Karpenter."""
+    try:
+        return await list_all(client, "/apis/karpenter.sh/v1/nodepools")
+    except NotFound:
+        return []
+    except KubeError as error:
+        problems.append(
+            f"cannot list Karpenter NodePools ({error}): the NodePool checks are skipped"
+        )
+        return None
+
+
 def _configmap(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{namespace}/configmaps/{name}"
 
@@ -85,6 +98,7 @@ async def gather(client: KubeClient, namespace: str | None) -> Raw:
         _required(client, "/apis/apps/v1/statefulsets"),
     )
     daemonsets = await _optional_list(client, "/apis/apps/v1/daemonsets", problems)
+    nodepools = await _nodepools(client, problems)
     install = find_install(deployments, daemonsets, namespace)
     settings, _ = settings_from_env(install.env)
     lease = settings.lease_name
@@ -108,6 +122,7 @@ async def gather(client: KubeClient, namespace: str | None) -> Raw:
         deployments=deployments,
         statefulsets=statefulsets,
         daemonsets=daemonsets,
+        nodepools=nodepools,
         history=history,
         lease=lease_obj,
         prices=prices,

@@ -32,6 +32,7 @@ from rebalancer.controller.checkup import (
     setup_of,
 )
 from rebalancer.controller.history import History, history_from_configmap
+from rebalancer.controller.karpenter import NodePoolInfo
 from rebalancer.controller.model import (
     DaemonSetInfo,
     NodeInfo,
@@ -68,6 +69,7 @@ class Raw:
     prices: Obj | None = None  # the ConfigMap the controller's price file is mounted from
     autoscaler: Obj | None = None  # kube-system/cluster-autoscaler-status
     problems: Sequence[str] = ()
+    nodepools: Sequence[Obj] | None = ()  # Karpenter's; () without Karpenter
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ class View:
     node_groups: tuple[NodeGroup, ...] | None
     lease: Lease | None
     problems: tuple[str, ...] = field(default=())
+    nodepools: tuple[NodePoolInfo, ...] | None = ()
 
     @property
     def now(self) -> datetime:
@@ -128,6 +131,7 @@ class View:
             settings=self.planner,
             daemonsets=self.daemonsets,
             node_groups=self.node_groups,
+            nodepools=self.nodepools,
             helm_upgrade=helm_upgrade_command(
                 self.settings.helm_chart, self.settings.helm_chart_version
             ),
@@ -282,4 +286,7 @@ def build_view(
         node_groups=None if groups is None else tuple(groups),
         lease=lease_of(raw.lease),
         problems=tuple(problems),
+        nodepools=None
+        if raw.nodepools is None
+        else tuple(NodePoolInfo.from_json(o) for o in raw.nodepools),
     )

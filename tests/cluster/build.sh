@@ -5,7 +5,7 @@
 #   tests/cluster/build.sh --force    # rebuild everything
 #   tests/cluster/build.sh --prune    # build, then drop the Go module and build caches (4+ GB),
 #                                     # keeping only the binaries (~350 MB) for a CI cache
-#   tests/cluster/build.sh etcd       # one target: etcd, kubernetes, kwok
+#   tests/cluster/build.sh etcd       # one target: etcd, kubernetes, kwok, karpenter
 #
 # Everything (binaries, Go module cache, Go build cache, build modules, timing log) lives under
 # .cache/k8s/ (ignored by git), so CI can cache that one folder. A binary is rebuilt only when its
@@ -16,6 +16,8 @@ set -euo pipefail
 K8S_VERSION="${K8S_VERSION:-v1.34.4}"      # kube-apiserver, kube-controller-manager, kube-scheduler
 ETCD_VERSION="${ETCD_VERSION:-v3.6.4}"     # the etcd that k8s.io/kubernetes v1.34.4's go.mod uses
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"     # sigs.k8s.io/kwok
+KARPENTER_VERSION="${KARPENTER_VERSION:-v1.15.0}"   # sigs.k8s.io/karpenter, its KWOK cloud provider
+KARPENTER_GO="${KARPENTER_GO:-go1.27.3}"  # karpenter v1.14+ needs a newer Go than the machine's
 BUILD_JOBS="${BUILD_JOBS:-2}"
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -28,11 +30,11 @@ for a in "$@"; do
   case "$a" in
     --force) FORCE=1 ;;
     --prune) PRUNE=1 ;;
-    etcd|kubernetes|kwok) what+=("$a") ;;
-    *) echo "build.sh: unknown argument $a (--force, --prune, etcd, kubernetes, kwok)" >&2; exit 2 ;;
+    etcd|kubernetes|kwok|karpenter) what+=("$a") ;;
+    *) echo "build.sh: unknown argument $a (--force, --prune, etcd, kubernetes, kwok, karpenter)" >&2; exit 2 ;;
   esac
 done
-((${#what[@]})) || what=(etcd kubernetes kwok)
+((${#what[@]})) || what=(etcd kubernetes kwok karpenter)
 
 mkdir -p "$BIN" "$MODS"
 export GOMODCACHE="$CACHE/gomod" GOCACHE="$CACHE/gocache" GOPATH="$CACHE/gopath"
@@ -146,6 +148,43 @@ write_kwok_stages() {
            pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
     echo "---"; cat "$src/$f"
   done > "$CACHE/kwok-stages.yaml"
+}
+
+# ---------------------------------------------------------------- Karpenter (KWOK cloud provider)
+# Karpenter core with its KWOK cloud provider: it launches NodeClaims as kwok-managed Nodes
+# (annotation kwok.x-k8s.io/node=fake, which start.sh's kwok manages). Its go.mod needs a newer Go
+# than the machine's: GOTOOLCHAIN fetches that toolchain through the module proxy (into GOMODCACHE).
+build_karpenter() {
+  local stamp="sigs.k8s.io/karpenter@$KARPENTER_VERSION go=$KARPENTER_GO"
+  if up_to_date karpenter-kwok "$stamp"; then
+    log "karpenter $KARPENTER_VERSION: up to date"
+  else
+    local dir="$MODS/karpenter-$KARPENTER_VERSION"
+    mkdir -p "$dir"
+    if [[ ! -f "$dir/go.sum" || $FORCE == 1 ]]; then
+      printf 'module spot-rebalancer/karpenter-build\n\ngo 1.24\n\nrequire sigs.k8s.io/karpenter %s\n' \
+        "$KARPENTER_VERSION" > "$dir/go.mod"
+      (cd "$dir" && GOTOOLCHAIN="$KARPENTER_GO" timed "resolve karpenter deps (go get)" \
+        go get sigs.k8s.io/karpenter/kwok@"$KARPENTER_VERSION")
+    fi
+    (cd "$dir" && GOTOOLCHAIN="$KARPENTER_GO" timed "build karpenter-kwok $KARPENTER_VERSION" \
+      go build -p "$BUILD_JOBS" -trimpath -ldflags "-s -w" -o "$BIN/karpenter-kwok" sigs.k8s.io/karpenter/kwok)
+    echo "$stamp" > "$BIN/karpenter-kwok.stamp"
+    rm -f "$CACHE/karpenter-crds.yaml"
+  fi
+  [[ -f "$CACHE/karpenter-crds.yaml" ]] || write_karpenter_crds
+}
+
+# Karpenter's CRDs from the same module at the pinned version: NodePool, NodeClaim, NodeOverlay,
+# CapacityBuffer (pkg/apis/crds) and the KWOK provider's KWOKNodeClass (kwok/apis/crds), as one
+# file beside the binary (it outlives a --prune).
+write_karpenter_crds() {
+  local src="$GOMODCACHE/sigs.k8s.io/karpenter@$KARPENTER_VERSION" f
+  [[ -d "$src" ]] || (cd "$MODS/karpenter-$KARPENTER_VERSION" \
+    && GOTOOLCHAIN="$KARPENTER_GO" go mod download sigs.k8s.io/karpenter@"$KARPENTER_VERSION")
+  for f in "$src"/pkg/apis/crds/*.yaml "$src"/kwok/apis/crds/*.yaml; do
+    echo "---"; cat "$f"
+  done > "$CACHE/karpenter-crds.yaml"
 }
 
 t0=$SECONDS

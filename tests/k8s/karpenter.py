@@ -1,0 +1,187 @@
+"""Real Karpenter on the real control plane: Karpenter core with its KWOK cloud provider
+(`sigs.k8s.io/karpenter/kwok`, built by tests/cluster/build.sh), which launches a NodeClaim as a
+Node that start.sh's kwok keeps Ready, as AKS node auto-provisioning launches a VM.
+
+Started once per session, by the first test that asks for it (the other k8s tests never pay for
+it), with Karpenter's CRDs from the same module. It runs as the cluster admin (its own RBAC is not
+what these tests are about) with leader election off.
+
+Instance types: one GPU size, offered as spot and on-demand in two zones (spot cheaper, so
+Karpenter picks spot unless a pod requires on-demand), shaped like an AKS GPU node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.controlplane import ROOT, ControlPlane
+from tests.helpers import free_port
+
+CACHE = Path(os.environ.get("K8S_CACHE", ROOT / ".cache" / "k8s"))
+BINARY = CACHE / "bin" / "karpenter-kwok"
+CRDS = CACHE / "karpenter-crds.yaml"
+GPU_SIZE = "Standard_NC24ads_A100_v4"
+ZONES = ("eastus-1", "eastus-2")
+PRICES = {"spot": 0.97, "on-demand": 3.67}  # per hour; only the order matters to Karpenter
+NODE_CLASS = "default"
+
+
+def instance_types() -> list[dict[str, Any]]:
+    """The KWOK provider's instance-types file (kwok/cloudprovider/helpers.go
+    InstanceTypeOptions): its offerings are what Karpenter chooses among."""
+    return [
+        {
+            "name": GPU_SIZE,
+            "architecture": "amd64",
+            "operatingSystems": ["linux"],
+            "resources": {"cpu": "24", "memory": "220Gi", "pods": "110", "nvidia.com/gpu": "1"},
+            "offerings": [
+                {
+                    "Price": price,
+                    "Available": True,
+                    "Requirements": [
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [kind]},
+                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]},
+                    ],
+                }
+                for kind, price in PRICES.items()
+                for zone in ZONES
+            ],
+        }
+    ]
+
+
+@dataclass
+class Karpenter:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    health_port: int
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def ready(self) -> bool:
+        url = f"http://127.0.0.1:{self.health_port}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                return bool(answer.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+
+def nodepool(
+    name: str, *, capacity_types: list[str], taints: list[dict[str, str]]
+) -> dict[str, Any]:
+    """A GPU NodePool as NAP users write one (karpenter.sh/v1), for the KWOK node class."""
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeClassRef": {
+                        "group": "karpenter.kwok.sh",
+                        "kind": "KWOKNodeClass",
+                        "name": NODE_CLASS,
+                    },
+                    "requirements": [
+                        {
+                            "key": "karpenter.sh/capacity-type",
+                            "operator": "In",
+                            "values": capacity_types,
+                        },
+                        {
+                            "key": "node.kubernetes.io/instance-type",
+                            "operator": "In",
+                            "values": [GPU_SIZE],
+                        },
+                    ],
+                    "taints": taints,
+                    # A do-not-disrupt pod would hold a deleted NodePool's node for ever.
+                    "terminationGracePeriod": "30s",
+                    "expireAfter": "Never",
+                }
+            },
+            "disruption": {
+                "consolidationPolicy": "WhenEmptyOrUnderutilized",
+                "consolidateAfter": "5s",
+            },
+        },
+    }
+
+
+NODE_CLASS_OBJECT = {
+    "apiVersion": "karpenter.kwok.sh/v1alpha1",
+    "kind": "KWOKNodeClass",
+    "metadata": {"name": NODE_CLASS},
+}
+
+
+@contextlib.contextmanager
+def running_karpenter(plane: ControlPlane, workdir: Path) -> Iterator[Karpenter]:
+    """Karpenter's CRDs installed, Karpenter running until the end of the block."""
+    missing = [str(p) for p in (BINARY, CRDS) if not p.exists()]
+    if missing:
+        raise AssertionError(f"{missing} missing: tests/cluster/build.sh karpenter builds them")
+    started = time.monotonic()
+    # Server-side: the NodePool CRD is larger than client-side apply's annotation allows.
+    plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
+    plane.kubectl(
+        "wait", "--for", "condition=Established", "--timeout", "60s",
+        "crd/nodepools.karpenter.sh", "crd/nodeclaims.karpenter.sh",
+        "crd/kwoknodeclasses.karpenter.kwok.sh",
+    )  # fmt: skip
+    types = workdir / "instance-types.json"
+    types.write_text(json.dumps(instance_types()))
+    log_path = workdir / "karpenter.log"
+    health_port = free_port()
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [str(BINARY)],
+            env={
+                **os.environ,
+                "KUBECONFIG": str(plane.admin_kubeconfig),
+                "DISABLE_LEADER_ELECTION": "true",
+                "METRICS_PORT": str(free_port()),
+                "HEALTH_PROBE_PORT": str(health_port),
+                "INSTANCE_TYPES_FILE_PATH": str(types),
+                "LOG_LEVEL": "debug",
+                # Decide on a pending pod within a second, not after up to 10 s of batching.
+                "BATCH_IDLE_DURATION": "500ms",
+                "BATCH_MAX_DURATION": "2s",
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    karpenter = Karpenter(process, log_path, health_port)
+    try:
+        deadline = time.monotonic() + 60
+        while not karpenter.ready():
+            if process.poll() is not None:
+                raise AssertionError(
+                    f"karpenter exited ({process.returncode}):\n{karpenter.log()[-3000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"karpenter not ready in 60 s:\n{karpenter.log()[-3000:]}")
+            time.sleep(0.2)
+        plane.kubectl("apply", "-f", "-", stdin=json.dumps(NODE_CLASS_OBJECT))
+        print(f"karpenter: CRDs installed and ready in {time.monotonic() - started:.1f} s")
+        yield karpenter
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

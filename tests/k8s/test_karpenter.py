@@ -1,0 +1,232 @@
+"""A spot eviction and the return to spot under Karpenter (AKS node auto-provisioning's engine),
+on real Karpenter.
+
+One NodePool allows spot and on-demand GPU nodes, as NAP's do; Karpenter launches spot (cheaper)
+for the Deployment. A Preempt arrives as AKS's node-problem-detector reports it (the
+`PreemptionScheduled` condition; no agent: a Karpenter node has no Azure VM here). The
+controller surges; the placement webhook requires the NodePool's on-demand capacity for the
+replacement, so Karpenter launches an on-demand NodeClaim for it, before the spot node goes.
+The test plays Azure: at NotBefore the VM's pods go at once and its NodeClaim is deleted. Once
+the pool has been quiet, the replica returns to a spot node Karpenter launches for it, and
+Karpenter's consolidation removes the emptied on-demand node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from rebalancer import names
+from rebalancer_sim.measure import unavoidable_deficit
+from tests.controlplane import ControlPlane
+from tests.e2e.rig import sampling
+from tests.k8s.karpenter import Karpenter, nodepool, running_karpenter
+from tests.k8s.rig import KubeRig
+from tests.k8s.test_failover import http_date
+from tests.k8s.test_webhook import PLACEMENT_LABEL, Webhook, eventually, webhook  # noqa: F401
+
+pytestmark = pytest.mark.k8s
+
+NODEPOOL = "gpu"
+NODECLAIMS = "/apis/karpenter.sh/v1/nodeclaims"
+NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
+GPU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
+# The NodePool's on-demand part has no node until Karpenter launches one: declared, as a VMSS
+# pool at min 0 is.
+DECLARED = [{"name": f"{NODEPOOL}:on-demand", "gpus": 1, "taints": ["sku=gpu:NoSchedule"]}]
+POLICY = {names.SPREAD: "zone"}  # a placement policy (every other field at its default)
+NOTICE_SECONDS = 30
+QUIET_SECONDS = 45
+
+
+@pytest.fixture(scope="session")
+def karpenter(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Karpenter]:
+    with running_karpenter(control_plane, tmp_path_factory.mktemp("karpenter")) as running:
+        yield running
+
+
+@pytest.fixture
+async def gpu_nodepool(rig: KubeRig, karpenter: Karpenter) -> AsyncIterator[dict[str, Any]]:
+    pool = nodepool(NODEPOOL, capacity_types=["spot", "on-demand"], taints=[GPU_TAINT])
+    await rig.api.request("POST", NODEPOOLS, pool)
+    try:
+        yield pool
+    finally:
+        # The workload first (a do-not-disrupt pod would hold its node), then the NodePool:
+        # Karpenter removes its NodeClaims and Nodes; the rig's reset finds only its own nodes.
+        with contextlib.suppress(Exception):
+            await rig.api.absent("/apis/apps/v1/namespaces/inference/deployments/llm")
+        for pod in rig.pods():
+            await rig.api.absent(f"/api/v1/namespaces/inference/pods/{pod['metadata']['name']}")
+        await rig.api.absent(f"{NODEPOOLS}/{NODEPOOL}")
+        deadline = time.monotonic() + 90
+        while (await rig.api.request("GET", NODECLAIMS))["items"]:
+            assert time.monotonic() < deadline, f"NodeClaims left:\n{karpenter.log()[-3000:]}"
+            await asyncio.sleep(0.5)
+
+
+def karpenter_labels(rig: KubeRig, node_name: str) -> tuple[str, str]:
+    node = rig.node(node_name)
+    labels = {} if node is None else node["metadata"]["labels"]
+    return (
+        labels.get(names.KARPENTER_NODEPOOL_LABEL, ""),
+        labels.get(names.KARPENTER_CAPACITY_TYPE_LABEL, ""),
+    )
+
+
+async def nodeclaim_of(rig: KubeRig, node_name: str) -> dict[str, Any]:
+    claims = (await rig.api.request("GET", NODECLAIMS))["items"]
+    (claim,) = [c for c in claims if (c.get("status") or {}).get("nodeName") == node_name]
+    return claim  # type: ignore[no-any-return]
+
+
+async def evict_at(rig: KubeRig, node_name: str, not_before: float) -> None:
+    """Azure's side of a spot eviction at NotBefore: the VM's pods stop at once, the VM is gone
+    (Karpenter deletes a NodeClaim whose instance is gone; here the test deletes it)."""
+    await asyncio.sleep(max(0.0, not_before - time.time()))
+    claim = await nodeclaim_of(rig, node_name)
+    pods = await rig.api.request(
+        "GET", "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={node_name}"}
+    )
+    for pod in pods["items"]:
+        meta = pod["metadata"]
+        await rig.api.absent(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
+    await rig.api.absent(f"{NODECLAIMS}/{claim['metadata']['name']}")
+
+
+async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_spot(
+    rig: KubeRig,
+    webhook: Webhook,  # noqa: F811
+    gpu_nodepool: dict[str, Any],
+    karpenter: Karpenter,
+) -> None:
+    # The Deployment before the controller: Karpenter alone places it (no webhook answers yet,
+    # and the webhook's failure policy is Ignore), on spot, the cheaper offering.
+    await rig.deploy(
+        replicas=2,
+        startup_seconds=3,
+        annotations=POLICY,
+        pod_labels=PLACEMENT_LABEL,
+        node_selector={names.KARPENTER_NODEPOOL_LABEL: NODEPOOL},
+    )
+    launched = time.monotonic()
+    await rig.wait_for(lambda: rig.ready_count() == 2, timeout=60, what="2 replicas on spot")
+    print(
+        f"Karpenter launched 2 spot nodes and the replicas were Ready in {time.monotonic() - launched:.1f} s"
+    )
+    spot_nodes = sorted({p["spec"]["nodeName"] for p in rig.pods()})
+    assert [karpenter_labels(rig, n) for n in spot_nodes] == [(NODEPOOL, "spot")] * 2
+
+    rig.start_controller(
+        **webhook.controller_env,
+        REBALANCER_POOLS=json.dumps(DECLARED),
+        # The return to spot may start 45 s after the Preempt: after the eviction at 30 s.
+        REBALANCER_RETURN_QUIET_SECONDS=str(QUIET_SECONDS),
+        REBALANCER_COOLDOWN_SECONDS="2",
+        REBALANCER_RETURN_PENDING_TIMEOUT_SECONDS="40",
+    )
+    await rig.wait_for(
+        lambda: "admission webhook serving" in rig.log("controller-0"),
+        timeout=15,
+        what="the webhook serving",
+    )
+    configuration = (
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+        + webhook.configuration
+    )
+
+    async def ca_injected() -> bool:
+        config = await rig.api.request("GET", configuration)
+        return all(h["clientConfig"].get("caBundle") for h in config["webhooks"])
+
+    await eventually(ca_injected, timeout=10, what="the CA in the caBundle")
+    await rig.until_ready(replicas=2)
+
+    doomed = spot_nodes[0]
+    not_before = time.time() + NOTICE_SECONDS
+    async with sampling(rig):
+        noticed = time.monotonic()
+        await rig.npd_preemption(doomed, "preempt-1", http_date(not_before))
+        eviction = asyncio.create_task(evict_at(rig, doomed, not_before))
+        rig.evictions.append(eviction)
+
+        def replacement() -> dict[str, Any] | None:
+            for pod in rig.pods():
+                node_name = pod["spec"].get("nodeName")
+                if node_name and karpenter_labels(rig, node_name)[1] == "on-demand":
+                    return pod
+            return None
+
+        await rig.wait_for(
+            lambda: (
+                (pod := replacement()) is not None
+                and any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in pod["status"].get("conditions") or []
+                )
+            ),
+            timeout=NOTICE_SECONDS,
+            what="the replacement Ready on an on-demand node Karpenter launched",
+        )
+        replaced_in = time.monotonic() - noticed
+        assert time.time() < not_before, "the replacement was Ready only after the eviction"
+        await eviction
+        await rig.wait_for(lambda: rig.node(doomed) is None, timeout=60, what="the spot node gone")
+        await rig.wait_for(lambda: rig.ready_count() == 2, timeout=30, what="2 Ready")
+    print(f"notice to replacement Ready on a new on-demand node: {replaced_in:.1f} s")
+
+    pod = replacement()
+    assert pod is not None
+    annotations = pod["metadata"]["annotations"]
+    # The webhook required the NodePool's on-demand capacity, which made Karpenter launch it.
+    assert annotations[names.PLACED] == f"{NODEPOOL}:on-demand/"
+    assert annotations[names.KARPENTER_DO_NOT_DISRUPT] == "true"
+    claim = await nodeclaim_of(rig, pod["spec"]["nodeName"])
+    assert claim["metadata"]["labels"][names.KARPENTER_CAPACITY_TYPE_LABEL] == "on-demand"
+    assert claim["metadata"]["labels"][names.KARPENTER_NODEPOOL_LABEL] == NODEPOOL
+    # Make-before-break: 30 s of notice against a node launch and a 3 s load, so nothing is
+    # unavoidable; the same figures as on VMSS pools (tests/e2e/test_controller.py).
+    unavoidable = unavoidable_deficit(
+        notice_seconds=NOTICE_SECONDS, load_seconds=3, provisioning_seconds=replaced_in - 3
+    )
+    assert unavoidable == 0
+    assert rig.min_ready[("inference", "llm")] == 2, rig.min_ready
+    assert rig.deficit[("inference", "llm")].replica_seconds == unavoidable
+    assert rig.deployment()["spec"]["replicas"] == 2
+
+    # The return to spot, once the pool has been quiet: no spot node has room (Karpenter keeps
+    # none idle), so the new replica, pending, makes Karpenter launch a spot node; once it is
+    # Ready the on-demand replica goes, and Karpenter removes the emptied on-demand node.
+    on_demand_node = pod["spec"]["nodeName"]
+
+    def all_on_spot() -> bool:
+        nodes = [p["spec"].get("nodeName") for p in rig.pods()]
+        return (
+            rig.ready_count() == 2
+            and len(nodes) == 2
+            and all(n and karpenter_labels(rig, n) == (NODEPOOL, "spot") for n in nodes)
+            and rig.deployment()["spec"]["replicas"] == 2
+        )
+
+    async with sampling(rig):
+        returned = time.monotonic()
+        await rig.wait_for(all_on_spot, timeout=QUIET_SECONDS + 40, what="the return to spot")
+        returned_in = time.monotonic() - returned
+        await rig.wait_for(
+            lambda: rig.node(on_demand_node) is None,
+            timeout=60,
+            what="Karpenter removing the emptied on-demand node",
+        )
+    print(f"return to spot done {returned_in:.1f} s after the fail-over's checks")
+    assert len(rig.events("SpotRebalancerReturnStarted")) == 1
+    new_spot = {p["spec"]["nodeName"] for p in rig.pods()} - set(spot_nodes)
+    assert len(new_spot) == 1, "the returned replica is not on a node Karpenter launched for it"
+    assert rig.min_ready[("inference", "llm")] == 2, "a Ready replica was lost on the way back"
