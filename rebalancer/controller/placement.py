@@ -180,18 +180,17 @@ def _for_target(
     there (required: a spot replica that cannot have spot waits for it, asking the autoscaler,
     while the plan covers it on on-demand), else on-demand."""
     spot_allowed = {pool.name for pool in allowed if pool.spot}
-    accepted = [
+    planned = [
         g
         for g in groups
-        if g.pool in spot_allowed
-        and (g.level not in LEVELS or policy.accepts(g.level))
-        and (g.pool, g.zone) not in evicting
+        if g.pool in spot_allowed and (g.level not in LEVELS or policy.accepts(g.level))
     ]
+    accepted = [g for g in planned if (g.pool, g.zone) not in evicting]
     kept_by_zone: dict[str, int] = {}
     for g in accepted:
         kept_by_zone[g.zone] = kept_by_zone.get(g.zone, 0) + where.counts.get((g.pool, g.zone), 0)
     kept = where.spot_kept
-    zones = open_zones(target_spot, kept_by_zone)
+    zones = open_zones(target_spot, kept_by_zone, len({g.zone for g in planned}))
     if zones:
         accepted = [g for g in accepted if g.zone in zones]
     if kept < target_spot and accepted:

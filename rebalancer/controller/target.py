@@ -210,12 +210,13 @@ def spread(count: int, groups: Sequence[str]) -> dict[str, int]:
     return placed
 
 
-def open_zones(target_spot: int, kept_by_zone: Mapping[str, int]) -> list[str]:
+def open_zones(target_spot: int, kept_by_zone: Mapping[str, int], zones: int) -> list[str]:
     """Zones a new spot replica of a plan may go to: those with fewer than their share of the
-    plan's spot replicas (an even split, rounded up), so that a zone with capacity while the
-    others have none does not collect them all, which would make its one loss take them all.
-    `kept_by_zone`: every zone the plan may use, with its spot replicas now."""
-    share = math.ceil(target_spot / len(kept_by_zone)) if kept_by_zone else 0
+    plan's spot replicas (an even split over the plan's `zones`, rounded up), so that a zone with
+    capacity while the others have none does not collect them all, which would make its one
+    loss take them all. `kept_by_zone`: the zones open to new replicas (not under notice), with
+    their spot replicas now; a zone under notice still counts in the split."""
+    share = math.ceil(target_spot / max(zones, len(kept_by_zone), 1))
     return sorted(zone for zone, kept in kept_by_zone.items() if kept < share)
 
 

@@ -194,6 +194,12 @@ def _recompose(
         len(on_demand) > decision.on_demand and len(spot) < decision.spot and spot_pools - evicting
     ):
         return []
+    # Only where the webhook places this workload's pods (its newest carries the placement):
+    # with the webhook off or failing (failure policy Ignore) the replacement would land on
+    # on-demand again, and be evicted again, every pass.
+    newest = max(pods, key=lambda p: (p.created is not None, p.created or snapshot.now, p.name))
+    if not newest.placed:
+        return []
     ready = sum(1 for p in pods if p.ready)
     for pod in sorted(on_demand, key=lambda p: (p.ready, p.name)):
         if not pod.ready or ready - 1 >= base:

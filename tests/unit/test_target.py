@@ -227,3 +227,28 @@ def test_beyond_the_plans_spot_replicas_new_ones_go_on_demand() -> None:
     counts = {("spotgpu", "eastus-1"): 3, ("spotgpu", "eastus-2"): 2, ("spotgpu", "eastus-3"): 2}
     decision = place(counts, 0, 7)
     assert (decision.spot, decision.pool) == (False, "odgpu")
+
+
+def _mixed(placed: bool) -> list[object]:
+    """Three spot replicas Ready, three on-demand Ready (one more than the plan's two), three
+    spot replicas not scheduled yet (the newest pods), sent to spot by the webhook or not."""
+    nodes = three_zone_nodes((1, 1, 1), 3)
+    pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+    for i in range(3):
+        notes = {names.PLACED: f"spotgpu/eastus-{i + 1}"} if placed else {}
+        pods.append(pod(f"z{i}", "", ready=False, annotations=notes))
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7).to_json()}
+    state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
+    return list(plan(state, Settings()).actions)
+
+
+def test_an_on_demand_replica_beyond_the_plan_is_evicted_for_spot_only_where_the_webhook_places() -> (
+    None
+):
+    # The plan (7 on spot, 2 on-demand while 3 spot are Ready) has the right count, 9, and one
+    # on-demand replica too many: evicted, its replacement goes to spot. Without the webhook's
+    # placement on the newest pods (webhook off or failing), the replacement would land on
+    # on-demand again and be evicted again every pass: nothing is evicted.
+    (evicted,) = [a for a in _mixed(placed=True) if type(a).__name__ == "Evict"]
+    assert evicted.pod[1] in ("p3", "p4", "p5")  # on od-0..2
+    assert [a for a in _mixed(placed=False) if type(a).__name__ == "Evict"] == []
