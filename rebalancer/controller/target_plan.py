@@ -161,6 +161,9 @@ def _converge(
         # nothing); beyond those, the ones to go get the lowest cost first.
         excess = replicas - wanted
         unready = [p for p in pods if not p.ready]
+        unscheduled = sum(1 for p in unready if not p.node_name)
+        if excess > unscheduled and _kept_one_loads(snapshot, pods, decision, spot_pools):
+            return []  # it would go before any Ready one: shrink once it is Ready
         if len(unready) < excess:
             ready = [p for p in pods if p.ready]
             victims = _victims(snapshot, ready, decision, excess - len(unready), spot_pools)
@@ -215,6 +218,17 @@ def _sides(
         elif pod.placed:
             (spot if pod.placed.partition("/")[0] in spot_pools else on_demand).append(pod)
     return spot, on_demand
+
+
+def _kept_one_loads(
+    snapshot: Snapshot, pods: list[PodInfo], decision: Decision, spot_pools: set[str]
+) -> bool:
+    """Whether a replica the plan keeps is loading on its node (scheduled, not Ready): a
+    ReplicaSet scaling down removes the unscheduled first, then those, whatever their cost."""
+    spot, on_demand = _sides(snapshot, pods, spot_pools)
+    kept = [*spot] if len(spot) <= decision.spot else []
+    kept += on_demand if len(on_demand) <= decision.on_demand else []
+    return any(p.node_name and not p.ready for p in kept)
 
 
 def _victims(

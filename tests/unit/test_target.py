@@ -5,6 +5,7 @@ on-demand, a prior of 0.05 waves an hour each hitting a group with share 0.3).""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -164,7 +165,29 @@ def test_nothing_is_scaled_down_while_a_replica_loads() -> None:
     pods = [pod(f"p{i}", node["metadata"]["name"], ready=i != 0) for i, node in enumerate(nodes)]
     record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7).to_json()}
     state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
-    assert of_type(plan(state, Settings()).actions, SetDeletionCost) == []
+    actions = plan(state, Settings()).actions
+    assert of_type(actions, SetDeletionCost) == []
+    # Six Ready on spot (2,2,2) need one on on-demand: 8 replicas. But p0, a spot replica the
+    # plan keeps, loads on its node: a ReplicaSet scaling down would remove it, not Ready, before
+    # any on-demand one (the real control plane showed it: tests/k8s/test_target.py). Wait.
+    assert of_type(actions, SetSpare) == []
+    ready = [replace(p, ready=True) if p.name == "p0" else p for p in pods]
+    state = snapshot(nodes, ready, [deployment(9, annotations=record)], history=FRESH)
+    assert len(of_type(plan(state, Settings()).actions, SetDeletionCost)) == 2
+
+
+def test_unscheduled_replicas_do_not_hold_the_scale_down() -> None:
+    # The two on-demand replicas were never scheduled (no on-demand room): with the seven on
+    # spot Ready they are the ones to go, and a ReplicaSet removes unscheduled pods first.
+    nodes = three_zone_nodes((3, 2, 2), 0)
+    pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+    pods += [
+        pod(f"od{i}", "", ready=False, annotations={names.PLACED: "odgpu/"}) for i in range(2)
+    ]
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7).to_json()}
+    state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
+    (scaled,) = of_type(plan(state, Settings()).actions, SetSpare)
+    assert scaled.replicas == 7
 
 
 # ---- placement -----------------------------------------------------------------------------
