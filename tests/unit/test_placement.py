@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rebalancer import names
-from rebalancer.controller.actions import RecordPolicy, ScaleUp
+from rebalancer.controller.actions import RecordPolicy, ScaleUp, SetSpare
 from rebalancer.controller.admission import Admitted, View, review
 from rebalancer.controller.placement import Decision, Group, Where, affinity_patch, choose
 from rebalancer.controller.planner import Settings, plan
@@ -381,6 +381,25 @@ def test_a_replacement_created_by_this_pass_s_surge_goes_on_demand() -> None:
     # Without the pass's surge, the same snapshot spreads it on spot (eastus-1 is under notice).
     before = review(request(), View(state, risks), [])
     assert before.decision is not None and before.decision.placed == "spota/eastus-2"
+
+
+def test_a_new_replica_of_this_pass_s_target_plan_is_placed_by_the_plan() -> None:
+    """Likewise the replicas a target's plan adds: the first one was placed as if there were no
+    plan on the real control plane (tests/k8s/test_target.py), preferred on spot, not required
+    on the zone the plan's spread gives it."""
+    state = cluster({names.AVAILABILITY_TARGET: "99.9"}, replicas=1)
+    decided = plan(state, Settings())
+    (spare,) = [a for a in decided.actions if isinstance(a, SetSpare)]
+    assert spare.record is not None and spare.record.spot
+    risks = assess(nodes=state.nodes.values(), history=WATCHED, now=NOW, settings=RiskSettings())
+    view = View.of_pass(state, decided.actions, risks=risks, declared={})
+    result = review(request(), view, [])
+    assert result.decision is not None, result
+    assert result.decision.reason.startswith("availability target 99.9 %"), result.decision
+    assert result.decision.required_pools == ("spota",)
+    # Without the pass's record, the same snapshot has no plan yet: spot, only preferred.
+    before = review(request(), View(state, risks), [])
+    assert before.decision is not None and before.decision.required_pools == ()
 
 
 # ---- the policy in force, recorded by the planner -----------------------------------------------
