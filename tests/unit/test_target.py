@@ -181,9 +181,7 @@ def test_unscheduled_replicas_do_not_hold_the_scale_down() -> None:
     # spot Ready they are the ones to go, and a ReplicaSet removes unscheduled pods first.
     nodes = three_zone_nodes((3, 2, 2), 0)
     pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
-    pods += [
-        pod(f"od{i}", "", ready=False, annotations={names.PLACED: "odgpu/"}) for i in range(2)
-    ]
+    pods += [pod(f"od{i}", "", ready=False, annotations={names.PLACED: "odgpu/"}) for i in range(2)]
     record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7).to_json()}
     state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
     (scaled,) = of_type(plan(state, Settings()).actions, SetSpare)
