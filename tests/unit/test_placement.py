@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import structlog
 
 from rebalancer import names
 from rebalancer.controller.actions import RecordPolicy, ScaleUp, SetSpare
@@ -19,6 +20,8 @@ from rebalancer.controller.pools import Pool
 from rebalancer.controller.risk import RiskSettings, assess
 from rebalancer.controller.scheduling import Taint
 from rebalancer.controller.snapshot import Snapshot
+from rebalancer.controller.webhook import PlacementWebhook
+from rebalancer.metrics import ControllerMetrics
 from tests.unit.test_planner import (
     NOW,
     TOLERATE_BOTH,
@@ -316,6 +319,25 @@ def test_a_placement_the_view_shows_counts_once() -> None:
     # Two in eastus-1, one in eastus-2 (the admitted one, counted once): eastus-2.
     result = review(request(), view, [made])
     assert result.decision is not None and result.decision.placed == "spota/eastus-2"
+
+
+def test_a_placed_pod_that_came_and_went_is_not_counted_again() -> None:
+    """Shown by a pass, then deleted (a scale-down, an eviction) within RECENT_SECONDS: counted
+    neither by the views nor by the webhook's record (on the real control plane a deleted spot
+    replica counted as kept, so a target's swap sent its replacement to on-demand again)."""
+    state = cluster({names.SPREAD: "zone"})  # infer-1 in eastus-1
+    views = {"now": view_of(state)}
+    hook = PlacementWebhook(
+        lambda: views["now"], metrics=ControllerMetrics(), now=lambda: NOW,
+        log=structlog.get_logger(),
+    )  # fmt: skip
+    hook.answer(request("r0"))  # to the empty zone, eastus-2
+    shown = pod("infer-2", "spot-1", annotations={names.PLACED_REVIEW: "r0"})
+    hook.forget_shown(view_of(replace(state, pods={**state.pods, shown.key: shown})))
+    assert list(hook.admitted) == []
+    # The pod is gone: eastus-2 is empty again (counted, it would tie and eastus-1 come first).
+    patched = apply_adds(request("r1")["request"]["object"], patch_of(hook.answer(request("r1"))))
+    assert patched["metadata"]["annotations"][names.PLACED] == "spota/eastus-2"
 
 
 def test_the_pod_carries_the_review_that_placed_it() -> None:
