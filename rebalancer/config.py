@@ -265,6 +265,14 @@ class ControllerSettings(CommonSettings):
         ge=0,
         description="Run the doctor's checks this often (Warning Events, a gauge); 0: never.",
     )
+    helm_chart: str = Field(
+        "",
+        description="The chart the doctor's `helm upgrade` fixes name (the chart sets it from "
+        "`chartReference`, the published `oci://` chart); unset: `<chart>`.",
+    )
+    helm_chart_version: str = Field(
+        "", description="The chart version those fixes pin (the chart sets its own); unset: none."
+    )
     deadline_margin_seconds: float = Field(
         5.0, ge=0, description="Delete what remains on a node this long before its deadline."
     )

@@ -57,7 +57,6 @@ DEVICE_PLUGIN_MARKERS = ("nvidia-device-plugin", "k8s-device-plugin")
 GPU_SKU = re.compile(r"^standard_n[cdv]", re.IGNORECASE)
 # How AKS names the VM scale set of a pool, which is what the cluster autoscaler lists.
 AKS_NODE_GROUP = re.compile(r"^aks-(?P<pool>[a-z0-9]+)-\d+-vmss$")
-HELM_UPGRADE = "helm upgrade <release> charts/spot-rebalancer --reuse-values -f fix.yaml"
 # A new GPU node shows its GPUs once the device plugin's pod has started and registered: seconds
 # to a minute or two. Younger nodes are not blamed for having none.
 GPU_REGISTRATION_GRACE = timedelta(minutes=10)
@@ -143,6 +142,15 @@ class Setup:
     # own watch); None: not watched (the plugin sees one instant), the check is skipped.
     idle_spells: Sequence[IdleSpell] | None = None
     idle_limit_seconds: float = 300.0
+    # The chart fixes are applied to: the published one the release came from, when known.
+    helm_upgrade: str = "helm upgrade <release> <chart> --reuse-values -f fix.yaml"
+
+
+def helm_upgrade_command(chart: str, version: str) -> str:
+    """`helm upgrade` with a fix's values, on the chart (and version) the release was installed
+    from: a user has the published chart, not a checkout's `charts/` folder."""
+    pinned = f" --version {version}" if version else ""
+    return f"helm upgrade <release> {chart or '<chart>'}{pinned} --reuse-values -f fix.yaml"
 
 
 def setup_of(
@@ -153,6 +161,7 @@ def setup_of(
     node_groups: Sequence[NodeGroup] | None = None,
     idle_spells: Sequence[IdleSpell] | None = None,
     idle_limit_seconds: float = 300.0,
+    helm_upgrade: str = "",
 ) -> Setup:
     """The checks' input from the controller's view of the cluster and its planner settings
     (which workloads it manages, which pools it declares)."""
@@ -166,6 +175,7 @@ def setup_of(
         now=snapshot.now,
         idle_spells=idle_spells,
         idle_limit_seconds=idle_limit_seconds,
+        helm_upgrade=helm_upgrade or Setup.helm_upgrade,
     )
 
 
@@ -515,7 +525,7 @@ def fallback_findings(setup: Setup, live: Mapping[str, Pool]) -> list[Finding]:
                 "that pool has no Node, declare it in the chart value `controller.pools`."
             )
             yaml_text = pool_declaration(_zero_pool_name(setup, live), workload.gpus_per_replica)
-            command = HELM_UPGRADE
+            command = setup.helm_upgrade
         else:
             fix = "Let one on-demand pool take it: its nodeSelector or node affinity."
         findings.append(
@@ -596,7 +606,7 @@ def undeclared_pool_findings(
             "the autoscaler bring up its Node.",
             "Declare it in the chart value `controller.pools`, as its Nodes will look.",
             yaml=pool_declaration(group.pool, gpus),
-            command=HELM_UPGRADE,
+            command=setup.helm_upgrade,
         )
         for group in _zero_pools(setup, live)
     ]

@@ -27,7 +27,7 @@ from typing import Any
 from rebalancer.clock import Clock
 from rebalancer.config import ControllerSettings
 from rebalancer.controller.catalogue import misconfigured
-from rebalancer.controller.checkup import Finding, diagnose, setup_of
+from rebalancer.controller.checkup import Finding, diagnose, helm_upgrade_command, setup_of
 from rebalancer.controller.idle_nodes import IdleWatch
 from rebalancer.controller.model import DaemonSetInfo
 from rebalancer.controller.options import planner_settings
@@ -66,6 +66,7 @@ class Doctor:
         self._leadership = leadership
         self._planner = planner_settings(settings)
         self._interval = settings.doctor_interval_seconds
+        self._helm_upgrade = helm_upgrade_command(settings.helm_chart, settings.helm_chart_version)
         self._metrics = metrics
         self._events = events
         self._leading = leading
@@ -131,6 +132,7 @@ class Doctor:
             daemonsets=daemonsets,
             idle_spells=self.idle.spells(),
             idle_limit_seconds=IDLE_LIMIT_SECONDS,
+            helm_upgrade=self._helm_upgrade,
         )
         findings = diagnose(setup)
         for check in Check:

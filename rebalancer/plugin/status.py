@@ -225,6 +225,9 @@ def _workload(view: View, workload: Any, capable: set[tuple[str, str, str]]) -> 
         "fallback": fallback,
         "surging": workload.surge is not None and not workload.surge.completed,
         "returning": names.RETURN_ANNOTATION in workload.annotations,
+        # The availability target declared on it and the controller's words for its plan.
+        "target": workload.annotations.get(names.AVAILABILITY_TARGET),
+        "targetWhy": workload.annotations.get(names.TARGET_WHY),
     }
 
 
@@ -374,6 +377,14 @@ def render(status: Json, *, wide: bool = False, headers: bool = True) -> str:
             ],
             headers,
         )
+        targeted = [w for w in workloads if w.get("target")]
+        if targeted:
+            lines += ["", "AVAILABILITY TARGETS"]
+            lines += [
+                f"- {w['namespace']}/{w['name']} {w['target']} %: "
+                f"{w.get('targetWhy') or 'no plan written yet'}"
+                for w in targeted
+            ]
     else:
         lines.append("WORKLOADS: none managed")
     lines += ["", *_render_notices(status, wide=wide, headers=headers)]

@@ -24,7 +24,13 @@ from pydantic import ValidationError
 from rebalancer import names
 from rebalancer.azure.prices import BUNDLED, PriceTable, parse_price_file
 from rebalancer.config import ControllerSettings, describe_error
-from rebalancer.controller.checkup import NodeGroup, Setup, node_groups_from_status, setup_of
+from rebalancer.controller.checkup import (
+    NodeGroup,
+    Setup,
+    helm_upgrade_command,
+    node_groups_from_status,
+    setup_of,
+)
 from rebalancer.controller.history import History, history_from_configmap
 from rebalancer.controller.model import (
     DaemonSetInfo,
@@ -122,6 +128,9 @@ class View:
             settings=self.planner,
             daemonsets=self.daemonsets,
             node_groups=self.node_groups,
+            helm_upgrade=helm_upgrade_command(
+                self.settings.helm_chart, self.settings.helm_chart_version
+            ),
         )
 
 

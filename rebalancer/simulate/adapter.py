@@ -66,7 +66,7 @@ from rebalancer.controller.scheduling import (
     untolerated,
 )
 from rebalancer.controller.snapshot import Snapshot
-from rebalancer.controller.target import TargetSettings
+from rebalancer.controller.target import TargetSettings, parse_target
 from rebalancer.names import (
     COOLDOWN_UNTIL,
     FAILOVER_TO,
@@ -143,6 +143,14 @@ def target_settings(world: World, prices: Prices) -> Settings:
         failover_settings(world),
         target=TargetSettings(recovery_seconds=max(0.0, recovery), spot_price_share=share),
     )
+
+
+def availability_target(text: str, *, where: str) -> str:
+    """The workload's availability target as the controller reads it (`target.parse_target`)."""
+    try:
+        return f"{parse_target(text):g}"
+    except ValueError as error:
+        raise InputError(f"{where}: {error}") from None
 
 
 def drain_settings(world: World) -> Settings:

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from rebalancer.azure.prices import BUNDLED, PriceTable
-from rebalancer.controller.target import parse_target
 from rebalancer.simulate import InputError
 
 # GPUs per VM of the sizes the bundled price table knows (Azure's size pages).
@@ -269,10 +268,9 @@ def scenario_from(
                 raise InputError(f"{where}: expected a name, not {value!r}")
             changes[name] = value
         elif name == "availability_target":
-            try:
-                changes[name] = f"{parse_target(str(value)):g}"
-            except ValueError as error:
-                raise InputError(f"{where}: {error}") from None
+            from rebalancer.simulate.adapter import availability_target
+
+            changes[name] = availability_target(str(value), where=where)
         elif name in CHOICES:
             if not isinstance(value, str) or value.strip().lower() not in CHOICES[name]:
                 allowed = ", ".join(CHOICES[name])

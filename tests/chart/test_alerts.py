@@ -153,13 +153,31 @@ def runbook_anchors() -> set[str]:
     return {re.sub(r"[^a-z0-9 _-]", "", h.lower()).replace(" ", "-") for h in headings}
 
 
-def test_every_alert_has_a_runbook_section() -> None:
+def test_every_alert_has_a_runbook_section(tools: Tools) -> None:
+    """With the runbooks' address (a release stamps it), every alert links to its own section."""
     anchors = runbook_anchors()
-    for name, rule in alerts_of(yaml.safe_load(ALERTS_FILE.read_text())).items():
-        url = rule["annotations"]["runbook_url"]
-        page, _, anchor = url.partition("#")
-        assert page.startswith("https://") and page.endswith("/docs/runbooks.md"), url
+    published = "https://forge.example/spot-rebalancer/blob/v1.2.3/docs/runbooks.md"
+    objects = tools.template(
+        "--set", "prometheusRule.enabled=true", "--set", f"prometheusRule.runbookURL={published}"
+    )  # fmt: skip
+    alerts = alerts_of(rule_groups(objects))
+    assert alerts.keys() == alerts_of(yaml.safe_load(ALERTS_FILE.read_text())).keys()
+    for name, rule in alerts.items():
+        page, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert page == published
         assert anchor == name.lower() and anchor in anchors, f"{name}: no section #{anchor}"
+
+
+def test_no_guessed_runbook_address_without_a_release(tools: Tools) -> None:
+    """The chart from a source checkout does not know where its runbooks are published: no
+    alert links to an address the project does not own."""
+    objects = tools.template("--set", "prometheusRule.enabled=true")
+    for source in (
+        alerts_of(rule_groups(objects)),
+        alerts_of(yaml.safe_load(ALERTS_FILE.read_text())),
+    ):
+        assert source
+        assert not [n for n, rule in source.items() if "runbook_url" in rule["annotations"]]
 
 
 def test_runbook_url_comes_from_values(tools: Tools) -> None:

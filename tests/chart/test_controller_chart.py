@@ -163,6 +163,8 @@ NOT_IN_SETTINGS = {
     "webhook_secret": "the chart's webhook Secret: named by the chart",
     "webhook_configuration": "the chart's MutatingWebhookConfiguration: named by the chart",
     "webhook_cert_manager": "controller.webhook.certManager.enabled: installs its Certificate too",
+    "helm_chart": "chartReference: where the chart is published (the release stamps it)",
+    "helm_chart_version": "the chart's own version (.Chart.Version)",
     **{
         name: "notifications.*: the URL from a Secret (test_chart_options.py reads them back)"
         for name in ControllerSettings.model_fields

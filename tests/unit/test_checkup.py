@@ -5,6 +5,7 @@ makes that finding go away when applied."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from rebalancer.controller.checkup import (
     NodeGroup,
     Setup,
     diagnose,
+    helm_upgrade_command,
     node_groups_from_status,
     setup_of,
 )
@@ -351,3 +353,20 @@ def test_node_groups_from_the_autoscalers_status(
     text: str, expected: list[NodeGroup] | None
 ) -> None:
     assert node_groups_from_status(text) == expected
+
+
+def test_helm_fixes_name_the_chart_the_release_came_from() -> None:
+    """A user has the published chart, not a checkout's charts/ folder: the fix upgrades the
+    release from the chart and version the controller was installed with."""
+    published = helm_upgrade_command("oci://registry.example/charts/spot-rebalancer", "0.3.0")
+    assert published == (
+        "helm upgrade <release> oci://registry.example/charts/spot-rebalancer --version 0.3.0 "
+        "--reuse-values -f fix.yaml"
+    )
+    parts = world(nodes=NO_OD_GPU, node_groups=[ZERO_POOL])
+    chart_fixes = [f for f in diagnose(setup(parts)) if f.command.startswith("helm ")]
+    assert chart_fixes
+    for finding in chart_fixes:
+        assert finding.command == "helm upgrade <release> <chart> --reuse-values -f fix.yaml"
+    named = replace(setup(parts), helm_upgrade=published)
+    assert {f.command for f in diagnose(named) if f.command.startswith("helm ")} == {published}

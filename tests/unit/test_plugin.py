@@ -396,3 +396,14 @@ async def test_watch_loop_retries_reconnects_and_stops_mid_read(
     assert [d["pools"][0]["nodes"] for d in documents] == [2, 1]  # gpuspot, then one node fewer
     assert "boom; reading again" in capsys.readouterr().err
     assert len(clients) == 2 and all(c.closed for c in clients)
+
+
+def test_status_says_why_a_target_keeps_what_it_keeps() -> None:
+    why = "7 on spot over 3 groups in 3 zone(s) + 0 on-demand (4 spare): expected 99.910 %"
+    llm = deployment("llm", [SPOT, GPU], replicas=3, annotations={
+        names.AVAILABILITY_TARGET: "99.9", names.TARGET_WHY: why})  # fmt: skip
+    view = build_view(raw(deployments=[llm, controller(env=ENV)]), now=NOW, namespace=None)
+    document = status.status_of(view)
+    (workload,) = document["workloads"]
+    assert (workload["target"], workload["targetWhy"]) == ("99.9", why)
+    assert f"- inference/llm 99.9 %: {why}" in status.render(document)

@@ -16,7 +16,8 @@ external label of the cluster's own Prometheus when it remote-writes), and witho
 cluster's leader would hide another's absence. On a Prometheus of one cluster without that
 label, `by (cluster)` is the same as no `by` at all.
 Every alert has a `runbook_url` into docs/runbooks.md (a section per alert, anchored by the
-alert's name in lower case).
+alert's name in lower case) once prometheusRule.runbookURL says where those are published
+(scripts/release sets it in the chart it publishes).
 Prometheus template markers are written as {{`{{ ... }}`}} so Helm leaves them alone.
 */}}
 {{- define "spot-rebalancer.alertGroups" -}}
@@ -41,7 +42,9 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          runbook_url: {{ $runbook }}#spotrebalanceragentnotpolling
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalanceragentnotpolling
+          {{- end }}
           summary: A spot-rebalancer agent has not read Azure Scheduled Events for over {{ .staleSeconds }}s.
           description: >-
             The agent {{ $where }} last read Scheduled Events
@@ -65,7 +68,9 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          runbook_url: {{ $runbook }}#spotrebalanceragentnodewritesfailing
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalanceragentnodewritesfailing
+          {{- end }}
           summary: A spot-rebalancer agent cannot write its Node.
           description: >-
             {{`{{ $value | humanizePercentage }}`}} of the Node writes of the agent {{ $where }}
@@ -88,7 +93,9 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          runbook_url: {{ $runbook }}#spotrebalanceragentacknowledgementsfailing
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalanceragentacknowledgementsfailing
+          {{- end }}
           summary: A spot-rebalancer agent's acknowledgements to Azure fail.
           description: >-
             The agent {{ $where }} failed to acknowledge drained events to Azure in the last
@@ -121,7 +128,9 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          runbook_url: {{ $runbook }}#spotrebalancercontrollernoleader
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalancercontrollernoleader
+          {{- end }}
           summary: No spot-rebalancer controller replica leads{{ $inCluster }}.
           description: >-
             No controller replica has held the leader Lease for {{ .for }}, or no controller is
@@ -147,7 +156,9 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          runbook_url: {{ $runbook }}#spotrebalancerevictionratehigh
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalancerevictionratehigh
+          {{- end }}
           summary: Spot pool {{`{{ $labels.pool }}`}} is being evicted often.
           description: >-
             {{`{{ $value | humanize }}`}} notices ({{ .eventTypes }}) for nodes of pool
@@ -169,7 +180,9 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          runbook_url: {{ $runbook }}#spotrebalancerfailoverblocked
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalancerfailoverblocked
+          {{- end }}
           summary: "{{`{{ $labels.workload }}`}} could not fail over{{ $inCluster }}."
           description: >-
             {{`{{ $value | humanize }}`}} fail-over(s) of {{`{{ $labels.workload }}`}} blocked
@@ -191,7 +204,9 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          runbook_url: {{ $runbook }}#spotrebalancerdrainmisseddeadline
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalancerdrainmisseddeadline
+          {{- end }}
           summary: A node of pool {{`{{ $labels.pool }}`}} went before it was drained.
           description: >-
             {{`{{ $value | humanize }}`}} node(s) of pool {{`{{ $labels.pool }}`}} were cordoned
@@ -214,7 +229,9 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          runbook_url: {{ $runbook }}#spotrebalancerreplicadeficit
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalancerreplicadeficit
+          {{- end }}
           summary: "{{`{{ $labels.workload }}`}} runs with fewer Ready replicas than it should."
           description: >-
             {{`{{ $labels.workload }}`}} missed {{`{{ $value | humanize }}`}} Ready replicas on
@@ -236,7 +253,9 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          runbook_url: {{ $runbook }}#spotrebalancerfallbackcosthigh
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalancerfallbackcosthigh
+          {{- end }}
           summary: On-demand fallback costs more than the budget.
           description: >-
             Replicas that could run on spot ran on on-demand nodes at
@@ -259,7 +278,9 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          runbook_url: {{ $runbook }}#spotrebalancerfailoverslow
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalancerfailoverslow
+          {{- end }}
           summary: Fail-overs from spot pool {{`{{ $labels.pool }}`}} take long to be Ready{{ $inCluster }}.
           description: >-
             The {{ .quantile }} quantile of the time from a surge to its replacements Ready, for
@@ -281,7 +302,9 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          runbook_url: {{ $runbook }}#spotrebalancerdoctorfindings
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalancerdoctorfindings
+          {{- end }}
           summary: The doctor finds {{`{{ $labels.check }}`}}{{ $inCluster }}.
           description: >-
             {{`{{ $value | humanize }}`}} finding(s) of the check {{`{{ $labels.check }}`}} for
