@@ -22,8 +22,10 @@ waves an hour, each hitting a zone with share 0.3; T = 0.1 h; spot at 0.2 of on-
 
 The cluster: start.sh's three spot nodes (one per zone, one GPU each) and two on-demand nodes.
 The spot spares find no spot capacity at first: they wait, Pending on their zone, while the
-on-demand fallback serves; then spot capacity arrives (four spot nodes, uncordoned at once so
-their replicas load together, as they would on nodes the autoscaler adds).
+on-demand fallback serves; then spot capacity arrives (four spot nodes, uncordoned at once) and
+they load, each a second longer than the last, so that the controller plans while some are
+Ready and others load: it must not shrink then (a ReplicaSet removes a loading replica before
+any Ready one, whatever its deletion cost).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ DEPLOYMENT = "/apis/apps/v1/namespaces/inference/deployments/llm"
 MERGE = "application/merge-patch+json"
 # The spot capacity that comes: start.sh numbers a pool's nodes into zones by index mod 3.
 NEW_SPOT = {3: "eastus-1", 4: "eastus-2", 5: "eastus-3", 6: "eastus-1"}
+KWOK_READY_DELAY = "pod-ready.stage.kwok.x-k8s.io/delay"  # tests/cluster/start.sh
 
 
 def record(rig: KubeRig) -> Spare | None:
@@ -161,6 +164,15 @@ async def test_a_target_gets_its_spares_and_its_fallback_and_gives_the_fallback_
         assert rig.deployment()["spec"]["replicas"] == 9
         assert sum(1 for p in rig.pods() if not p["spec"].get("nodeName")) == 4
 
+        # Their model loads take different times: a second apart (kwok's pod-ready delay), so
+        # passes see some Ready while others load (a scale-down then would remove one loading).
+        waiting = sorted(p["metadata"]["name"] for p in on_spot)
+        for seconds, name in enumerate(waiting, start=3):
+            await api.request(
+                "PATCH", f"/api/v1/namespaces/inference/pods/{name}",
+                {"metadata": {"annotations": {KWOK_READY_DELAY: f"{seconds}s"}}},
+                content_type=MERGE,
+            )  # fmt: skip
         # Spot capacity arrives: one node per waiting spare, in its zone.
         added = [
             await rig.add_node(SPOT, index, zone=zone, cordoned=True)
@@ -172,6 +184,11 @@ async def test_a_target_gets_its_spares_and_its_fallback_and_gives_the_fallback_
                 content_type=MERGE,
             )  # fmt: skip
 
+        await rig.wait_for(
+            lambda: all(p["spec"].get("nodeName") for p in rig.pods()),
+            timeout=10,
+            what="the spot spares scheduled",
+        )
         # The on-demand replicas go once the 7 on spot are Ready: lowest deletion cost first,
         # then the count back to 7.
         await rig.wait_for(
