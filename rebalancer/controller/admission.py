@@ -26,8 +26,8 @@ from functools import cached_property
 from typing import Any
 
 from rebalancer import names
-from rebalancer.controller.actions import Action, ScaleUp
-from rebalancer.controller.model import WorkloadInfo, gpus_of, unreadable_gpus
+from rebalancer.controller.actions import Action, ScaleUp, SetSpare
+from rebalancer.controller.model import Spare, WorkloadInfo, gpus_of, unreadable_gpus
 from rebalancer.controller.placement import Decision, Group, Where, affinity_patch, choose
 from rebalancer.controller.placement import spot_groups as groups_of
 from rebalancer.controller.policy import in_force
@@ -62,6 +62,9 @@ class View:
     # write, before the next pass shows the surge record, so the snapshot alone would place
     # them as ordinary new pods (spread on spot) instead of where `failover-to` sends them.
     surging: frozenset[WorkloadKey] = frozenset()
+    # The pass's spare records (an availability target's `spot` among them), for the same
+    # reason: the first new replicas of a plan were placed without it on the real control plane.
+    spares: Mapping[WorkloadKey, Spare | None] = field(default_factory=dict)
 
     @classmethod
     def of_pass(
@@ -73,8 +76,10 @@ class View:
         declared: Mapping[str, Pool],
     ) -> View:
         """The view of a pass that decided `actions`."""
+        actions = list(actions)
         surging = frozenset(a.workload for a in actions if isinstance(a, ScaleUp))
-        return cls(snapshot, risks, declared, surging)
+        spares = {a.workload: a.record for a in actions if isinstance(a, SetSpare)}
+        return cls(snapshot, risks, declared, surging, spares)
 
     @cached_property
     def pools(self) -> dict[str, Pool]:
@@ -211,7 +216,7 @@ def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review
     fits = [pool for pool in view.pools.values() if not pool.problems_for(spec, gpus)]
     surge = workload.surge
     failing_over = (surge is not None and not surge.completed) or workload.key in view.surging
-    spare = workload.spare
+    spare = view.spares.get(workload.key, workload.spare)
     decision = choose(
         policy,
         fits=fits,

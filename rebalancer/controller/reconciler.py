@@ -446,6 +446,7 @@ class Controller:
             risks=self.recorder.risks,
             declared=self.planner_settings.declared_pools,
         )
+        self.webhook.forget_shown(self.view)
         try:
             self.recorder.observe(state, decided, elapsed)
         except Exception:  # measuring must never stop acting

@@ -157,14 +157,15 @@ def _converge(
             SetSpare(workload.key, wanted, fresh, basis=basis, why=decision.why),
         ]
     if wanted < replicas:
-        # A ReplicaSet scaling down removes replicas that are not Ready first (they serve
-        # nothing), whatever their cost: only while each one loading is beyond the plan on its
-        # side, else it would take a spot replica the plan keeps, about to be Ready. Beyond
-        # those, the ones to go get the lowest cost first.
-        if _loading_kept(spot, decision.spot) or _loading_kept(on_demand, decision.on_demand):
-            return []
+        # A ReplicaSet scaling down removes replicas that are not Ready first, whatever their
+        # cost: the unscheduled (they serve nothing; one the plan keeps is made again), then
+        # those loading, which must not be ones the plan keeps. Beyond those, the ones to go
+        # get the lowest cost first.
         excess = replicas - wanted
         unready = [p for p in pods if not p.ready]
+        unscheduled = sum(1 for p in unready if not p.node_name)
+        if excess > unscheduled and _kept_one_loads(snapshot, pods, decision, spot_pools):
+            return []  # it would go before any Ready one: shrink once it is Ready
         if len(unready) < excess:
             ready = [p for p in pods if p.ready]
             victims = _victims(snapshot, ready, decision, excess - len(unready), spot_pools)
@@ -207,11 +208,6 @@ def _recompose(
     return []
 
 
-def _loading_kept(side: list[PodInfo], kept: int) -> bool:
-    """Some replica of this side that is not Ready yet is one of the `kept` it needs."""
-    return sum(1 for p in side if not p.ready) > max(0, len(side) - kept)
-
-
 def _sides(
     snapshot: Snapshot, pods: list[PodInfo], spot_pools: set[str]
 ) -> tuple[list[PodInfo], list[PodInfo]]:
@@ -230,6 +226,17 @@ def _sides(
         elif pod.placed:
             (spot if pod.placed.partition("/")[0] in spot_pools else on_demand).append(pod)
     return spot, on_demand
+
+
+def _kept_one_loads(
+    snapshot: Snapshot, pods: list[PodInfo], decision: Decision, spot_pools: set[str]
+) -> bool:
+    """Whether a replica the plan keeps is loading on its node (scheduled, not Ready): a
+    ReplicaSet scaling down removes the unscheduled first, then those, whatever their cost."""
+    spot, on_demand = _sides(snapshot, pods, spot_pools)
+    kept = [*spot] if len(spot) <= decision.spot else []
+    kept += on_demand if len(on_demand) <= decision.on_demand else []
+    return any(p.node_name and not p.ready for p in kept)
 
 
 def _victims(

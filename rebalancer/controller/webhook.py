@@ -72,6 +72,24 @@ class PlacementWebhook:
         self.limits = limits or Limits()
         self.admitted: deque[Admitted] = deque(maxlen=MAX_RECENT)  # oldest first
 
+    def forget_shown(self, view: View) -> None:
+        """Forget the placements whose pods a pass's view shows: views count them from then on,
+        and a pod that goes soon after (a scale-down, an eviction) must not count again from
+        this record (on the real control plane, a target's swap then sent a replacement to
+        on-demand, as if a deleted spot replica were there, and evicted it again)."""
+        if not self.admitted:
+            return
+        pods = view.snapshot.pods_by_workload
+        shown = {
+            p.placed_review
+            for workload in {a.workload for a in self.admitted}
+            for p in pods.get(workload, [])
+        } - {""}
+        if any(a.review in shown for a in self.admitted):
+            self.admitted = deque(
+                (a for a in self.admitted if a.review not in shown), maxlen=MAX_RECENT
+            )
+
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.limits.max_body_bytes)
         app.router.add_post(PATH, self.handle)

@@ -10,6 +10,9 @@ import pytest
 from tests.controlplane import ControlPlane
 from tests.k8s.rig import ChartRbac, KubeRig, install_chart_rbac, kube_rig
 
+# The chart's placement webhook, served by the controller process: for every test here.
+from tests.k8s.test_webhook import webhook  # noqa: F401
+
 
 @pytest.fixture(scope="session")
 def chart_rbac(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> ChartRbac:

@@ -113,6 +113,8 @@ class Mirror:
     path: str
     items: dict[str, dict[str, Any]] = field(default_factory=dict)
     synced: asyncio.Event = field(default_factory=asyncio.Event)
+    # The last state of each object deleted while watched (a pod's annotations as it went).
+    gone: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @staticmethod
     def key(obj: dict[str, Any]) -> str:
@@ -147,6 +149,7 @@ class Mirror:
             return False
         if kind == "DELETED":
             self.items.pop(self.key(obj), None)
+            self.gone[self.key(obj)] = obj
         elif kind in ("ADDED", "MODIFIED"):
             self.items[self.key(obj)] = obj
         return True
@@ -378,9 +381,12 @@ class KubeRig(ProcessRig):
     def cancel(self, event: EmulatedEvent) -> None:
         assert self.imds.cancel(event.event_id), "only a Scheduled event can be cancelled"
 
-    async def add_node(self, pool: str, index: int) -> str:
+    async def add_node(
+        self, pool: str, index: int, *, zone: str | None = None, cordoned: bool = False
+    ) -> str:
         """A new VM in a pool (spot capacity is back, or a scale-up): a Node kwok makes Ready,
-        shaped as start.sh shaped the pool's first node."""
+        shaped as start.sh shaped the pool's first node; in `zone` (else the first node's), and
+        cordoned if asked (so that pods land on several new nodes at once when uncordoned)."""
         template = next(
             n
             for n in self.plane.nodes()
@@ -389,7 +395,12 @@ class KubeRig(ProcessRig):
         node = copy.deepcopy(template)
         name = f"{node['metadata']['name'][: -len('000000')]}{index:06d}"
         node["metadata"]["name"] = name
-        node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+        labels = node["metadata"]["labels"]
+        labels["kubernetes.io/hostname"] = name
+        if zone is not None:
+            labels[names.ZONE_LABEL] = labels["failure-domain.beta.kubernetes.io/zone"] = zone
+        if cordoned:
+            node["spec"]["unschedulable"] = True
         node["spec"]["providerID"] = node["spec"]["providerID"].rsplit("/", 1)[0] + f"/{index}"
         await self.api.request("POST", "/api/v1/nodes", node)
         await self.wait_for(lambda: schedulable(self.node(name)), timeout=30, what=f"{name} Ready")

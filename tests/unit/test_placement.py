@@ -8,9 +8,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import structlog
 
 from rebalancer import names
-from rebalancer.controller.actions import RecordPolicy, ScaleUp
+from rebalancer.controller.actions import RecordPolicy, ScaleUp, SetSpare
 from rebalancer.controller.admission import Admitted, View, review
 from rebalancer.controller.placement import Decision, Group, Where, affinity_patch, choose
 from rebalancer.controller.planner import Settings, plan
@@ -20,6 +21,8 @@ from rebalancer.controller.risk import RiskSettings, assess
 from rebalancer.controller.scheduling import Taint
 from rebalancer.controller.seal import Sealer
 from rebalancer.controller.snapshot import Snapshot
+from rebalancer.controller.webhook import PlacementWebhook
+from rebalancer.metrics import ControllerMetrics
 from tests.unit.test_planner import (
     NOW,
     TOLERATE_BOTH,
@@ -325,6 +328,25 @@ def test_a_placement_the_view_shows_counts_once() -> None:
     assert result.decision is not None and result.decision.placed == "spota/eastus-2"
 
 
+def test_a_placed_pod_that_came_and_went_is_not_counted_again() -> None:
+    """Shown by a pass, then deleted (a scale-down, an eviction) within RECENT_SECONDS: counted
+    neither by the views nor by the webhook's record (on the real control plane a deleted spot
+    replica counted as kept, so a target's swap sent its replacement to on-demand again)."""
+    state = cluster({names.SPREAD: "zone"})  # infer-1 in eastus-1
+    views = {"now": view_of(state)}
+    hook = PlacementWebhook(
+        lambda: views["now"], metrics=ControllerMetrics(), now=lambda: NOW,
+        log=structlog.get_logger(),
+    )  # fmt: skip
+    hook.answer(request("r0"))  # to the empty zone, eastus-2
+    shown = pod("infer-2", "spot-1", annotations={names.PLACED_REVIEW: "r0"})
+    hook.forget_shown(view_of(replace(state, pods={**state.pods, shown.key: shown})))
+    assert list(hook.admitted) == []
+    # The pod is gone: eastus-2 is empty again (counted, it would tie and eastus-1 come first).
+    patched = apply_adds(request("r1")["request"]["object"], patch_of(hook.answer(request("r1"))))
+    assert patched["metadata"]["annotations"][names.PLACED] == "spota/eastus-2"
+
+
 def test_the_pod_carries_the_review_that_placed_it() -> None:
     result = review(request("r7"), view_of(cluster({names.SPREAD: "zone"})), [])
     patched = apply_adds(request()["request"]["object"], patch_of(result.response))
@@ -388,6 +410,25 @@ def test_a_replacement_created_by_this_pass_s_surge_goes_on_demand() -> None:
     # Without the pass's surge, the same snapshot spreads it on spot (eastus-1 is under notice).
     before = review(request(), View(state, risks), [])
     assert before.decision is not None and before.decision.placed == "spota/eastus-2"
+
+
+def test_a_new_replica_of_this_pass_s_target_plan_is_placed_by_the_plan() -> None:
+    """Likewise the replicas a target's plan adds: the first one was placed as if there were no
+    plan on the real control plane (tests/k8s/test_target.py), preferred on spot, not required
+    on the zone the plan's spread gives it."""
+    state = cluster({names.AVAILABILITY_TARGET: "99.9"}, replicas=1)
+    decided = plan(state, Settings())
+    (spare,) = [a for a in decided.actions if isinstance(a, SetSpare)]
+    assert spare.record is not None and spare.record.spot
+    risks = assess(nodes=state.nodes.values(), history=WATCHED, now=NOW, settings=RiskSettings())
+    view = View.of_pass(state, decided.actions, risks=risks, declared={})
+    result = review(request(), view, [])
+    assert result.decision is not None, result
+    assert result.decision.reason.startswith("availability target 99.9 %"), result.decision
+    assert result.decision.required_pools == ("spota",)
+    # Without the pass's record, the same snapshot has no plan yet: spot, only preferred.
+    before = review(request(), View(state, risks), [])
+    assert before.decision is not None and before.decision.required_pools == ()
 
 
 # ---- the policy in force, recorded by the planner -----------------------------------------------
