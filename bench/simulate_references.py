@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from rebalancer.simulate.engine import Result, simulate
 from rebalancer.simulate.files import load_traces
 from rebalancer.simulate.policies import DEFAULT_POLICIES, REFERENCE
 from rebalancer.simulate.trace import Trace
-from rebalancer.simulate.workload import Scenario, prices_for
+from rebalancer.simulate.workload import Prices, Scenario, prices_for
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "shared/data/spot-traces"
 AZURE_REGION = {"us-east-1": "eastus", "us-east-2": "eastus2", "us-west-2": "westus2"}
@@ -75,35 +75,41 @@ def clusters(traces: Sequence[Trace]) -> list[tuple[str, list[Trace], bool]]:
     return out
 
 
-def main() -> None:
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_ROOT
-    only = sys.argv[2] if len(sys.argv) > 2 else ""
+def each_cluster(argv: Sequence[str]) -> Iterator[tuple[Path, str, list[Trace], Scenario, Prices]]:
+    """Every cluster of every shared trace set under `argv[1]` (default: the shared traces)
+    whose folder contains `argv[2]`: its folder, region, traces, scenario and prices."""
+    root = Path(argv[1]) if len(argv) > 1 else DEFAULT_ROOT
+    only = argv[2] if len(argv) > 2 else ""
     folders = sorted({p.parent for p in root.rglob("*.json") if only in str(p.parent)})
     if not folders:
         sys.exit(f"no trace set (*.json) under {root} matching {only!r}")
-    print("| cluster | policy | avail (all) | avail (>=1) | of on-demand | gap closed |")
-    print("|---|---|---|---|---|---|")
-    started = time.perf_counter()
     for folder in folders:
         traces = load_traces([folder])
         for region, members, joined in clusters(traces):
             home = AZURE_REGION.get(members[0].region, "eastus")
             scenario = replace(Scenario(), region=home, multi_region=joined)
             price_regions = {t.region: AZURE_REGION[t.region] for t in members if t.region}
-            prices = prices_for(scenario, regions=price_regions)
-            results = simulate(DEFAULT_POLICIES, traces=members, scenario=scenario, prices=prices)
-            kept = simulate(
-                PRODUCT_KEPT,
-                traces=members,
-                scenario=replace(scenario, spot_pool_min_nodes=1),
-                prices=prices,
-            )
-            days = results[0].horizon / 86400
-            name = (
-                f"{folder.parent.name} {region} ({len(members)} pools, {days:.1f} d, "
-                f"{home if not joined else 'spot per region'})"
-            )
-            print("\n".join(rows(name, results, kept)), flush=True)
+            yield folder, region, members, scenario, prices_for(scenario, regions=price_regions)
+
+
+def main() -> None:
+    print("| cluster | policy | avail (all) | avail (>=1) | of on-demand | gap closed |")
+    print("|---|---|---|---|---|---|")
+    started = time.perf_counter()
+    for folder, region, members, scenario, prices in each_cluster(sys.argv):
+        results = simulate(DEFAULT_POLICIES, traces=members, scenario=scenario, prices=prices)
+        kept = simulate(
+            PRODUCT_KEPT,
+            traces=members,
+            scenario=replace(scenario, spot_pool_min_nodes=1),
+            prices=prices,
+        )
+        days = results[0].horizon / 86400
+        name = (
+            f"{folder.parent.name} {region} ({len(members)} pools, {days:.1f} d, "
+            f"{scenario.region if not scenario.multi_region else 'spot per region'})"
+        )
+        print("\n".join(rows(name, results, kept)), flush=True)
     print(f"\n{time.perf_counter() - started:.0f} s on one core", file=sys.stderr)
 
 

@@ -17,12 +17,9 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
-from bench.simulate_references import AZURE_REGION, BASELINE, DEFAULT_ROOT, ORACLE, clusters
+from bench.simulate_references import BASELINE, ORACLE, each_cluster
 from rebalancer.simulate.engine import Result, simulate
-from rebalancer.simulate.files import load_traces
-from rebalancer.simulate.workload import Scenario, prices_for
 
 REFERENCES = ("on-demand", "spothedge", BASELINE, ORACLE)
 TARGETS = ("99", "99.9", "99.99")
@@ -45,38 +42,25 @@ def row(name: str, label: str, result: Result, extra: str = "", met: str = "") -
 
 
 def main() -> None:
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_ROOT
-    only = sys.argv[2] if len(sys.argv) > 2 else ""
-    folders = sorted({p.parent for p in root.rglob("*.json") if only in str(p.parent)})
-    if not folders:
-        sys.exit(f"no trace set (*.json) under {root} matching {only!r}")
     print("| cluster | policy | avail (all) | avail (>=1) | of on-demand | gap closed | met |")
     print("|---|---|---|---|---|---|---|")
     started = time.perf_counter()
-    for folder in folders:
-        traces = load_traces([folder])
-        for region, members, joined in clusters(traces):
-            home = AZURE_REGION.get(members[0].region, "eastus")
-            scenario = replace(Scenario(), region=home, multi_region=joined)
-            price_regions = {t.region: AZURE_REGION[t.region] for t in members if t.region}
-            prices = prices_for(scenario, regions=price_regions)
-            references = simulate(REFERENCES, traces=members, scenario=scenario, prices=prices)
-            by_policy = {r.policy: r for r in references}
-            baseline, oracle = by_policy[BASELINE], by_policy[ORACLE]
-            zones = len({t.zone for t in members})
-            days = references[0].horizon / 86400
-            name = (
-                f"{folder.parent.name} {region} ({len(members)} pools, {zones} zones, {days:.1f} d)"
+    for folder, region, members, scenario, prices in each_cluster(sys.argv):
+        references = simulate(REFERENCES, traces=members, scenario=scenario, prices=prices)
+        by_policy = {r.policy: r for r in references}
+        baseline, oracle = by_policy[BASELINE], by_policy[ORACLE]
+        zones = len({t.zone for t in members})
+        days = references[0].horizon / 86400
+        name = f"{folder.parent.name} {region} ({len(members)} pools, {zones} zones, {days:.1f} d)"
+        lines = [row(name, f"{r.policy} (ref)", r) for r in references]
+        for target in TARGETS:
+            aimed = replace(scenario, availability_target=target)
+            (result,) = simulate(["target"], traces=members, scenario=aimed, prices=prices)
+            met = "yes" if result.availability * 100 >= float(target) else "no"
+            lines.append(
+                row(name, f"target {target}", result, closed(result, baseline, oracle), met)
             )
-            lines = [row(name, f"{r.policy} (ref)", r) for r in references]
-            for target in TARGETS:
-                aimed = replace(scenario, availability_target=target)
-                (result,) = simulate(["target"], traces=members, scenario=aimed, prices=prices)
-                met = "yes" if result.availability * 100 >= float(target) else "no"
-                lines.append(
-                    row(name, f"target {target}", result, closed(result, baseline, oracle), met)
-                )
-            print("\n".join(lines), flush=True)
+        print("\n".join(lines), flush=True)
     print(f"\n{time.perf_counter() - started:.0f} s on one core", file=sys.stderr)
 
 
