@@ -10,6 +10,8 @@ in the OCI archive; the krew manifest's sha256 is the archive's, and the plugin 
 archive laid out as krew installs it; SHA256SUMS holds; a release whose two versions disagree is
 refused. The `k8s` test installs the chart from the registry into a namespace that enforces the
 restricted Pod Security Standard: the release deployed, every pod admitted, bound and Ready.
+The second `k8s` test is issue 20's acceptance, the new user's path to a notification and
+`kubectl spot-rebalancer status`, with the agent and controller run from the release's wheel.
 
 Not here: kwok runs no containers, so no kubelet pulls the image from the registry (tests/image
 runs the same Dockerfile's image; here crane reads it back by the digest the pods name).
