@@ -63,10 +63,15 @@ class ControlPlane:
             )
         return result.stdout
 
-    def token_kubeconfig(self, path: Path, namespace: str, service_account: str) -> Path:
-        """A kubeconfig that authenticates as a ServiceAccount (a TokenRequest, 1 h)."""
+    def token_kubeconfig(
+        self, path: Path, namespace: str, service_account: str, *, pod: str | None = None
+    ) -> Path:
+        """A kubeconfig that authenticates as a ServiceAccount (a TokenRequest, 1 h); with `pod`,
+        the token is bound to that pod, as the kubelet's projected token is (the API server then
+        names the pod's node in it)."""
+        bound = ["--bound-object-kind", "Pod", "--bound-object-name", pod] if pod else []
         token = self.kubectl(
-            "create", "token", service_account, "-n", namespace, "--duration", "1h"
+            "create", "token", service_account, "-n", namespace, "--duration", "1h", *bound
         ).strip()
         path.write_text(
             yaml.safe_dump(

@@ -98,6 +98,8 @@ class ProcessRig:
     # Ready replica-seconds short of the count at the start of sampling (measure.ReadyDeficit).
     deficit: dict[tuple[str, str], ReadyDeficit] = field(default_factory=dict)
     watched: list[tuple[str, str]] = field(default_factory=list)
+    # How a process starts: the checkout's code; tests/release runs a released wheel's entry point.
+    command: tuple[str, ...] = (sys.executable, "-m", "rebalancer.cli")
 
     # ---- what a subclass provides ------------------------------------------------------------
 
@@ -132,7 +134,7 @@ class ProcessRig:
         self.ports[name] = port
         log = (self.workdir / f"{name}.log").open("ab")
         process = subprocess.Popen(
-            [sys.executable, "-m", "rebalancer.cli", *args],
+            [*self.command, *args],
             env={
                 **os.environ,
                 "PYTHONUNBUFFERED": "1",  # the log is read while the process runs

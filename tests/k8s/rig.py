@@ -233,8 +233,8 @@ class KubeRig(ProcessRig):
             **self.chart.env[component],
             "REBALANCER_KUBECONFIG": str(self.chart.kubeconfigs[component]),
         }
-        if component == "controller":
-            env["POD_NAMESPACE"] = RELEASE_NAMESPACE
+        if component == "controller":  # the downward API's, unless the test resolved it
+            env.setdefault("POD_NAMESPACE", RELEASE_NAMESPACE)
         return env
 
     def imds_url_for(self, node_name: str) -> str:

@@ -10,6 +10,8 @@ in the OCI archive; the krew manifest's sha256 is the archive's, and the plugin 
 archive laid out as krew installs it; SHA256SUMS holds; a release whose two versions disagree is
 refused. The `k8s` test installs the chart from the registry into a namespace that enforces the
 restricted Pod Security Standard: the release deployed, every pod admitted, bound and Ready.
+The second `k8s` test is issue 20's acceptance, the new user's path to a notification and
+`kubectl spot-rebalancer status`, with the agent and controller run from the release's wheel.
 
 Not here: kwok runs no containers, so no kubelet pulls the image from the registry (tests/image
 runs the same Dockerfile's image; here crane reads it back by the digest the pods name).
@@ -17,14 +19,19 @@ runs the same Dockerfile's image; here crane reads it back by the digest the pod
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import hashlib
 import json
+import os
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +41,9 @@ import yaml
 
 from tests.chart.generated import CHART, ROOT, helm_environment
 from tests.controlplane import ControlPlane
+from tests.helpers import KUBECTL, serve
+from tests.k8s.rig import ChartRbac, kube_rig
+from tests.receiver import SECRET_PATH, Receiver
 from tests.release.registry import Registry, running_registry
 
 pytestmark = pytest.mark.release
@@ -313,11 +323,14 @@ def _ready(pod: dict[str, Any]) -> bool:
     )
 
 
-@pytest.mark.k8s
-def test_helm_install_from_the_registry_into_the_control_plane(
-    release: Release, control_plane: ControlPlane
-) -> None:
-    plane = control_plane
+@contextlib.contextmanager
+def installed_from_registry(
+    release: Release, plane: ControlPlane, *values: str, first: Sequence[dict[str, Any]] = ()
+) -> Iterator[tuple[Release, list[dict[str, Any]]]]:
+    """`helm install` the published chart from `oci://` with the AKS values (and `--set` these)
+    into a namespace that enforces the restricted Pod Security Standard, where the objects
+    `first` were created before; yields the release (its helm talking to this control plane)
+    and its pods once every one is bound and Ready. Uninstalled afterwards."""
     env = {**release.env, "KUBECONFIG": str(plane.admin_kubeconfig)}
     release = Release(release.out, release.manifest, release.registry, env)
     plane.kubectl("create", "namespace", NAMESPACE)
@@ -326,7 +339,11 @@ def test_helm_install_from_the_registry_into_the_control_plane(
         "pod-security.kubernetes.io/enforce=restricted",
         "pod-security.kubernetes.io/enforce-version=latest",
     )  # fmt: skip
+    if first:
+        plane.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": list(first)}))  # fmt: skip
     version = release.manifest["chart"]["version"]
+    sets = [arg for value in values for arg in ("--set", value)]
     try:
         # The AKS values as a user has them, minus the prometheus-operator kinds this control
         # plane has no CRDs for (tests/k8s/test_chart_install.py installs those too).
@@ -334,6 +351,7 @@ def test_helm_install_from_the_registry_into_the_control_plane(
             "install", RELEASE_NAME, release.chart_ref, "--version", version, "--plain-http",
             "-n", NAMESPACE, "-f", str(CHART / "values-aks-spot.yaml"),
             "--set", "serviceMonitor.enabled=false", "--set", "prometheusRule.enabled=false",
+            *sets,
         )  # fmt: skip
         assert "PodSecurity" not in installed.stderr, installed.stderr
         status = json.loads(
@@ -352,14 +370,198 @@ def test_helm_install_from_the_registry_into_the_control_plane(
         while unready := [p["metadata"]["name"] for p in _pods(plane) if not _ready(p)]:
             assert time.monotonic() < deadline, f"not bound and Ready: {unready}"
             time.sleep(0.2)
-        pods = _pods(plane)
         events = _json(plane, "get", "events", "-n", NAMESPACE)["items"]
         assert [e["message"] for e in events if e.get("reason") == "FailedCreate"] == []
-        image = f"{release.image_ref}@{release.manifest['image']['digest']}"
-        assert {c["image"] for p in pods for c in p["spec"]["containers"]} == {image}
-        # The image those pods name is in the registry, by that digest.
-        assert release.crane("digest", image).strip() == release.manifest["image"]["digest"]
+        yield release, _pods(plane)
     finally:
         release.helm("uninstall", RELEASE_NAME, "-n", NAMESPACE, "--wait", "--timeout", "60s",
                      check=False)  # fmt: skip
         plane.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true")
+
+
+@pytest.mark.k8s
+def test_helm_install_from_the_registry_into_the_control_plane(
+    release: Release, control_plane: ControlPlane
+) -> None:
+    with installed_from_registry(release, control_plane) as (published, pods):
+        image = f"{published.image_ref}@{published.manifest['image']['digest']}"
+        assert {c["image"] for p in pods for c in p["spec"]["containers"]} == {image}
+        # The image those pods name is in the registry, by that digest.
+        assert published.crane("digest", image).strip() == published.manifest["image"]["digest"]
+
+
+# ---------------------------------------------------------------- issue 20's acceptance
+
+
+def released_environment(release: Release, folder: Path) -> Path:
+    """A fresh virtual environment with the release's wheel installed (`--no-index --no-deps`):
+    the console scripts `rebalancer` (the image's entry point) and `kubectl-spot_rebalancer` come
+    from it. Its dependencies are this suite's, installed from the same requirements.lock the
+    release ships, put on its path by a .pth line instead of a second download; that line adds
+    no .pth of theirs, so the checkout's editable install stays out and the wheel's `rebalancer`
+    is the only one there is."""
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    wheel = release.out / f"spot_rebalancer-{release.manifest['version']}-py3-none-any.whl"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+         "--no-index", "--no-deps", str(wheel)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    where = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    (Path(where) / "locked-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # What runs is the wheel's code, whatever the folder it starts in.
+    imported = subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "import importlib.metadata as m, rebalancer; "
+         "print(rebalancer.__file__); print(m.version('spot-rebalancer'))"],
+        capture_output=True, text=True, check=True, cwd=folder,
+    ).stdout.split()  # fmt: skip
+    assert imported == [
+        str(next(venv.glob("lib/python*/site-packages/rebalancer/__init__.py"))),
+        release.manifest["version"],
+    ], imported
+    return venv
+
+
+def as_the_kubelet_runs(
+    plane: ControlPlane, pods: list[dict[str, Any]], folder: Path
+) -> tuple[ChartRbac, dict[str, Path]]:
+    """What the released chart's pods run with, for host processes that play them: the env of
+    each component's container resolved as the kubelet does (plain values, the downward API,
+    Secret keys), and tokens of its ServiceAccount bound to a pod as the kubelet's projected
+    token is: the controller's to its first pod, each agent's to the agent pod on its node (the
+    chart's admission policy lets an agent change only the Node its token's pod is on). The
+    ChartRbac, and node -> that agent's kubeconfig."""
+    kubeconfigs: dict[str, Path] = {}
+    env: dict[str, dict[str, str]] = {}
+    agents: dict[str, Path] = {}
+    for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
+        component = pod["metadata"]["labels"]["app.kubernetes.io/component"]
+        name, account = pod["metadata"]["name"], pod["spec"]["serviceAccountName"]
+        if component == "agent":
+            agents[pod["spec"]["nodeName"]] = plane.token_kubeconfig(
+                folder / f"{name}.kubeconfig", NAMESPACE, account, pod=name
+            )
+        if component in env:
+            continue
+        kubeconfigs[component] = plane.token_kubeconfig(
+            folder / f"{component}.kubeconfig", NAMESPACE, account, pod=name
+        )
+        (container,) = pod["spec"]["containers"]
+        env[component] = {e["name"]: _env_value(plane, pod, e) for e in container["env"]}
+    return ChartRbac(kubeconfigs=kubeconfigs, env=env, objects=[]), agents
+
+
+def _env_value(plane: ControlPlane, pod: dict[str, Any], entry: dict[str, Any]) -> str:
+    if "valueFrom" not in entry:
+        return str(entry.get("value", ""))  # the API server drops an empty value
+    source = entry["valueFrom"]
+    if "fieldRef" in source:
+        found: Any = pod
+        for part in source["fieldRef"]["fieldPath"].split("."):
+            found = found[part]
+        return str(found)
+    key = source["secretKeyRef"]
+    data = plane.kubectl(
+        "get", "secret", key["name"], "-n", NAMESPACE, "-o", f"jsonpath={{.data.{key['key']}}}"
+    )
+    return base64.b64decode(data).decode()
+
+
+def kubectl_plugin(plane: ControlPlane, venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl spot-rebalancer ...` through the real kubectl, which finds the plugin on PATH
+    where the released wheel put it."""
+    return subprocess.run(
+        [KUBECTL, "spot-rebalancer", *args, "--kubeconfig", str(plane.admin_kubeconfig),
+         "-n", NAMESPACE],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={"PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin:/bin", "HOME": str(venv)},
+    )  # fmt: skip
+
+
+@pytest.mark.k8s
+async def test_the_new_users_path(
+    release: Release, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """Issue 20's acceptance: the release made by scripts/release → the chart installed from the
+    local registry (`oci://`), its notifications pointed at a local receiver through a Secret →
+    its agent and controller pods admitted and Ready → a Preempt on a spot node → the
+    notification received → `kubectl spot-rebalancer status` shows the notice.
+
+    kwok's pods run no containers, so the agents and the controller run as host processes of the
+    released wheel (its `rebalancer` entry point, as the image's), each with a token of the
+    ServiceAccount its released pod has and the env that pod carries: any call the released RBAC
+    does not allow fails the test (tests/k8s/rig.py). Azure is the IMDS emulator and the rig's
+    cloud, which deletes the VM's pods and Node once the eviction starts."""
+    plane = control_plane
+    venv = released_environment(release, tmp_path)
+    receiver = Receiver()
+    placeholder = ChartRbac(kubeconfigs={}, env={}, objects=[])
+    async with serve(receiver.app()) as base, kube_rig(plane, placeholder, tmp_path) as rig:
+        secret = {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "notify"},
+            "stringData": {"url": base + SECRET_PATH},
+        }  # fmt: skip
+        with installed_from_registry(
+            release, plane, "notifications.webhookURLSecretName=notify", first=[secret]
+        ) as (_, pods):
+            rig.chart, agent_kubeconfigs = as_the_kubelet_runs(plane, pods, tmp_path)
+            rig.command = (str(venv / "bin" / "rebalancer"),)
+            assert rig.chart.env["controller"]["REBALANCER_NOTIFY_WEBHOOK_URL"] == (
+                base + SECRET_PATH
+            )
+            (controller_pod, *_) = sorted(
+                p["metadata"]["name"]
+                for p in pods
+                if p["metadata"]["labels"]["app.kubernetes.io/component"] == "controller"
+            )
+            try:
+                # Replacements take 8 s to be Ready: the notice stays while the plugin looks.
+                await rig.deploy(startup_seconds=8)
+                for node_name in rig.spot_nodes():  # as the DaemonSet's pod on that node
+                    rig.spawn(
+                        f"agent-{node_name}", ["agent"],
+                        NODE_NAME=node_name,
+                        REBALANCER_IMDS_URL=rig.imds_url_for(node_name),
+                        REBALANCER_KUBECONFIG=str(agent_kubeconfigs[node_name]),
+                    )  # fmt: skip
+                rig.start_controller(controller_pod)
+                await rig.until_ready()
+                doomed = sorted(p["spec"]["nodeName"] for p in rig.pods())[0]
+                assert rig.pool_of(doomed) == "gpuspot"
+                event = rig.preempt(doomed, notice_seconds=30)
+                await rig.wait_for(
+                    lambda: (rig.node(doomed) or {"spec": {}})["spec"].get("unschedulable"),
+                    timeout=10,
+                    what="the node cordoned",
+                )
+                (notified,) = await receiver.wait_for(
+                    lambda bodies: [b for b in bodies if b["kind"] == "notice"],
+                    timeout=15,
+                    what="the notice's notification",
+                )
+                assert notified["title"] == f"Preempt notice on {doomed}: acting"
+                assert notified["facts"]["node"] == doomed
+                assert notified["facts"]["event id"] == event.event_id
+                shown = await asyncio.to_thread(kubectl_plugin, plane, venv, "status")
+                assert shown.returncode == 0, shown.stderr
+                notice_rows = [
+                    line.split()
+                    for line in shown.stdout.splitlines()
+                    if line.startswith(f"{doomed} ")
+                ]
+                assert [[row[2], row[3], row[-1]] for row in notice_rows] == [
+                    ["Preempt", event.event_id, "yes"]  # the event, and the node cordoned
+                ], shown.stdout
+                assert f"leader {controller_pod}" in shown.stdout, shown.stdout
+                # The outcome: the replicas failed over and the VM went.
+                await rig.wait_for(lambda: rig.node(doomed) is None, timeout=40, what="VM gone")
+                await rig.wait_for(lambda: rig.ready_count() == 3, timeout=15, what="3 Ready")
+                assert rig.imds.events[event.event_id].acknowledged_by
+            finally:
+                rig.stop_all()  # before the release and its RBAC go
