@@ -34,6 +34,13 @@ async def test_a_new_replica_is_placed_by_the_controllers_webhook(tmp_path: Path
             return str(configuration["webhooks"][0]["clientConfig"].get("caBundle", ""))
 
         await rig.wait_for(ca_bundle, timeout=20, what="the controller's CA in the configuration")
+        # The CA goes in before the server listens (it serves the certificate the CA signed): a
+        # Pod created in between is admitted unpatched (failurePolicy Ignore), so await both.
+        await rig.wait_for(
+            lambda: "admission webhook serving" in rig.log("controller-0"),
+            timeout=20,
+            what="the controller's webhook listening",
+        )
         assert [p for p in rig.pods() if rig.pool_of(p["spec"]["nodeName"]) == "gpuondemand"] == []
 
         rig.cluster.scale("llm", 4)
