@@ -287,7 +287,33 @@ async def run_evictions(rig: Rig) -> None:
     await rig.wait_for_metric(
         f"agent-{on_time}", 'rebalancer_agent_errors_total{kind="imds"}', 1, timeout=10
     )
-    await asyncio.sleep(3)  # a few more scrapes, so every rate window has two samples
+
+
+async def scrapes(url: str, count: int) -> None:
+    """Return once Prometheus has scraped every target `count` more times: `up` gets one sample
+    per scrape, so its count over the run counts them (a sleep only guessed, and a loaded machine
+    scrapes late)."""
+
+    async with aiohttp.ClientSession() as session:
+
+        async def done() -> dict[tuple[str, str], int]:
+            params = {"query": "count_over_time(up[1h])"}
+            async with session.get(f"{url}/api/v1/query", params=params) as response:
+                result = (await response.json())["data"]["result"]
+            return {
+                (series["metric"]["job"], series["metric"]["instance"]): int(series["value"][1])
+                for series in result
+            }
+
+        before = await done()
+        assert before, "prometheus has no targets"
+        deadline = time.monotonic() + 30
+        while True:
+            now = await done()
+            if all(now.get(target, 0) >= n + count for target, n in before.items()):
+                return
+            assert time.monotonic() < deadline, f"prometheus did not scrape {count} more times"
+            await asyncio.sleep(0.2)
 
 
 def as_grafana_would(expr: str, *, range_seconds: int) -> str:
@@ -318,8 +344,9 @@ async def test_every_panel_query_returns_data_from_a_real_run(tools: Tools, tmp_
         rig.start_controller(REBALANCER_COST_INTERVAL_SECONDS="1")  # cost panels: every second
         await rig.until_ready()
         async with prometheus(tools, tmp_path, rig) as url:
-            await asyncio.sleep(2)  # a baseline before the first notice
+            await scrapes(url, 2)  # a baseline before the first notice
             await run_evictions(rig)
+            await scrapes(url, 3)  # a few more, so every rate window has two samples
             end = time.time()
             span = int(end - started) + 1
             empty: list[str] = []
