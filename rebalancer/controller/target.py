@@ -52,6 +52,10 @@ from rebalancer.controller.history import RETENTION, Entry
 from rebalancer.strict import shown
 
 TARGET_LOW, TARGET_HIGH = 50.0, 99.999
+# The most replicas a target plans for: the search is quadratic in them, and one tenant's
+# Deployment must not hold up every other decision (issue 18). Above it, the target is not
+# acted on (docs/targets.md).
+MAX_TARGET_REPLICAS = 100
 
 MAX_GROUPS = 16  # pairs of at most this many groups: 120, well under a millisecond
 
@@ -253,13 +257,17 @@ def decide(
     best: tuple[float, int, int, float] | None = None  # (cost, spot, on-demand, U)
     if groups:
         for on_demand in range(floor, needed + 1):
+            if best is not None and on_demand >= best[0]:
+                break  # every plan from here costs more than the best one
             for spot in range(max(0, needed - on_demand), needed + settings.max_spares + 1):
                 if on_demand == needed and spot > 0:
                     break  # spot on top of N on-demand buys nothing
                 share = unavailability(spread(spot, groups), on_demand, needed, rates, t)
                 cost = spot * price + on_demand
-                if share <= budget and (best is None or cost < best[0] - 1e-9):
-                    best = (cost, spot, on_demand, share)
+                if share <= budget:
+                    if best is None or cost < best[0] - 1e-9:
+                        best = (cost, spot, on_demand, share)
+                    break  # more spot with as many on-demand only costs more
     if best is None:
         best = (float(needed), 0, needed, 0.0)
     _, spot, standing, planned = best

@@ -28,7 +28,14 @@ from rebalancer.controller.pools import Pool, pools_of, with_declared
 from rebalancer.controller.returns import LOWEST, lower_cost
 from rebalancer.controller.risk import LEVELS
 from rebalancer.controller.snapshot import Snapshot
-from rebalancer.controller.target import Decision, TargetSettings, decide, group_of, rates
+from rebalancer.controller.target import (
+    MAX_TARGET_REPLICAS,
+    Decision,
+    TargetSettings,
+    decide,
+    group_of,
+    rates,
+)
 from rebalancer.vocabulary import Reason
 
 # A cheaper plan replaces the one in force only when its expected unavailability leaves this
@@ -93,6 +100,8 @@ def plan_target(
         base = record.base
     else:  # the owner chose a new count
         base = replicas
+    if base > MAX_TARGET_REPLICAS:
+        return []
     if base == 0:
         return [SetSpare(workload.key, None, None, basis=basis, why="")] if record else []
 

@@ -268,3 +268,18 @@ def test_an_on_demand_replica_beyond_the_plan_is_evicted_for_spot_only_where_the
     (evicted,) = [a for a in _mixed(placed=True) if type(a).__name__ == "Evict"]
     assert evicted.pod[1] in ("p3", "p4", "p5")  # on od-0..2
     assert [a for a in _mixed(placed=False) if type(a).__name__ == "Evict"] == []
+
+
+def test_a_target_on_more_replicas_than_it_plans_for_is_left_alone() -> None:
+    # One tenant's 5000-replica Deployment must not hold up the pass for everyone: the search
+    # grows with the square of the replicas, so above MAX_TARGET_REPLICAS nothing is planned.
+    from rebalancer.controller.target import MAX_TARGET_REPLICAS
+
+    nodes = three_zone_nodes((1, 1, 1), 0)
+    pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+    big = deployment(MAX_TARGET_REPLICAS + 1, annotations=TARGET)
+    state = snapshot(nodes, pods, [big], history=FRESH)
+    assert of_type(plan(state, Settings()).actions, SetSpare) == []
+    fits = deployment(MAX_TARGET_REPLICAS, annotations=TARGET)
+    state = snapshot(nodes, pods, [fits], history=FRESH)
+    assert len(of_type(plan(state, Settings()).actions, SetSpare)) == 1
