@@ -71,6 +71,10 @@ from rebalancer.metrics import ControllerMetrics
 from rebalancer.process import sleep_or_stop
 from rebalancer.retry import Backoff
 
+# How long a stop waits for a pass that is still running: a write takes about a second to land
+# (the fence's margin); a pass still waiting for its request budget is cancelled after it.
+STOP_GRACE_SECONDS = 1.5
+
 
 class Controller:
     def __init__(
@@ -291,11 +295,14 @@ class Controller:
 
     async def run(self, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(self._supervise(i, stop)) for i in self.informers]
-        electing = asyncio.create_task(self.elector.run(stop))
-        recording = asyncio.create_task(self.events.run(stop))
+        # These three finish only once the last pass is over: what it sent is recorded, told
+        # and its Events written by a replica that still held the Lease when it sent it.
+        passes_over = asyncio.Event()
+        electing = asyncio.create_task(self.elector.run(passes_over))
+        recording = asyncio.create_task(self.events.run(passes_over))
         finishing = {electing, recording}
         if self.notifier is not None:
-            finishing.add(asyncio.create_task(self.notifier.run(stop)))
+            finishing.add(asyncio.create_task(self.notifier.run(passes_over)))
         try:
             for informer in self.informers:
                 while not informer.synced.is_set() and not stop.is_set():
@@ -313,10 +320,12 @@ class Controller:
             stopping = asyncio.ensure_future(stop.wait())
             while not stop.is_set():
                 self._wake.clear()
-                # A pass may wait long for its request budget; a stop must not wait for it.
+                # A pass may wait long for its request budget; a stop waits for it only a short
+                # grace, so that writes already on their way are seen through and recorded.
                 planning = asyncio.ensure_future(self.reconcile())
                 await asyncio.wait({planning, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 if not planning.done():
+                    await asyncio.wait({planning}, timeout=STOP_GRACE_SECONDS)
                     planning.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await planning
@@ -329,11 +338,12 @@ class Controller:
             await asyncio.gather(*tasks, return_exceptions=True)
             with contextlib.suppress(Exception):  # closing a credential must not hold the stop
                 await self._azure_tokens.close()
-            # Not cancelled: on `stop` the elector releases the Lease by itself (a cancel landing
-            # in that PUT would leave the other replica waiting a full lease duration), and the
-            # recorder writes the Events still queued, within its own short budget (and the
-            # notifier sends what it still holds, within its own).
+            # Not cancelled: once the passes are over the elector releases the Lease by itself (a
+            # cancel landing in that PUT would leave the other replica waiting a full lease
+            # duration), and the recorder writes the Events still queued, within its own short
+            # budget (and the notifier sends what it still holds, within its own).
             stop.set()
+            passes_over.set()
             _, late = await asyncio.wait(finishing, timeout=4.0)
             for task in late:
                 task.cancel()

@@ -556,3 +556,43 @@ async def test_a_missed_deadline_is_counted_with_its_reason(why: str) -> None:
         await asyncio.sleep(3)
         counts = missed(controller, pool)
     assert counts == {reason: 1.0 if reason == why else 0.0 for reason in counts}
+
+
+class SlowScale:
+    """The fake API, with the surge's write to the Deployment taking `seconds` to be answered:
+    `sent` is set the moment it leaves, as a stop might come then."""
+
+    def __init__(self, api: FakeApi, seconds: float) -> None:
+        self.api, self.seconds, self.sent = api, seconds, asyncio.Event()
+
+    async def request(self, method: str, path: str, **options: object) -> object:
+        if method == "PATCH" and "/deployments/" in path:
+            self.sent.set()
+            await asyncio.sleep(self.seconds)
+        return await self.api.request(method, path, **options)  # type: ignore[arg-type]
+
+    def stream(self, path: str, **options: object) -> object:
+        return self.api.stream(path, **options)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_stop_while_the_surge_is_on_its_way_still_records_it_then_releases() -> None:
+    # SIGTERM (a rolling update of the controller) lands while the surge's write is in flight:
+    # the write is seen through, its Event written, and only then is the Lease given up. Before,
+    # the pass was cancelled under the write: the surge happened and nobody recorded it.
+    api = cluster()
+    slow = SlowScale(api, seconds=0.8)
+    async with running(slow) as controller:
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        preempt(api, "spot-0", seconds=30)
+        await asyncio.wait_for(slow.sent.wait(), timeout=10)
+    assert replicas_written(api) == [4]
+    (surge,) = api.written("PATCH", "deployments")
+    (recorded,) = [
+        w for w in api.written("POST", "events") if w.body["reason"] == "SpotRebalancerSurge"
+    ]
+    released = [w for w in api.written(resource="leases") if not w.body["spec"]["holderIdentity"]]
+    order = api.writes.index
+    assert released and order(surge) < order(recorded) and order(surge) < order(released[0])
