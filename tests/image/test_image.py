@@ -19,7 +19,8 @@ import pytest
 
 from tests.chart.generated import ROOT, helm_environment
 
-pytestmark = pytest.mark.image
+# One worker builds it (scripts/test runs pytest-xdist with --dist loadgroup).
+pytestmark = [pytest.mark.image, pytest.mark.xdist_group("image")]
 
 STORAGE = ROOT / ".cache" / "image"
 

@@ -46,7 +46,8 @@ from tests.k8s.rig import ChartRbac, kube_rig
 from tests.receiver import SECRET_PATH, Receiver
 from tests.release.registry import Registry, running_registry
 
-pytestmark = pytest.mark.release
+# One worker builds it (scripts/test runs pytest-xdist with --dist loadgroup).
+pytestmark = [pytest.mark.release, pytest.mark.xdist_group("release")]
 
 PROJECT_URL = "https://example.invalid/spot-rebalancer"  # reserved name: never a real address
 PATH_IN_REGISTRY = "release-test"
