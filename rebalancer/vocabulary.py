@@ -81,6 +81,8 @@ class Reason(StrEnum):
     HOLD_BEFORE_NOTICE = "HoldBeforeNotice"  # a standing hold on a managed Deployment on spot
     SPARE = "SpareReplicas"  # the policy's spare replicas added, changed or removed
     SPARE_NOT_HELD = "SpareNotHeld"  # an owner keeps setting replicas back: spares given up
+    # A target's error budget: a stretch below the owner's count began or ended (no Event).
+    TARGET_ACCOUNT = "TargetAccount"
     POLICY_VALID = "PlacementPolicyValid"  # a valid placement policy recorded as the one in force
     COST_RESTORED = "CostRestored"
     LOWEST_COST = "LowestDeletionCost"

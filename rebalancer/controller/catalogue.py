@@ -238,6 +238,8 @@ def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:
                 f"No on-demand fallback: {action.detail}",
                 warning=True,
             )
+        case SetSpare() if action.reason is Reason.TARGET_ACCOUNT:
+            return None  # bookkeeping: the stretch below is in the log and the record
         case SetSpare() if action.reason is Reason.SPARE_NOT_HELD:
             base = action.record.base if action.record else "?"
             return KubeEvent(

@@ -33,6 +33,7 @@ from rebalancer.timefmt import parse_iso
 
 # A record on a workload naming more replicas than this is not ours: never obeyed.
 MAX_RECORD_REPLICAS = 10_000
+MAX_BELOW_SECONDS = 100 * 365 * 86400  # a target's seconds below its count: a century at most
 
 
 # A Kubernetes quantity: a signed decimal and an optional suffix (binary SI, decimal SI or an
@@ -389,6 +390,12 @@ class Spare:
     # With an availability target: how many of base + added go on spot (the rest on-demand);
     # None: the placement policy's rules place them.
     spot: int | None = None
+    # With a target, its error budget's account: watched since when (RFC 3339), the seconds the
+    # owner's count was not all Ready before the current stretch, and since when it is not
+    # (None: it is). Written when a stretch begins or ends, never in between.
+    watched_since: str | None = None
+    below_seconds: int = 0
+    below_since: str | None = None
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -397,6 +404,11 @@ class Spare:
         }  # fmt: skip
         if self.spot is not None:
             data["spot"] = self.spot
+        if self.watched_since is not None:
+            data["watchedSince"] = self.watched_since
+            data["belowSeconds"] = self.below_seconds
+        if self.below_since is not None:
+            data["belowSince"] = self.below_since
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -407,12 +419,23 @@ class Spare:
         spot = _count(data, "spot") if "spot" in data else None
         if spot is not None and spot > _count(data, "base") + _count(data, "added"):
             raise ValueError("more spot replicas than replicas")
+        watched_since = _optional_str(data, "watchedSince")
+        below_since = _optional_str(data, "belowSince")
+        for when in (watched_since, below_since):
+            if when is not None:
+                moment(when)
+        below = data.get("belowSeconds", 0)
+        if type(below) is not int or not 0 <= below <= MAX_BELOW_SECONDS:
+            raise ValueError(f"belowSeconds is not a whole number from 0 to {MAX_BELOW_SECONDS}")
         return cls(
             base=_count(data, "base"),
             added=_count(data, "added"),
             reverted=_count(data, "reverted"),
             gave_up=data.get("gaveUp", False) is True,
             spot=spot,
+            watched_since=watched_since,
+            below_seconds=below,
+            below_since=below_since,
         )
 
 

@@ -5,7 +5,7 @@ A workload states `spot-rebalancer.io/availability-target: "99.9"`: the owner's 
 99.9 % of the time. The controller keeps S replicas on spot, spread over the spot groups (pool
 and zone) its policy accepts, and D on on-demand, S + D >= N; the S + D - N beyond the owner's
 count are spares. Each pass it decides both from the cluster's eviction history, before any
-notice, in four steps that the log, the Event and `kubectl spot-rebalancer status` repeat:
+notice, in five steps that the log, the Event and `kubectl spot-rebalancer status` repeat:
 
 1. **Waves.** The Preempt notices of the history within `wave_seconds` of each other are one
    wave; a wave takes some groups (one pool, a zone, several zones at once).
@@ -29,7 +29,10 @@ notice, in four steps that the log, the Event and `kubectl spot-rebalancer statu
          + sum over pairs g, h whose loss together does:  lambda_gh * T + lambda_g * lambda_h * T^2
 
    (a pair lost in one wave, or one after the other within T; three at once are left out).
-4. **Choice.** The cheapest (S spot at `spot_price_share` of on-demand, D on-demand) with
+4. **Account.** The time watched and the seconds below N so far are kept on the workload's
+   record (written when a stretch below begins or ends), and said with the plan: what the
+   target allowed and what was spent, the owner's view of whether it is met.
+5. **Choice.** The cheapest (S spot at `spot_price_share` of on-demand, D on-demand) with
    U <= 1 - target/100, spot spread over the groups as placement spreads it; if none, N on
    on-demand. That is the standing plan, decided before a notice. Now: with the spot replicas
    Ready now (not under notice), on-demand replicas are the fewest >= D that make N Ready now and
@@ -225,6 +228,27 @@ def open_zones(target_spot: int, kept_by_zone: Mapping[str, int], zones: int) ->
 
 
 @dataclass(frozen=True)
+class Account:
+    """What the target allowed below the owner's count since the controller began watching,
+    against what was spent: reported, not decided on (every moment's plan is held to the
+    target itself; spending a quiet week's savings in risk was tried on the shared traces and
+    made multi-zone clusters dearer, docs/targets.md)."""
+
+    target: float  # percent
+    watched_seconds: float
+    below_seconds: float
+
+    def words(self) -> str:
+        share = 1.0 - self.target / 100.0
+        ready = 100.0 * (1.0 - self.below_seconds / max(self.watched_seconds, 1.0))
+        return (
+            f"so far {ready:.3f} % of {self.watched_seconds / 86400:.1f} d all Ready: "
+            f"{self.below_seconds / 60:.1f} of {share * self.watched_seconds / 60:.1f} min "
+            "below used"
+        )
+
+
+@dataclass(frozen=True)
 class Decision:
     spot: int  # replicas wanted on spot (Ready or not, not under notice)
     on_demand: int  # replicas wanted on on-demand now
@@ -307,7 +331,7 @@ def _why(
         plan = (
             f"{spot} on spot over {len(groups)} groups in {zones} zone(s) + {standing} "
             f"on-demand ({spot + standing - needed} spare): expected "
-            f"{100 * (1 - planned):.3f} % >= {target:g} % ({seen})"
+            f"{100 * (1 - planned):.3f} % for a target of {target:g} % ({seen})"
         )
     if now > standing:
         plan += (

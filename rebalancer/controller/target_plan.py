@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
 
 from rebalancer import names
 from rebalancer.controller.actions import Action, Evict, SetDeletionCost, SetSpare, WorkloadBasis
@@ -30,12 +32,15 @@ from rebalancer.controller.risk import LEVELS
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.target import (
     MAX_TARGET_REPLICAS,
+    Account,
     Decision,
     TargetSettings,
     decide,
     group_of,
     rates,
 )
+from rebalancer.strict import moment
+from rebalancer.timefmt import iso
 from rebalancer.vocabulary import Reason
 
 # A cheaper plan replaces the one in force only when its expected unavailability leaves this
@@ -121,6 +126,10 @@ def plan_target(
         since=snapshot.history.since,
         settings=settings,
     )
+    owner = _account(
+        Spare(base, 0, reverted), record, below=sum(1 for p in pods if p.ready) < base,
+        now=snapshot.now,
+    )  # fmt: skip
     decision = decide(
         base,
         target,
@@ -136,9 +145,61 @@ def plan_target(
             base, 100 - (100 - target) * DOWN_BAND, groups=groups, ready_spot=ready_spot,
             rates=seen, settings=settings, min_on_demand=policy.min_on_demand,
         )  # fmt: skip
+    account = _account_now(owner, target, snapshot.now)
+    decision = replace(decision, why=f"{decision.why}; {account.words()}")
     spot_pools = {pool for pools in zones.values() for pool in pools}
-    owner = Spare(base, 0, reverted)
-    return _converge(snapshot, workload, pods, decision, owner, record, spot_pools)
+    actions = _converge(snapshot, workload, pods, decision, owner, record, spot_pools)
+    if (
+        record is not None
+        and _account_of(record) != _account_of(owner)
+        and not any(isinstance(a, SetSpare) for a in actions)
+    ):
+        # A stretch below began or ended in a pass that writes nothing else: recorded now, so
+        # that the seconds below are counted to this pass, not to the next write.
+        kept = _with_account(record, owner)
+        actions.append(
+            SetSpare(workload.key, None, kept, basis=basis, reason=Reason.TARGET_ACCOUNT)
+        )
+    return actions
+
+
+def _account_of(record: Spare) -> tuple[str | None, int, str | None]:
+    return record.watched_since, record.below_seconds, record.below_since
+
+
+def _with_account(record: Spare, source: Spare) -> Spare:
+    """`record` with the error budget's account of `source`."""
+    return replace(
+        record,
+        watched_since=source.watched_since,
+        below_seconds=source.below_seconds,
+        below_since=source.below_since,
+    )
+
+
+def _account(owner: Spare, record: Spare | None, *, below: bool, now: datetime) -> Spare:
+    """`owner` with the target's account carried over from `record` and brought up to
+    `now`: a stretch below the owner's count begins, or ends and is added to the seconds below."""
+    if record is None or record.watched_since is None:
+        return replace(owner, watched_since=iso(now), below_since=iso(now) if below else None)
+    seconds, since = record.below_seconds, record.below_since
+    if below and since is None:
+        since = iso(now)
+    elif not below and since is not None:
+        seconds += max(0, round((now - moment(since)).total_seconds()))
+        since = None
+    return replace(
+        owner, watched_since=record.watched_since, below_seconds=seconds, below_since=since
+    )
+
+
+def _account_now(account: Spare, target: float, now: datetime) -> Account:
+    assert account.watched_since is not None
+    watched = max(0.0, (now - moment(account.watched_since)).total_seconds())
+    below = float(account.below_seconds)
+    if account.below_since is not None:
+        below += max(0.0, (now - moment(account.below_since)).total_seconds())
+    return Account(target, watched, below)
 
 
 def _converge(
@@ -159,11 +220,14 @@ def _converge(
     ready_on_demand = sum(1 for p in on_demand if p.ready)
     swap = min(len(spot) - decision.spot, decision.on_demand - ready_on_demand)
     wanted = decision.replicas + max(0, swap)
-    fresh = Spare(owner.base, wanted - owner.base, owner.reverted, spot=decision.spot)
+    fresh = replace(owner, added=wanted - owner.base, spot=decision.spot)
     if wanted > replicas or (wanted == replicas and record != fresh):
+        # The same plan, only the target's account moved: bookkeeping, not a change.
+        same = record is not None and _with_account(record, fresh) == fresh
+        reason = Reason.TARGET_ACCOUNT if wanted == replicas and same else Reason.SPARE
         return [
             *_restore_costs(pods),
-            SetSpare(workload.key, wanted, fresh, basis=basis, why=decision.why),
+            SetSpare(workload.key, wanted, fresh, basis=basis, why=decision.why, reason=reason),
         ]
     if wanted < replicas:
         # A ReplicaSet scaling down removes replicas that are not Ready first, whatever their

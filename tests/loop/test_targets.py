@@ -80,10 +80,18 @@ def three_zones(spot_nodes: dict[str, list[str]], *, on_demand: int = 2) -> Fake
     return api
 
 
+ACCOUNT = ("seal", "watchedSince", "belowSeconds", "belowSince")
+
+
 def record(api: FakeApi) -> dict[str, Any]:
-    """The Deployment's spare record, its seal left out."""
+    """The Deployment's spare record, its seal and the target's account left out."""
     text = annotations(api, "deployments", "ml", "llm")[names.SPARE_RECORD]
-    return {k: v for k, v in json.loads(text).items() if k != "seal"}
+    return {k: v for k, v in json.loads(text).items() if k not in ACCOUNT}
+
+
+def account(api: FakeApi) -> dict[str, Any]:
+    text = annotations(api, "deployments", "ml", "llm")[names.SPARE_RECORD]
+    return {k: v for k, v in json.loads(text).items() if k in ACCOUNT and k != "seal"}
 
 
 def scaling_patches(api: FakeApi) -> list[Write]:
@@ -120,10 +128,13 @@ async def test_a_fresh_target_scales_to_the_plan_and_says_why() -> None:
     (scaled,) = scaling_patches(api)
     assert scaled.body["spec"]["replicas"] == 9
     assert record(api) == {"base": 3, "added": 6, "reverted": 0, "gaveUp": False, "spot": 7}
+    # Watched from the first pass (the clock's start; the 3 Ready then), nothing below since.
+    assert account(api) == {"watchedSince": "2026-11-30T12:00:00Z", "belowSeconds": 0}
     why = (
-        "7 on spot over 3 groups in 3 zone(s) + 0 on-demand (4 spare): expected 99.910 % >= "
-        "99.9 % (0 waves of Preempts in 0 h, 0.050/h; riskiest gpuspot/eastus-3: 0.015/h, "
-        "hit by 0); 2 more on on-demand while 3 of 7 spot are Ready"
+        "7 on spot over 3 groups in 3 zone(s) + 0 on-demand (4 spare): expected 99.910 % for a "
+        "target of 99.9 % (0 waves of Preempts in 0 h, 0.050/h; riskiest gpuspot/eastus-3: "
+        "0.015/h, hit by 0); 2 more on on-demand while 3 of 7 spot are Ready; so far 100.000 % "
+        "of 0.0 d all Ready: 0.0 of 0.0 min below used"
     )  # 1 - 0.0009045 = 99.910 %; the riskiest of equals is the last by name
     assert annotations(api, "deployments", "ml", "llm")[names.TARGET_WHY] == why
     (event,) = events(api, "SpotRebalancerSpares")

@@ -20,12 +20,22 @@ from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.policy import PolicyError, parse
 from rebalancer.controller.pools import Pool
 from rebalancer.controller.returns import LOWEST
-from rebalancer.controller.target import TargetSettings, decide, parse_target, rates, waves
+from rebalancer.controller.target import (
+    Account,
+    TargetSettings,
+    decide,
+    parse_target,
+    rates,
+    waves,
+)
+from rebalancer.timefmt import iso
 from tests.unit.test_planner import NOW, deployment, node_json, of_type, pod, snapshot
 
 GROUPS = ["spotgpu/eastus-1", "spotgpu/eastus-2", "spotgpu/eastus-3"]
 FRESH = History(since=NOW)  # a record that starts now: the priors alone
 TARGET = {names.AVAILABILITY_TARGET: "99.9"}
+# An error budget watched from now on, nothing spent: the target's own share is allowed.
+WATCHED = iso(NOW)
 
 
 def preempt(zone: str, minutes_ago: float, node: str) -> Entry:
@@ -126,6 +136,13 @@ def test_one_zone_cannot_meet_99_9_on_spot_but_meets_99() -> None:
     assert (loose.spot, loose.on_demand) == (3, 0)
 
 
+def test_the_account_says_what_the_target_allowed_and_what_was_spent() -> None:
+    # 99.9 over 10 days: 864 s (14.4 min) allowed below; 120 s spent: 99.986 % all Ready.
+    quiet = Account(99.9, watched_seconds=10 * 86400, below_seconds=120)
+    assert quiet.words() == "so far 99.986 % of 10.0 d all Ready: 2.0 of 14.4 min below used"
+    assert Account(99.9, 0, 0).words().startswith("so far 100.000 % of 0.0 d")
+
+
 # ---- the planner -------------------------------------------------------------------------
 
 
@@ -143,7 +160,10 @@ def test_a_new_target_scales_to_the_plan_and_records_it() -> None:
     pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
     state = snapshot(nodes, pods, [deployment(3, annotations=TARGET)], history=FRESH)
     (action,) = of_type(plan(state, Settings()).actions, SetSpare)
-    assert (action.replicas, action.record) == (9, Spare(base=3, added=6, spot=7))
+    assert (action.replicas, action.record) == (
+        9,
+        Spare(base=3, added=6, spot=7, watched_since=WATCHED),
+    )
     assert action.why is not None and action.why.startswith("7 on spot over 3 groups")
     assert action.patch()["metadata"]["annotations"][names.TARGET_WHY] == action.why
 
@@ -151,7 +171,7 @@ def test_a_new_target_scales_to_the_plan_and_records_it() -> None:
 def test_on_demand_goes_once_spot_is_ready_marked_first_then_scaled() -> None:
     nodes = three_zone_nodes((3, 2, 2), 2)
     pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
-    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7).to_json()}
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7, watched_since=WATCHED).to_json()}
     state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
     actions = plan(state, Settings()).actions
     # Seven Ready on spot (3,2,2) are the plan: the two on-demand replicas are not needed. They
@@ -167,13 +187,13 @@ def test_on_demand_goes_once_spot_is_ready_marked_first_then_scaled() -> None:
     ]  # fmt: skip
     state = snapshot(nodes, marked, [deployment(9, annotations=record)], history=FRESH)
     (scaled,) = of_type(plan(state, Settings()).actions, SetSpare)
-    assert (scaled.replicas, scaled.record) == (7, Spare(3, 4, spot=7))
+    assert (scaled.replicas, scaled.record) == (7, Spare(3, 4, spot=7, watched_since=WATCHED))
 
 
 def test_nothing_is_scaled_down_while_a_replica_loads() -> None:
     nodes = three_zone_nodes((3, 2, 2), 2)
     pods = [pod(f"p{i}", node["metadata"]["name"], ready=i != 0) for i, node in enumerate(nodes)]
-    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7).to_json()}
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7, watched_since=WATCHED).to_json()}
     state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
     actions = plan(state, Settings()).actions
     assert of_type(actions, SetDeletionCost) == []
@@ -192,7 +212,7 @@ def test_unscheduled_replicas_do_not_hold_the_scale_down() -> None:
     nodes = three_zone_nodes((3, 2, 2), 0)
     pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
     pods += [pod(f"od{i}", "", ready=False, annotations={names.PLACED: "odgpu/"}) for i in range(2)]
-    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7).to_json()}
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7, watched_since=WATCHED).to_json()}
     state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
     (scaled,) = of_type(plan(state, Settings()).actions, SetSpare)
     assert scaled.replicas == 7
@@ -253,7 +273,7 @@ def _mixed(placed: bool) -> list[object]:
     for i in range(3):
         notes = {names.PLACED: f"spotgpu/eastus-{i + 1}"} if placed else {}
         pods.append(pod(f"z{i}", "", ready=False, annotations=notes))
-    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7).to_json()}
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7, watched_since=WATCHED).to_json()}
     state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
     return list(plan(state, Settings()).actions)
 
@@ -283,3 +303,39 @@ def test_a_target_on_more_replicas_than_it_plans_for_is_left_alone() -> None:
     fits = deployment(MAX_TARGET_REPLICAS, annotations=TARGET)
     state = snapshot(nodes, pods, [fits], history=FRESH)
     assert len(of_type(plan(state, Settings()).actions, SetSpare)) == 1
+
+
+def test_a_stretch_below_the_count_is_counted_on_the_record_when_it_begins_and_ends() -> None:
+    nodes = three_zone_nodes((3, 2, 2), 0)
+    ready = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+    week = iso(NOW - timedelta(days=7))
+    kept = Spare(3, 4, spot=7, watched_since=week, below_seconds=60)
+    # Two of the seven lost (their pods not Ready yet): 5 Ready, the owner's 3 are there.
+    # Then only 2 Ready: below 3 from now on, written on the record.
+    two = [replace(p, ready=i < 2) for i, p in enumerate(ready)]
+    record = {**TARGET, names.SPARE_RECORD: kept.to_json()}
+    state = snapshot(nodes, two, [deployment(7, annotations=record)], history=FRESH)
+    (began,) = of_type(plan(state, Settings()).actions, SetSpare)
+    assert began.record is not None
+    assert (began.record.below_seconds, began.record.below_since) == (60, iso(NOW))
+    assert began.record.watched_since == week
+    # Five minutes on, all Ready again: 300 s more below, the stretch closed.
+    below = replace(kept, below_since=iso(NOW - timedelta(minutes=5)))
+    record = {**TARGET, names.SPARE_RECORD: below.to_json()}
+    state = snapshot(nodes, ready, [deployment(7, annotations=record)], history=FRESH)
+    (ended,) = of_type(plan(state, Settings()).actions, SetSpare)
+    assert ended.record is not None
+    assert (ended.record.below_seconds, ended.record.below_since) == (360, None)
+    # All Ready and nothing to change: nothing written.
+    record = {**TARGET, names.SPARE_RECORD: kept.to_json()}
+    state = snapshot(nodes, ready, [deployment(7, annotations=record)], history=FRESH)
+    assert of_type(plan(state, Settings()).actions, SetSpare) == []
+
+
+def test_an_account_we_would_not_have_written_is_refused() -> None:
+    for bad in ('"belowSeconds":-1', '"belowSeconds":1.5', '"watchedSince":"yesterday"',
+                '"belowSince":"0001-01-01T00:00:00Z"'):  # fmt: skip
+        with pytest.raises(ValueError):
+            Spare.from_json('{"base":3,"added":0,' + bad + "}")
+    record = Spare(3, 1, spot=4, watched_since=WATCHED, below_seconds=5, below_since=WATCHED)
+    assert Spare.from_json(record.to_json()) == record
