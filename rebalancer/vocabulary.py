@@ -201,3 +201,4 @@ class Check(StrEnum):
     POOL_AT_ZERO_UNDECLARED = "on-demand-pool-undeclared"
     NODEPOOL_SPOT_ONLY = "nodepool-spot-only"
     FALLBACK_KEPT_IDLE = "on-demand-fallback-kept-idle"
+    TARGET_NOT_ACTED_ON = "availability-target-not-acted-on"

@@ -44,9 +44,11 @@ from rebalancer import names, pool_kind
 from rebalancer.controller.karpenter import NodePoolInfo, spot_only_patch
 from rebalancer.controller.model import DaemonSetInfo, NodeInfo, WorkloadInfo
 from rebalancer.controller.planner import Settings, managed
+from rebalancer.controller.policy import in_force
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
 from rebalancer.controller.scheduling import Taint, untolerated
 from rebalancer.controller.snapshot import Snapshot
+from rebalancer.controller.target import MAX_TARGET_REPLICAS
 from rebalancer.vocabulary import Check
 
 ERROR = "error"
@@ -150,6 +152,8 @@ class Setup:
     # The chart fixes are applied to: the published one the release came from, when known.
     helm_upgrade: str = "helm upgrade <release> <chart> --reuse-values -f fix.yaml"
     nodepools: Sequence[NodePoolInfo] | None = None  # Karpenter's; None: not read, checks skipped
+    # Deployments an HorizontalPodAutoscaler scales, as (namespace, name).
+    autoscaled: frozenset[tuple[str, str]] = frozenset()
 
 
 def helm_upgrade_command(chart: str, version: str) -> str:
@@ -184,6 +188,11 @@ def setup_of(
         idle_spells=idle_spells,
         idle_limit_seconds=idle_limit_seconds,
         helm_upgrade=helm_upgrade or Setup.helm_upgrade,
+        autoscaled=frozenset(
+            (s.namespace, s.target[1])
+            for s in snapshot.scalers.values()
+            if s.target[0] == "Deployment"
+        ),
     )
 
 
@@ -195,6 +204,7 @@ def diagnose(setup: Setup) -> list[Finding]:
         findings += device_plugin_findings(setup.nodes, live, setup.daemonsets, now=setup.now)
         findings += agent_findings(live, setup.daemonsets)
     findings += spot_findings(setup.workloads, with_declared(live, setup.declared_pools))
+    findings += target_findings(setup)
     no_fallback = fallback_findings(setup, live)
     findings += no_fallback
     if no_fallback and setup.node_groups is not None:
@@ -509,6 +519,42 @@ def spot_findings(workloads: Sequence[WorkloadInfo], pools: Mapping[str, Pool]) 
                 if missing
                 else "",
                 command=_patch_command(ref) if missing else "",
+            )
+        )
+    return findings
+
+
+def target_findings(setup: Setup) -> list[Finding]:
+    """Workloads with an availability target the controller does not act on: it scales a
+    Deployment's own count, so neither a StatefulSet's nor one an HPA owns, and it plans at
+    most MAX_TARGET_REPLICAS (the search must not hold up the pass for everyone else)."""
+    findings = []
+    for workload in setup.workloads:
+        policy = in_force(workload.annotations).policy
+        if policy is None or not policy.target:
+            continue
+        if workload.kind != "Deployment":
+            what = "a StatefulSet: its replicas keep their names and volumes, we do not add any"
+            fix = "Remove the target; a StatefulSet's replicas are failed over at a notice."
+        elif (workload.namespace, workload.name) in setup.autoscaled:
+            what = "an HorizontalPodAutoscaler sets its replicas, the target cannot add any"
+            fix = (
+                "Remove the target, or the HPA; an HPA's own replicas are failed over at a notice "
+                "(its minReplicas is raised while replacements load)."
+            )
+        elif workload.replicas > MAX_TARGET_REPLICAS:
+            what = f"{workload.replicas} replicas: a target plans at most {MAX_TARGET_REPLICAS}"
+            fix = "Split the workload, or use spare-replicas instead of a target."
+        else:
+            continue
+        findings.append(
+            Finding(
+                Check.TARGET_NOT_ACTED_ON,
+                WARNING,
+                _workload_ref(workload),
+                f"availability target {policy.target} % not acted on: {what}",
+                "No spares and no on-demand fallback are kept for it before a notice.",
+                fix,
             )
         )
     return findings
