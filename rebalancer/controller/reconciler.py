@@ -333,6 +333,7 @@ class Controller:
                 await self._wait_for_change(stop)
             stopping.cancel()
         finally:
+            passes_over.set()  # the Lease goes while the rest stops
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -343,7 +344,6 @@ class Controller:
             # duration), and the recorder writes the Events still queued, within its own short
             # budget (and the notifier sends what it still holds, within its own).
             stop.set()
-            passes_over.set()
             _, late = await asyncio.wait(finishing, timeout=4.0)
             for task in late:
                 task.cancel()

@@ -154,15 +154,7 @@ class Autoscaler:
             (p for p in self.cloud.pools.values() if p.max_count is not None),
             key=lambda p: (p.hourly_price, p.name),
         )
-        inflight: dict[str, list[dict[str, float]]] = {
-            pool.name: [
-                allocatable(self._template(pool.name))
-                for vm in self.cloud.pool_vms(pool.name)
-                if vm.state == "provisioning"
-                or (vm.state == "running" and pool.gpus and self._gpus_coming(vm.node_name))
-            ]
-            for pool in pools
-        }
+        inflight = {pool.name: self._room(pool) for pool in pools}
         requested = 0
         for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", "")):
             requests = pod_requests(pod)
@@ -180,6 +172,37 @@ class Autoscaler:
                     break
         self.scale_ups += requested
         return requested
+
+    def _room(self, pool: PoolSpec) -> list[dict[str, float]]:
+        """What the pool's VMs can still take: a VM provisioning (or whose GPUs are not
+        advertised yet) its whole template; a running node what its pods leave free. The real
+        autoscaler first simulates the pending pods on the nodes there are (a pod marked
+        unschedulable may fit a node that became Ready since): only what fits nowhere asks
+        for a node. Without the running nodes' room, a busy machine, where the scheduler's
+        retry lags, made it ask for nodes nobody needed."""
+        rooms = []
+        for vm in self.cloud.pool_vms(pool.name):
+            if vm.state == "provisioning" or (
+                vm.state == "running" and pool.gpus and self._gpus_coming(vm.node_name)
+            ):
+                rooms.append(allocatable(self._template(pool.name)))
+            elif vm.state == "running":
+                node = self.store.get(R.NODES, "", vm.node_name)
+                if (
+                    node is None
+                    or node["spec"].get("unschedulable")
+                    or is_terminating(node)
+                    or not condition_true(node, "Ready")
+                    # a taint the pool's nodes are not made with (a drain's, an eviction's)
+                    or (node["spec"].get("taints") or [])
+                    != (self._template(pool.name)["spec"].get("taints") or [])
+                ):
+                    continue
+                free = allocatable(node)
+                for name, amount in self.scheduler.used_on(vm.node_name).items():
+                    free[name] = free.get(name, 0.0) - amount
+                rooms.append(free)
+        return rooms
 
     @staticmethod
     def _fit_inflight(

@@ -19,8 +19,9 @@ import pytest
 
 from tests.chart.generated import ROOT, helm_environment
 
-# One worker builds it (scripts/test runs pytest-xdist with --dist loadgroup).
-pytestmark = [pytest.mark.image, pytest.mark.xdist_group("image")]
+# On one worker with the other buildah tests (scripts/test runs pytest-xdist with --dist
+# loadgroup): builds side by side in one buildah storage lose each other's images.
+pytestmark = [pytest.mark.image, pytest.mark.xdist_group("buildah")]
 
 STORAGE = ROOT / ".cache" / "image"
 
