@@ -16,8 +16,9 @@ actions on the Deployment, make-before-break:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -149,6 +150,15 @@ def plan_target(
     decision = replace(decision, why=f"{decision.why}; {account.words()}")
     spot_pools = {pool for pools in zones.values() for pool in pools}
     actions = _converge(snapshot, workload, pods, decision, owner, record, spot_pools)
+    if not actions:
+
+        def on_demand_with(ready: Mapping[str, int]) -> int:
+            return decide(
+                base, target, groups=groups, ready_spot=ready, rates=seen, settings=settings,
+                min_on_demand=policy.min_on_demand,
+            ).on_demand  # fmt: skip
+
+        actions = _respread(snapshot, pods, decision, base, list(zones), on_demand_with)
     if (
         record is not None
         and _account_of(record) != _account_of(owner)
@@ -278,6 +288,63 @@ def _recompose(
     for pod in sorted(on_demand, key=lambda p: (p.ready, p.name)):
         if not pod.ready or ready - 1 >= base:
             return [Evict(pod.key, pod.uid, pod.node_name, "", reason=Reason.SPARE)]
+    return []
+
+
+def _respread(
+    snapshot: Snapshot,
+    pods: list[PodInfo],
+    decision: Decision,
+    base: int,
+    zones: list[str],
+    on_demand_with: Callable[[Mapping[str, int]], int],
+) -> list[Action]:
+    """A zone holding more than its share of the plan's spot replicas while another accepted
+    zone holds fewer (spot capacity was in one zone when they were placed): one Ready replica
+    of the fullest is evicted, and the webhook places its replacement in the other, where it
+    waits for capacity if there is none. Spot replicas piled in one zone lower the on-demand
+    cover little (that zone's one loss takes them all) but are paid for all along. Only when
+    the owner's count stays Ready without it, on-demand now does not rise for it, and the
+    webhook is seen placing the workload's pods (without it the replacement lands anywhere)."""
+    nodes = snapshot.nodes
+    evicting = {n.zone for n in nodes.values() if n.spot and n.notices}
+    accepted = [zone for zone in zones if zone not in evicting]
+    kept = dict.fromkeys(accepted, 0)  # as the webhook counts: a waiting pod where it was sent
+    ready: Counter[str] = Counter()  # Ready spot replicas per group, not under notice
+    for pod in pods:
+        node = nodes.get(pod.node_name) if pod.node_name else None
+        if node is not None and node.spot and not node.notices:
+            zone = node.zone
+            ready[group_of(node.pool, node.zone)] += 1 if pod.ready else 0
+        elif node is None and pod.placed:
+            zone = pod.placed.partition("/")[2]
+        else:
+            continue
+        if zone in kept:
+            kept[zone] += 1
+    share = math.ceil(decision.spot / max(len(zones), 1))
+    if not kept or not any(count < share for count in kept.values()):
+        return []
+    fullest = max(kept, key=lambda zone: (kept[zone], zone))
+    newest = max(pods, key=lambda p: (p.created is not None, p.created or snapshot.now, p.name))
+    if kept[fullest] <= share or not newest.placed or sum(p.ready for p in pods) - 1 < base:
+        return []
+    candidates = [
+        p
+        for p in pods
+        if p.ready
+        and p.node_name in nodes
+        and nodes[p.node_name].spot
+        and not nodes[p.node_name].notices
+        and nodes[p.node_name].zone == fullest
+    ]
+    for pod in sorted(candidates, key=lambda p: p.name, reverse=True):
+        node = nodes[pod.node_name]
+        after = Counter(ready)
+        after[group_of(node.pool, node.zone)] -= 1
+        if on_demand_with(after) <= decision.on_demand:
+            return [Evict(pod.key, pod.uid, pod.node_name, "", reason=Reason.SPARE)]
+        break  # the others of the zone weigh the same
     return []
 
 

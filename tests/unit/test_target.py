@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rebalancer import names
-from rebalancer.controller.actions import SetDeletionCost, SetSpare
+from rebalancer.controller.actions import Evict, SetDeletionCost, SetSpare
 from rebalancer.controller.history import Entry, History
 from rebalancer.controller.model import Spare
 from rebalancer.controller.placement import Group, Where, affinity_patch, choose
@@ -339,3 +339,29 @@ def test_an_account_we_would_not_have_written_is_refused() -> None:
             Spare.from_json('{"base":3,"added":0,' + bad + "}")
     record = Spare(3, 1, spot=4, watched_since=WATCHED, below_seconds=5, below_since=WATCHED)
     assert Spare.from_json(record.to_json()) == record
+
+
+def test_a_zone_holding_more_than_its_share_gives_one_up_to_a_zone_short_of_it() -> None:
+    # Plan with no record, 3 zones: 7 on spot, share ceil(7/3) = 3 a zone. Spot capacity was in
+    # eastus-1 when they were placed: 4 Ready there, 1 in each other zone, 1 on-demand. Now
+    # (4,1,1) needs 1 on-demand: a loss of eastus-1 leaves 2 + 1; the pairs with eastus-1 leave
+    # 1 + 1 < 3, U = 2 * (0.0045 * 0.1 + 0.015^2 * 0.01) = 0.000905 <= 0.001. Without one of
+    # eastus-1's, (3,1,1): the same two pairs, the same U, still 1 on-demand. So one of
+    # eastus-1's is evicted (the last by name); the webhook sends its replacement to a zone
+    # short of its share, where it waits for capacity if there is none.
+    nodes = three_zone_nodes((4, 1, 1), 1)
+    placed = {names.PLACED: "spotgpu/eastus-1"}
+    pods = [pod(f"p{i}", n["metadata"]["name"], annotations=placed) for i, n in enumerate(nodes)]
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 5, spot=7, watched_since=WATCHED).to_json()}
+    state = snapshot(nodes, pods, [deployment(8, annotations=record)], history=FRESH)
+    (evicted,) = of_type(plan(state, Settings()).actions, Evict)
+    assert evicted.pod == ("ml", "p3")  # on spot-1-3
+    # Its share or less everywhere, (3,2,1) with the replacement waiting in eastus-2: nothing.
+    waiting = pod("p9", "", ready=False, annotations={names.PLACED: "spotgpu/eastus-2"})
+    kept = [p for p in pods if p.name != "p3"] + [waiting]
+    state = snapshot(nodes, kept, [deployment(8, annotations=record)], history=FRESH)
+    assert of_type(plan(state, Settings()).actions, Evict) == []
+    # Without the webhook's placement on the pods (webhook off), nothing is evicted either.
+    bare = [pod(f"p{i}", n["metadata"]["name"]) for i, n in enumerate(nodes)]
+    state = snapshot(nodes, bare, [deployment(8, annotations=record)], history=FRESH)
+    assert of_type(plan(state, Settings()).actions, Evict) == []
