@@ -19,9 +19,7 @@ import pytest
 
 from tests.chart.generated import ROOT, helm_environment
 
-# On one worker with the other buildah tests (scripts/test runs pytest-xdist with --dist
-# loadgroup): builds side by side in one buildah storage lose each other's images.
-pytestmark = [pytest.mark.image, pytest.mark.xdist_group("buildah")]
+pytestmark = pytest.mark.image
 
 STORAGE = ROOT / ".cache" / "image"
 

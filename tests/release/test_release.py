@@ -46,9 +46,7 @@ from tests.k8s.rig import ChartRbac, kube_rig
 from tests.receiver import SECRET_PATH, Receiver
 from tests.release.registry import Registry, running_registry
 
-# On one worker with the other buildah tests (scripts/test runs pytest-xdist with --dist
-# loadgroup): builds side by side in one buildah storage lose each other's images.
-pytestmark = [pytest.mark.release, pytest.mark.xdist_group("buildah")]
+pytestmark = pytest.mark.release
 
 PROJECT_URL = "https://example.invalid/spot-rebalancer"  # reserved name: never a real address
 PATH_IN_REGISTRY = "release-test"
