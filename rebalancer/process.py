@@ -11,11 +11,15 @@ from typing import Any
 SHUTDOWN_SECONDS = 5.0
 
 
-def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> int:
+def run_until_signalled(
+    main: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
+    *,
+    shutdown_seconds: float = SHUTDOWN_SECONDS,
+) -> int:
     """Run `main(stop)` until it returns; SIGTERM or SIGINT set `stop`.
 
-    `main` must return soon after `stop` is set; if it is still running 5 seconds later it is
-    cancelled, so a stuck request never holds a pod's termination.
+    `main` must return soon after `stop` is set; if it is still running `shutdown_seconds`
+    later it is cancelled, so a stuck request never holds a pod's termination.
     """
 
     async def runner() -> int:
@@ -28,7 +32,7 @@ def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None
         await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():
             try:
-                await asyncio.wait_for(asyncio.shield(task), SHUTDOWN_SECONDS)
+                await asyncio.wait_for(asyncio.shield(task), shutdown_seconds)
             except TimeoutError:
                 task.cancel()
         stop_wait.cancel()

@@ -16,6 +16,8 @@ from rebalancer.logging import get_logger, setup_logging
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.process import run_until_signalled
 
+CONTROLLER_SHUTDOWN_SECONDS = 12.0
+
 
 def run_controller(settings: ControllerSettings) -> int:
     setup_logging(settings.log_level, settings.log_format)
@@ -50,4 +52,6 @@ def run_controller(settings: ControllerSettings) -> int:
         finally:
             await client.close()
 
-    return run_until_signalled(main)
+    # The last pass's writes, then the Lease's release and the queued Events: well inside the
+    # chart's 30 s grace, and more than the agent's 5 s (a busy node answers slowly).
+    return run_until_signalled(main, shutdown_seconds=CONTROLLER_SHUTDOWN_SECONDS)

@@ -73,7 +73,7 @@ from rebalancer.retry import Backoff
 
 # How long a stop waits for a pass that is still running: a write takes about a second to land
 # (the fence's margin); a pass still waiting for its request budget is cancelled after it.
-STOP_GRACE_SECONDS = 1.5
+STOP_GRACE_SECONDS = 1.0
 
 
 class Controller:

@@ -169,7 +169,7 @@ class ProcessRig:
         process = self.processes.pop(name)
         process.send_signal(sig)
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=20)  # the controller's own bound is 12 s
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
