@@ -24,7 +24,7 @@ from datetime import datetime
 
 from rebalancer import names
 from rebalancer.controller.actions import Action, Evict, SetDeletionCost, SetSpare, WorkloadBasis
-from rebalancer.controller.model import PodInfo, Spare, WorkloadInfo
+from rebalancer.controller.model import MAX_BELOW_SECONDS, PodInfo, Spare, WorkloadInfo
 from rebalancer.controller.placement import spot_groups
 from rebalancer.controller.policy import Policy
 from rebalancer.controller.pools import Pool, pools_of, with_declared
@@ -158,7 +158,7 @@ def plan_target(
                 min_on_demand=policy.min_on_demand,
             ).on_demand  # fmt: skip
 
-        actions = _respread(snapshot, pods, decision, base, list(zones), on_demand_with)
+        actions = _respread(snapshot, pods, decision, base, list(zones), ready_spot, on_demand_with)
     if (
         record is not None
         and _account_of(record) != _account_of(owner)
@@ -178,7 +178,7 @@ def _account_of(record: Spare) -> tuple[str | None, int, str | None]:
 
 
 def _with_account(record: Spare, source: Spare) -> Spare:
-    """`record` with the error budget's account of `source`."""
+    """`record` with the target's account of `source`."""
     return replace(
         record,
         watched_since=source.watched_since,
@@ -196,7 +196,8 @@ def _account(owner: Spare, record: Spare | None, *, below: bool, now: datetime) 
     if below and since is None:
         since = iso(now)
     elif not below and since is not None:
-        seconds += max(0, round((now - moment(since)).total_seconds()))
+        stretch = max(0, round((now - moment(since)).total_seconds()))
+        seconds = min(MAX_BELOW_SECONDS, seconds + stretch)  # stays a record we read back
         since = None
     return replace(
         owner, watched_since=record.watched_since, below_seconds=seconds, below_since=since
@@ -281,8 +282,7 @@ def _recompose(
     # Only where the webhook places this workload's pods (its newest carries the placement):
     # with the webhook off or failing (failure policy Ignore) the replacement would land on
     # on-demand again, and be evicted again, every pass.
-    newest = max(pods, key=lambda p: (p.created is not None, p.created or snapshot.now, p.name))
-    if not newest.placed:
+    if not _newest(pods, snapshot).placed:
         return []
     ready = sum(1 for p in pods if p.ready)
     for pod in sorted(on_demand, key=lambda p: (p.ready, p.name)):
@@ -297,6 +297,7 @@ def _respread(
     decision: Decision,
     base: int,
     zones: list[str],
+    ready_spot: Mapping[str, int],
     on_demand_with: Callable[[Mapping[str, int]], int],
 ) -> list[Action]:
     """A zone holding more than its share of the plan's spot replicas while another accepted
@@ -310,12 +311,10 @@ def _respread(
     evicting = {n.zone for n in nodes.values() if n.spot and n.notices}
     accepted = [zone for zone in zones if zone not in evicting]
     kept = dict.fromkeys(accepted, 0)  # as the webhook counts: a waiting pod where it was sent
-    ready: Counter[str] = Counter()  # Ready spot replicas per group, not under notice
     for pod in pods:
         node = nodes.get(pod.node_name) if pod.node_name else None
         if node is not None and node.spot and not node.notices:
             zone = node.zone
-            ready[group_of(node.pool, node.zone)] += 1 if pod.ready else 0
         elif node is None and pod.placed:
             zone = pod.placed.partition("/")[2]
         else:
@@ -326,8 +325,8 @@ def _respread(
     if not kept or not any(count < share for count in kept.values()):
         return []
     fullest = max(kept, key=lambda zone: (kept[zone], zone))
-    newest = max(pods, key=lambda p: (p.created is not None, p.created or snapshot.now, p.name))
-    if kept[fullest] <= share or not newest.placed or sum(p.ready for p in pods) - 1 < base:
+    placed = _newest(pods, snapshot).placed
+    if kept[fullest] <= share or not placed or sum(p.ready for p in pods) - 1 < base:
         return []
     candidates = [
         p
@@ -338,14 +337,21 @@ def _respread(
         and not nodes[p.node_name].notices
         and nodes[p.node_name].zone == fullest
     ]
-    for pod in sorted(candidates, key=lambda p: p.name, reverse=True):
-        node = nodes[pod.node_name]
-        after = Counter(ready)
-        after[group_of(node.pool, node.zone)] -= 1
-        if on_demand_with(after) <= decision.on_demand:
-            return [Evict(pod.key, pod.uid, pod.node_name, "", reason=Reason.SPARE)]
-        break  # the others of the zone weigh the same
-    return []
+    if not candidates:
+        return []
+    victim = max(candidates, key=lambda p: p.name)  # the others of the zone weigh the same
+    node = nodes[victim.node_name]
+    after = Counter(ready_spot)
+    after[group_of(node.pool, node.zone)] -= 1
+    if on_demand_with(after) > decision.on_demand:
+        return []
+    return [Evict(victim.key, victim.uid, victim.node_name, "", reason=Reason.SPARE)]
+
+
+def _newest(pods: list[PodInfo], snapshot: Snapshot) -> PodInfo:
+    """The workload's newest pod: whether it carries the webhook's placement tells whether the
+    webhook places the workload's pods now."""
+    return max(pods, key=lambda p: (p.created is not None, p.created or snapshot.now, p.name))
 
 
 def _sides(

@@ -14,7 +14,7 @@ import pytest
 from rebalancer import names
 from rebalancer.controller.actions import Evict, SetDeletionCost, SetSpare
 from rebalancer.controller.history import Entry, History
-from rebalancer.controller.model import Spare
+from rebalancer.controller.model import MAX_BELOW_SECONDS, Spare
 from rebalancer.controller.placement import Group, Where, affinity_patch, choose
 from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.policy import PolicyError, parse
@@ -365,3 +365,17 @@ def test_a_zone_holding_more_than_its_share_gives_one_up_to_a_zone_short_of_it()
     bare = [pod(f"p{i}", n["metadata"]["name"]) for i, n in enumerate(nodes)]
     state = snapshot(nodes, bare, [deployment(8, annotations=record)], history=FRESH)
     assert of_type(plan(state, Settings()).actions, Evict) == []
+
+
+def test_the_seconds_below_stay_within_what_the_record_reads_back() -> None:
+    # A record at the bound (a century below) and a stretch of 5 min ending now: the sum is held
+    # at the bound, so the record written stays one the next pass reads (not a refused workload).
+    nodes = three_zone_nodes((3, 2, 2), 0)
+    ready = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+    full = Spare(3, 4, spot=7, watched_since=WATCHED, below_seconds=MAX_BELOW_SECONDS - 60,
+                 below_since=iso(NOW - timedelta(minutes=5)))  # fmt: skip
+    record = {**TARGET, names.SPARE_RECORD: full.to_json()}
+    state = snapshot(nodes, ready, [deployment(7, annotations=record)], history=FRESH)
+    (ended,) = of_type(plan(state, Settings()).actions, SetSpare)
+    assert ended.record is not None and ended.record.below_seconds == MAX_BELOW_SECONDS
+    assert Spare.from_json(ended.record.to_json()) == ended.record
