@@ -48,8 +48,29 @@ async def wait_for(predicate: Callable[[], bool], *, timeout: float = 10.0, what
 
 
 def free_port() -> int:
+    """A port free on 127.0.0.1 now, for a process that binds it later.
+
+    Taken below the kernel's ephemeral range: a port from bind(0) is in that range, where any
+    client connection of any process (pytest-xdist runs several) may take it as its source port
+    before our server binds it."""
+    import random
     import socket
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    low, _ = _ephemeral_range()
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12_000), low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port below {low}")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
