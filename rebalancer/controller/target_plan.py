@@ -36,6 +36,7 @@ from rebalancer.controller.target import (
     Account,
     Decision,
     TargetSettings,
+    aged,
     decide,
     group_of,
     rates,
@@ -71,6 +72,18 @@ def accepted_zones(
                 continue
             zones.setdefault(zone, set()).add(pool.name)
     return {zone: tuple(sorted(p)) for zone, p in sorted(zones.items())}
+
+
+def held_hours(snapshot: Snapshot) -> dict[str, float]:
+    """How long each spot group ("pool/zone") has held capacity: its oldest Ready spot node not
+    under notice, in hours."""
+    held: dict[str, float] = {}
+    for node in snapshot.nodes.values():
+        if node.spot and node.ready and not node.notices and node.created is not None:
+            group = group_of(node.pool, node.zone)
+            hours = max(0.0, (snapshot.now - node.created).total_seconds() / 3600.0)
+            held[group] = max(held.get(group, 0.0), hours)
+    return held
 
 
 def _alive(pods: list[PodInfo]) -> list[PodInfo]:
@@ -127,6 +140,7 @@ def plan_target(
         since=snapshot.history.since,
         settings=settings,
     )
+    fresh = aged(seen, held_hours(snapshot), settings)
     owner = _account(
         Spare(base, 0, reverted), record, below=sum(1 for p in pods if p.ready) < base,
         now=snapshot.now,
@@ -139,12 +153,13 @@ def plan_target(
         rates=seen,
         settings=settings,
         min_on_demand=policy.min_on_demand,
+        cover_rates=fresh,
     )
     if record is not None and record.spot is not None and decision.spot < record.spot:
         # Fewer spot replicas only as the plan for a budget with room to spare (DOWN_BAND).
         decision = decide(
             base, 100 - (100 - target) * DOWN_BAND, groups=groups, ready_spot=ready_spot,
-            rates=seen, settings=settings, min_on_demand=policy.min_on_demand,
+            rates=seen, settings=settings, min_on_demand=policy.min_on_demand, cover_rates=fresh,
         )  # fmt: skip
     account = _account_now(owner, target, snapshot.now)
     decision = replace(decision, why=f"{decision.why}; {account.words()}")
@@ -155,7 +170,7 @@ def plan_target(
         def on_demand_with(ready: Mapping[str, int]) -> int:
             return decide(
                 base, target, groups=groups, ready_spot=ready, rates=seen, settings=settings,
-                min_on_demand=policy.min_on_demand,
+                min_on_demand=policy.min_on_demand, cover_rates=fresh,
             ).on_demand  # fmt: skip
 
         actions = _respread(snapshot, pods, decision, base, list(zones), ready_spot, on_demand_with)

@@ -340,6 +340,7 @@ def snapshot(world: World, *, risk: RiskSettings | None = None) -> Snapshot:
             ready=True,
             allocatable_gpus=node.gpus,
             notices=notices,
+            created=at(node.ready_at),  # the Node object is made when its kubelet registers
         )
     pods: dict[tuple[str, str], PodInfo] = {}
     for pod in world.pods.values():

@@ -25,12 +25,14 @@ import base64
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from rebalancer import names
 from rebalancer.controller.returns import LOWEST
+from rebalancer.timefmt import iso
 from tests.fakes.api import FakeApi, Write
 from tests.loop.rig import (
     CLOCK,
@@ -53,9 +55,13 @@ SPOT_POOL, OD_POOL = "gpuspot", "gpuondemand"
 E1, E2 = "A123BC45-0000-0000-0000-000000000001", "A123BC45-0000-0000-0000-000000000002"
 
 
-def zoned(name: str, zone: str, *, spot: bool) -> dict[str, Any]:
+def zoned(name: str, zone: str, *, spot: bool, held_hours: float = 24.0) -> dict[str, Any]:
+    """A node of the zone; a spot one up for `held_hours` (capacity that has held a day is no
+    longer fresh: `target.aged`)."""
     obj = node(name, SPOT_POOL if spot else OD_POOL, spot=spot)
     obj["metadata"]["labels"][names.ZONE_LABEL] = zone
+    if spot:
+        obj["metadata"]["creationTimestamp"] = iso(CLOCK.now() - timedelta(hours=held_hours))
     return obj
 
 

@@ -23,6 +23,7 @@ from rebalancer.controller.returns import LOWEST
 from rebalancer.controller.target import (
     Account,
     TargetSettings,
+    aged,
     decide,
     parse_target,
     rates,
@@ -134,6 +135,59 @@ def test_one_zone_cannot_meet_99_9_on_spot_but_meets_99() -> None:
     loose = decide(3, 99, groups=one, ready_spot={one[0]: 3}, rates=seen,
                    settings=TargetSettings())  # fmt: skip
     assert (loose.spot, loose.on_demand) == (3, 0)
+
+
+def test_capacity_held_under_an_hour_counts_riskier_in_proportion_up_to_four_times() -> None:
+    seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings())
+    held = {GROUPS[0]: 0.1, GROUPS[1]: 0.5}  # hours; eastus-3 has no Ready node
+    fresh = aged(seen, held, TargetSettings())
+    # 1 h / 0.1 h = 10, capped at 4; 1 h / 0.5 h = 2; no node: the record's rate.
+    assert fresh.of(GROUPS[0]) == pytest.approx(4 * 0.015)
+    assert fresh.of(GROUPS[1]) == pytest.approx(2 * 0.015)
+    assert fresh.of(GROUPS[2]) == pytest.approx(0.015)
+    assert fresh.of_pair(GROUPS[0], GROUPS[1]) == pytest.approx(0.0045 * 8**0.5)
+    held_long = aged(seen, dict.fromkeys(GROUPS, 3.0), TargetSettings())
+    assert held_long.group == seen.group and held_long.pair == seen.pair
+    off = aged(seen, held, TargetSettings(fresh_hours=0))
+    assert off.group == seen.group
+
+
+def test_fresh_capacity_keeps_on_demand_cover_but_not_a_different_plan() -> None:
+    seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings())
+    ready = {GROUPS[0]: 3, GROUPS[1]: 2, GROUPS[2]: 2}  # the plan's seven, all Ready
+    settled = decide(3, 99.9, groups=GROUPS, ready_spot=ready, rates=seen,
+                     settings=TargetSettings())  # fmt: skip
+    assert (settled.spot, settled.on_demand) == (7, 0)
+    # Every group's capacity came back 15 minutes ago: rates x4 (0.06/h, pairs 0.018/h). With
+    # no on-demand, each pair with the 3 leaves 2: U = 2 * (0.018 * 0.1 + 0.06^2 * 0.01) =
+    # 0.00367, over 0.001; one on-demand replica leaves 3 after any pair.
+    fresh = aged(seen, dict.fromkeys(GROUPS, 0.25), TargetSettings())
+    covered = decide(3, 99.9, groups=GROUPS, ready_spot=ready, rates=seen,
+                     settings=TargetSettings(), cover_rates=fresh)  # fmt: skip
+    assert (covered.spot, covered.standing_on_demand, covered.on_demand) == (7, 0, 1)
+    assert (
+        "1 more on on-demand while 7 of 7 spot are Ready (1 of them while spot capacity is fresh)"
+        in covered.why
+    )
+
+
+def test_the_planner_reads_how_long_each_groups_capacity_has_held_from_its_nodes() -> None:
+    nodes = three_zone_nodes((3, 2, 2), 2)
+    for node in nodes:
+        if node["metadata"]["name"].startswith("spot-"):  # up for 15 minutes
+            node["metadata"]["creationTimestamp"] = iso(NOW - timedelta(minutes=15))
+    pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7, watched_since=WATCHED).to_json()}
+    state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
+    # As in the test above: one of the two on-demand replicas stays while the capacity is fresh
+    # (the other gets the lowest deletion cost); with nodes up for a day both go.
+    lowered = of_type(plan(state, Settings()).actions, SetDeletionCost)
+    assert len(lowered) == 1
+    for node in nodes:
+        if node["metadata"]["name"].startswith("spot-"):
+            node["metadata"]["creationTimestamp"] = iso(NOW - timedelta(days=1))
+    state = snapshot(nodes, pods, [deployment(9, annotations=record)], history=FRESH)
+    assert len(of_type(plan(state, Settings()).actions, SetDeletionCost)) == 2
 
 
 def test_the_account_says_what_the_target_allowed_and_what_was_spent() -> None:
