@@ -15,7 +15,7 @@ No I/O here: the clients hand their rows to these parsers, and the risk model re
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -53,6 +53,15 @@ class PlacementScores:
 
     scores: Mapping[ScoreKey, str]
     fetched_at: datetime
+
+
+# What Azure's risk feeds hold now: (eviction-rate buckets, Placement Scores), each None until
+# fetched or when disabled.
+RiskData = Callable[[], "tuple[EvictionRates | None, PlacementScores | None]"]
+
+
+def no_risk_data() -> tuple[EvictionRates | None, PlacementScores | None]:
+    return None, None
 
 
 def parse_bucket(text: str) -> str | None:

@@ -32,6 +32,7 @@ from rebalancer.config import ControllerSettings
 from rebalancer.controller.accounting import Accountant
 from rebalancer.controller.actions import Action
 from rebalancer.controller.admission import View
+from rebalancer.controller.assessor import RiskAssessor
 from rebalancer.controller.cost import region_of
 from rebalancer.controller.doctor import Doctor
 from rebalancer.controller.executor import DryRunExecutor, Executor, HistoryObject
@@ -195,10 +196,13 @@ class Controller:
         self.recorder = Recorder(
             metrics=metrics, events=None if settings.dry_run else self.events,
             accountant=accountant, clock=clock, log=log, dry_run=settings.dry_run,
-            risk=risk_settings(settings), risk_data=self._risk_data,
-            risk_interval_seconds=settings.cost_interval_seconds,
+            risk_data=self._risk_data,
             deadline_margin_seconds=settings.deadline_margin_seconds,
             notify=self.notifier.offer if self.notifier else None,
+        )  # fmt: skip
+        self.assessor = RiskAssessor(
+            risk_settings(settings), self._risk_data,
+            interval_seconds=settings.cost_interval_seconds,
         )  # fmt: skip
         self.doctor = Doctor(
             client=self.gate, settings=settings, metrics=metrics, clock=clock, log=log,
@@ -424,16 +428,21 @@ class Controller:
         workloads.update(
             {w.key: sealer.verify_workload(w) for w in self.statefulsets.items.values()}
         )
+        now = self.clock.now()
+        nodes = {node.name: node for node in self.nodes.items.values()}
+        history = next(iter(self.history.items.values()), History())
         return Snapshot(
-            now=self.clock.now(),
-            nodes={node.name: node for node in self.nodes.items.values()},
+            now=now,
+            nodes=nodes,
             pods=dict(self.pods.items),
             workloads=workloads,
             replicaset_owners={k: owner for k, owner in self.replicasets.items.items() if owner},
-            history=next(iter(self.history.items.values()), History()),
+            history=history,
             holds=dict(self.holds.items),
             scalers={k: sealer.verify_scaler(s) for k, s in self.scalers.items.items()},
-            risks=self.recorder.risks,
+            risks=self.assessor.risks(
+                nodes.values(), history, now=now, monotonic=self.clock.monotonic()
+            ),
         )
 
     async def reconcile(self) -> None:
@@ -453,7 +462,7 @@ class Controller:
         self.view = View.of_pass(
             state,
             decided.actions,
-            risks=self.recorder.risks,
+            risks=state.risks,
             declared=self.planner_settings.declared_pools,
         )
         self.webhook.forget_shown(self.view)

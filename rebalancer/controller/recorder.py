@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rebalancer.azure.risk_data import EvictionRates, PlacementScores
+from rebalancer.azure.risk_data import RiskData, no_risk_data
 from rebalancer.clock import Clock
 from rebalancer.controller.accounting import Accountant
 from rebalancer.controller.actions import (
@@ -71,9 +71,6 @@ from rebalancer.controller.risk import (
     PRIOR,
     RESOURCE_GRAPH,
     GroupKey,
-    Risk,
-    RiskSettings,
-    assess,
 )
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.kube.errors import KubeError
@@ -134,9 +131,6 @@ LOGGED_ONCE_LIMIT = 10_000
 SAID_ONCE_LIMIT = 4096
 
 
-RiskData = Callable[[], tuple[EvictionRates | None, PlacementScores | None]]
-
-
 class Recorder:
     def __init__(
         self,
@@ -147,22 +141,16 @@ class Recorder:
         clock: Clock,
         log: Any,
         dry_run: bool = False,
-        risk: RiskSettings | None = None,
-        risk_data: RiskData | None = None,
-        risk_interval_seconds: float = 10.0,
+        risk_data: RiskData = no_risk_data,
         deadline_margin_seconds: float = 5.0,
         notify: Callable[[Notification], None] | None = None,
     ) -> None:
         self._deadline_margin = deadline_margin_seconds
         self._notify = notify or (lambda _: None)
         self.metrics = metrics
-        self._risk_settings = risk or RiskSettings()
-        self._risk_data: RiskData = risk_data or (lambda: (None, None))
-        self._risk_interval = risk_interval_seconds
-        self._risk_at: float | None = None
+        self._risk_data = risk_data  # for the ages of Azure's data only
         self._risk_series: set[tuple[str, ...]] = set()
         self._risk_levels: dict[GroupKey, str] = {}
-        self.risks: dict[GroupKey, Risk] = {}
         self._events = events
         self._accountant = accountant
         self._clock = clock
@@ -432,26 +420,12 @@ class Recorder:
         self._eviction_series = groups
 
     def _risk(self, snapshot: Snapshot) -> None:
-        """The risk of every spot group, every `risk_interval_seconds` at most: gauges per group
-        and input, the ages of Azure's data, and one log line with the reasons when a group's
-        level changes (or is first assessed)."""
-        now = self._clock.monotonic()
-        if self._risk_at is not None and now - self._risk_at < self._risk_interval:
-            return
-        self._risk_at = now
-        rates, scores = self._risk_data()
-        self.risks = assess(
-            nodes=snapshot.nodes.values(),
-            history=snapshot.history,
-            now=snapshot.now,
-            settings=self._risk_settings,
-            eviction_rates=rates,
-            placement_scores=scores,
-            previous={key: risk.level for key, risk in self.risks.items()},
-        )
+        """The risk of every spot group as the snapshot carries it (assessed where the snapshot
+        is built, `assessor.py`): gauges per group and input, the ages of Azure's data, and one
+        log line with the reasons when a group's level changes (or is first assessed)."""
         m = self.metrics
         series: set[tuple[str, ...]] = set()
-        for key, risk in self.risks.items():
+        for key, risk in snapshot.risks.items():
             figures = {"estimate": risk.rate_per_hour}
             used = set(risk.sources)
             if HISTORY in used and risk.observed_rate is not None:
@@ -486,6 +460,7 @@ class Recorder:
                 m.placement_score.remove(*gone)
                 self._risk_levels.pop((gone[0], gone[1], gone[2]), None)
         self._risk_series = series
+        rates, scores = self._risk_data()
         for source, data in (("resource_graph", rates), ("placement_score", scores)):
             if data is not None:
                 m.risk_source_age.labels(source).set(

@@ -14,6 +14,7 @@ from rebalancer.azure.risk_data import EvictionRates, PlacementScores
 from rebalancer.clock import ManualClock
 from rebalancer.config import ControllerSettings
 from rebalancer.controller.history import History
+from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planner import plan
 from rebalancer.controller.reconciler import Controller
 from rebalancer.controller.snapshot import Snapshot
@@ -48,6 +49,18 @@ def controller(clock: ManualClock, **settings: object) -> tuple[Controller, Cont
     return built, metrics
 
 
+def assessed(
+    ctl: Controller, clock: ManualClock, nodes: list[NodeInfo], history: History
+) -> Snapshot:
+    """A snapshot as the controller builds it: the risks assessed by its assessor."""
+    now = clock.now()
+    risks = ctl.assessor.risks(nodes, history, now=now, monotonic=clock.monotonic())
+    return Snapshot(
+        now=now, nodes={n.name: n for n in nodes}, pods={}, workloads={}, replicaset_owners={},
+        history=history, risks=risks,
+    )  # fmt: skip
+
+
 def test_risk_gauges_per_group_and_source_with_the_ages_of_azure_data() -> None:
     clock = ManualClock()
     now = clock.now()
@@ -65,10 +78,7 @@ def test_risk_gauges_per_group_and_source_with_the_ages_of_azure_data() -> None:
         {(A100.lower(), "eastus", "1"): "Low"}, now - timedelta(minutes=5)
     )
     nodes = [node("a0"), node("a1"), node("t0", pool="spott", zone="eastus-2", sku=T4)]
-    snapshot = Snapshot(
-        now=now, nodes={n.name: n for n in nodes}, pods={}, workloads={}, replicaset_owners={},
-        history=History(),
-    )  # fmt: skip
+    snapshot = assessed(ctl, clock, nodes, History())
     with capture_logs() as logs:
         ctl.recorder.observe(snapshot, plan(snapshot, ctl.planner_settings), 1.0)
     found = samples(metrics.registry)
@@ -97,10 +107,7 @@ def test_risk_gauges_per_group_and_source_with_the_ages_of_azure_data() -> None:
     # The T4 pool emptied and its history is empty: its series go; a quiet day of records
     # brings the A100 pool's estimate down and its history series appears.
     clock.advance(3600)
-    later = Snapshot(
-        now=clock.now(), nodes={n.name: n for n in nodes[:2]}, pods={}, workloads={},
-        replicaset_owners={}, history=History(since=clock.now() - timedelta(hours=24)),
-    )  # fmt: skip
+    later = assessed(ctl, clock, nodes[:2], History(since=clock.now() - timedelta(hours=24)))
     with capture_logs() as logs:
         ctl.recorder.observe(later, plan(later, ctl.planner_settings), 1.0)
     found = samples(metrics.registry)
@@ -126,8 +133,7 @@ def test_the_history_feeds_the_risk_of_a_group_whose_nodes_are_gone() -> None:
             type(e)(**{**e.__dict__, "first_seen": e.first_seen + shift}) for e in entries
         ),
     )
-    snapshot = Snapshot(now=clock.now(), nodes={}, pods={}, workloads={}, replicaset_owners={},
-                        history=record)  # fmt: skip
+    snapshot = assessed(ctl, clock, [], record)
     ctl.recorder.observe(snapshot, plan(snapshot, ctl.planner_settings), 1.0)
     found = samples(metrics.registry)
     labels = group("spota", "eastus-1", A100, source="estimate")
@@ -158,21 +164,18 @@ def test_the_reasons_are_the_clients_reasons() -> None:
 
 
 def test_a_quiet_group_says_its_level_once_not_back_and_forth() -> None:
-    """The recorder hands each assessment the last levels: a quiet pool read on the prior (the
+    """The assessor hands each assessment the last levels: a quiet pool read on the prior (the
     medium threshold) says medium, then low once its record pulls it clearly down, and nothing
     more, though a pass without a readable record reads exactly the prior again."""
     clock = ManualClock()
     ctl, metrics = controller(clock)
-    nodes = {n.name: n for n in (node(f"a{i}") for i in range(4))}
+    nodes = [node(f"a{i}") for i in range(4)]
     started = clock.now()
     said: list[tuple[str, str]] = []
     for minutes, readable in [(0, False), (1, True), (60, True), (61, False), (62, True)]:
         clock.advance(minutes * 60 - (clock.now() - started).total_seconds())
         record = History(since=started) if readable else History()
-        snapshot = Snapshot(
-            now=clock.now(), nodes=nodes, pods={}, workloads={}, replicaset_owners={},
-            history=record,
-        )  # fmt: skip
+        snapshot = assessed(ctl, clock, nodes, record)
         with capture_logs() as logs:
             ctl.recorder.observe(snapshot, plan(snapshot, ctl.planner_settings), 1.0)
         said += [(e["was"], e["risk_level"]) for e in logs if e["event"] == "eviction risk"]
