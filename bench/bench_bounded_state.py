@@ -42,7 +42,7 @@ from rebalancer.controller.recorder import Recorder
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.webhook import PlacementWebhook
 from rebalancer.metrics import ControllerMetrics
-from rebalancer.vocabulary import Rejection, Result
+from rebalancer.vocabulary import ActionResult, Rejection
 
 POLICY_BYTES = 198_000
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -98,7 +98,7 @@ def distinct(index: int, size: int) -> str:
 
 def flood(rec: Recorder, webhook: PlacementWebhook, start: int, stop: int) -> None:
     plan = Plan(steps=(), active={})
-    blocked = Outcome(Result.REJECTED, Rejection.BLOCKED, "pdb")
+    blocked = Outcome(ActionResult.REJECTED, Rejection.BLOCKED, "pdb")
     for i in range(start, stop):
         rec.observe(snapshot(distinct(i, POLICY_BYTES)), plan, 1.0)
         rec.log_once("notice skipped", distinct(i, POLICY_BYTES), node="n1")

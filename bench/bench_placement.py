@@ -38,7 +38,11 @@ The runs (`--variants`, comma-separated):
 - `spread-spot`: the same with `failover-to: spot` (replacements go to the least used spot zone
   that is not under notice, on-demand only when none is left);
 - `cautious`: `spread: zone`, `max-risk: medium`, `min-on-demand: 1` (one replica always on
-  on-demand, and no replica placed in a spot zone the risk model calls high).
+  on-demand, and no replica placed in a spot zone the risk model calls high);
+- `target`: `availability-target: 99.9` (docs/targets.md), with the target's recovery set as a
+  user would for this cluster (`REBALANCER_TARGET_RECOVERY_SECONDS` = provisioning + load -
+  notice = 120 s). Its record of waves is in wall time while the trace is compressed: it sees
+  waves 15 times as often as the trace had them, so it keeps more on-demand than it would.
 
 All start alike: the replicas are created once the processes run (and the webhook has its
 certificate), while each spot pool has one node, so every run starts with one replica per zone
@@ -47,7 +51,7 @@ node only, see below), except `cautious`, whose webhook puts one on on-demand. T
 are filled to `--nodes` and the trace starts.
 
 Measured over the window, for each run, with the simulator's own measuring code
-(`rebalancer.simulate.engine.Result` over `Sample`s taken every 0.1 s, as
+(`rebalancer.simulate.engine.RunResult` over `Sample`s taken every 0.1 s, as
 `tests/e2e/test_simulate_faithful.py` does): availability (the fraction of time with all
 replicas Ready), the lowest Ready count, the deficit in replica-seconds, cost (every GPU VM
 billed at the bundled prices from its request until it is gone: idle spot nodes too, the same
@@ -86,7 +90,7 @@ from typing import Any
 
 from rebalancer import names
 from rebalancer.azure.prices import BUNDLED
-from rebalancer.simulate.engine import Result
+from rebalancer.simulate.engine import RunResult
 from rebalancer.simulate.files import load_traces
 from rebalancer.simulate.trace import SlotEvent, SlotTimeline, Trace, slot_timeline
 from rebalancer.simulate.workload import parse_distribution
@@ -147,6 +151,7 @@ VARIANTS = {
             "cautious",
             {names.SPREAD: "zone", names.MAX_RISK: "medium", names.MIN_ON_DEMAND: "1"},
         ),
+        Variant("target", {names.AVAILABILITY_TARGET: "99.9"}),
     )
 }
 
@@ -220,7 +225,7 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
     ready_seconds: float = 0.0  # Ready replica-seconds
     on_demand_ready_seconds: float = 0.0  # of them on on-demand nodes
-    spot_cost: float = 0.0  # USD, the Result's cost split by capacity
+    spot_cost: float = 0.0  # USD, the RunResult's cost split by capacity
     on_demand_cost: float = 0.0
     last_on_demand: int = 0
     last_rates: tuple[float, float] = (0.0, 0.0)
@@ -366,9 +371,9 @@ class Run:
             self.log.append(f"{at:7.1f}s {state}")
             self.last_state = state
 
-    def result(self, horizon: float, replicas: int) -> Result:
+    def result(self, horizon: float, replicas: int) -> RunResult:
         on_demand_price = gpu_price(ON_DEMAND_POOL, self.cluster)
-        return Result(
+        return RunResult(
             policy=self.variant.name,
             label="emulator",
             horizon=horizon,
@@ -395,6 +400,10 @@ def controller_env(variant: Variant, *, compressed_timer: float, port: int) -> d
     }
     if variant.webhook:
         env |= {"REBALANCER_WEBHOOK_ENABLED": "true", "REBALANCER_WEBHOOK_PORT": str(port)}
+    if names.AVAILABILITY_TARGET in variant.annotations:
+        # As a user sets it for this cluster: an on-demand node plus the load, less the notice.
+        recovery = PROVISION_SECONDS + LOAD_SECONDS - NOTICE_SECONDS
+        env["REBALANCER_TARGET_RECOVERY_SECONDS"] = str(recovery)
     return env
 
 

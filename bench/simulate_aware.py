@@ -28,7 +28,7 @@ from rebalancer import names
 from rebalancer.controller.history import Entry, History
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.risk import RiskSettings, assess
-from rebalancer.simulate.engine import Result, simulate
+from rebalancer.simulate.engine import RunResult, simulate
 from rebalancer.simulate.files import load_traces
 from rebalancer.simulate.report import table
 from rebalancer.simulate.workload import Scenario, parse_distribution, prices_for, scenario_from
@@ -62,11 +62,11 @@ def scenario(**changes: object) -> Scenario:
     return scenario_from(changes, source="bench", base=base)
 
 
-def run(folder: Path, policies: tuple[str, ...], sc: Scenario) -> list[Result]:
+def run(folder: Path, policies: tuple[str, ...], sc: Scenario) -> list[RunResult]:
     return simulate(policies, traces=load_traces([folder]), scenario=sc, prices=prices_for(sc))
 
 
-def cells(result: Result) -> str:
+def cells(result: RunResult) -> str:
     share = result.cost / result.all_on_demand_cost * 100
     c = result.counters
     return (
@@ -76,7 +76,7 @@ def cells(result: Result) -> str:
     )
 
 
-def node_hours(result: Result) -> tuple[float, float]:
+def node_hours(result: RunResult) -> tuple[float, float]:
     """(on-demand, spot) node-hours between t=0 and the horizon."""
     ends = [*(s.at for s in result.samples[1:]), result.horizon]
     on_demand = sum(

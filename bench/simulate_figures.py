@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rebalancer.simulate.engine import Result, simulate
+from rebalancer.simulate.engine import RunResult, simulate
 from rebalancer.simulate.files import load_traces
 from rebalancer.simulate.policies import DEFAULT_POLICIES
 from rebalancer.simulate.report import table
@@ -20,7 +20,7 @@ from rebalancer.simulate.workload import Scenario, prices_for
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "shared/data/spot-traces"
 
 
-def cell(result: Result) -> str:
+def cell(result: RunResult) -> str:
     share = result.cost / result.all_on_demand_cost * 100
     return f"{result.availability * 100:.2f}% / {share:.0f}%"
 

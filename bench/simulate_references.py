@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from rebalancer.simulate.engine import Result, simulate
+from rebalancer.simulate.engine import RunResult, simulate
 from rebalancer.simulate.files import load_traces
 from rebalancer.simulate.policies import DEFAULT_POLICIES, REFERENCE
 from rebalancer.simulate.trace import Trace
@@ -38,7 +38,7 @@ BASELINE, ORACLE = "dynamic-fallback", "oracle"
 PRODUCT_KEPT = ("failover", "eviction-aware")
 
 
-def gap_closed(result: Result, baseline: Result, oracle: Result) -> str:
+def gap_closed(result: RunResult, baseline: RunResult, oracle: RunResult) -> str:
     if result.policy in REFERENCE:
         return ""
     gap = baseline.cost - oracle.cost
@@ -49,7 +49,7 @@ def gap_closed(result: Result, baseline: Result, oracle: Result) -> str:
     return closed if result.availability >= baseline.availability else f"({closed})"
 
 
-def rows(name: str, results: Sequence[Result], kept: Sequence[Result] = ()) -> list[str]:
+def rows(name: str, results: Sequence[RunResult], kept: Sequence[RunResult] = ()) -> list[str]:
     """`kept`: the product's policies again with one node kept in every spot pool."""
     by_policy = {r.policy: r for r in results}
     baseline, oracle = by_policy[BASELINE], by_policy[ORACLE]

@@ -19,13 +19,13 @@ import time
 from dataclasses import replace
 
 from bench.simulate_references import BASELINE, ORACLE, each_cluster
-from rebalancer.simulate.engine import Result, simulate
+from rebalancer.simulate.engine import RunResult, simulate
 
 REFERENCES = ("on-demand", "spothedge", BASELINE, ORACLE)
 TARGETS = ("99", "99.9", "99.99")
 
 
-def closed(result: Result, baseline: Result, oracle: Result) -> str:
+def closed(result: RunResult, baseline: RunResult, oracle: RunResult) -> str:
     gap = baseline.cost - oracle.cost
     if gap <= 0:
         return "n/a"
@@ -33,7 +33,7 @@ def closed(result: Result, baseline: Result, oracle: Result) -> str:
     return share if result.availability >= baseline.availability else f"({share})"
 
 
-def row(name: str, label: str, result: Result, extra: str = "", met: str = "") -> str:
+def row(name: str, label: str, result: RunResult, extra: str = "", met: str = "") -> str:
     return (
         f"| {name} | {label} | {result.availability * 100:.3f}% | "
         f"{result.any_ready * 100:.3f}% | {result.cost / result.all_on_demand_cost * 100:.1f}% | "

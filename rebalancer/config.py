@@ -27,7 +27,7 @@ from pydantic_settings.exceptions import SettingsError
 
 from rebalancer import names, pool_kind
 from rebalancer.azure.prices import parse_price_file
-from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, EventType, Policy
+from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, EventType, NoticePolicy
 
 # What notifications are about (rebalancer.controller.messages.Kind spells the same words).
 NOTIFY_KINDS = ("notice", "failover_blocked", "deadline_missed", "risk_move")
@@ -377,7 +377,7 @@ class ControllerSettings(CommonSettings):
         description="Nodes that run our agent, 'k=v,k2': notices in the agent's condition and "
         "annotation count only there (the chart derives it from agent.nodeSelector).",
     )
-    event_policy: dict[str, Policy] = Field(
+    event_policy: dict[str, NoticePolicy] = Field(
         {str(event_type): policy for event_type, policy in DEFAULT_EVENT_POLICY.items()},
         description="What to do per event type: failover (surge, then drain), drain, or none.",
     )

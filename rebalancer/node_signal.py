@@ -54,7 +54,7 @@ MAX_TOKEN_CHARS = 128
 MAX_MESSAGE_CHARS = 1024  # five tokens and their keys, far under a condition's message limit
 
 
-class Reason(StrEnum):
+class ConditionReason(StrEnum):
     NO_EVENTS = "NoScheduledEvents"
     SCHEDULED = "EventScheduled"
     STARTED = "EventStarted"
@@ -63,7 +63,7 @@ class Reason(StrEnum):
     ENDED = "EventEnded"
 
 
-class Outcome(StrEnum):
+class EventEnding(StrEnum):
     """How an event that disappeared from IMDS ended, as far as the agent can tell."""
 
     CANCELLED = "cancelled"  # gone while Scheduled, before its NotBefore: Azure called it off
@@ -72,9 +72,9 @@ class Outcome(StrEnum):
 
 
 OUTCOME_REASON = {
-    Outcome.CANCELLED: Reason.CANCELLED,
-    Outcome.COMPLETED: Reason.COMPLETED,
-    Outcome.ENDED: Reason.ENDED,
+    EventEnding.CANCELLED: ConditionReason.CANCELLED,
+    EventEnding.COMPLETED: ConditionReason.COMPLETED,
+    EventEnding.ENDED: ConditionReason.ENDED,
 }
 
 
@@ -144,7 +144,7 @@ class PublishedEvent:
 class EndedEvent:
     event_id: str
     event_type: str
-    outcome: Outcome
+    outcome: EventEnding
     at: datetime
 
     def to_json(self) -> dict[str, Any]:
@@ -165,7 +165,7 @@ class EndedEvent:
         return cls(
             event_id=_str(data, "eventId", required=True),
             event_type=_str(data, "eventType", required=True),
-            outcome=Outcome(_str(data, "outcome", required=True)),
+            outcome=EventEnding(_str(data, "outcome", required=True)),
             at=at,
         )
 
@@ -290,14 +290,16 @@ def fit_annotation(state: NodeEvents, max_bytes: int = ANNOTATION_MAX_BYTES) -> 
 @dataclass(frozen=True)
 class ConditionValue:
     status: str  # "True" | "False"
-    reason: Reason
+    reason: ConditionReason
     message: str
 
 
 def condition_for(state: NodeEvents) -> ConditionValue:
     urgent = state.most_urgent()
     if urgent is not None:
-        reason = Reason.STARTED if urgent.status == "Started" else Reason.SCHEDULED
+        reason = (
+            ConditionReason.STARTED if urgent.status == "Started" else ConditionReason.SCHEDULED
+        )
         deadline = NOW if urgent.act_now else _iso(urgent.not_before)
         message = format_message(
             EventType=urgent.event_type,
@@ -313,7 +315,9 @@ def condition_for(state: NodeEvents) -> ConditionValue:
             EventType=last.event_type, EventId=last.event_id, Outcome=str(last.outcome)
         )
         return ConditionValue("False", OUTCOME_REASON[last.outcome], message)
-    return ConditionValue("False", Reason.NO_EVENTS, format_message(VM=state.vm_name or "unknown"))
+    return ConditionValue(
+        "False", ConditionReason.NO_EVENTS, format_message(VM=state.vm_name or "unknown")
+    )
 
 
 def stamped(condition: ConditionValue, at: datetime) -> ConditionValue:

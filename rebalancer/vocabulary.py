@@ -43,7 +43,7 @@ class Source(StrEnum):
     MANUAL = "manual"
 
 
-class Policy(StrEnum):
+class NoticePolicy(StrEnum):
     """What the controller does about a notice of one event type."""
 
     FAILOVER = "failover"  # surge replacements, then drain
@@ -52,12 +52,12 @@ class Policy(StrEnum):
 
 
 DEFAULT_EVENT_POLICY: Final = {
-    EventType.PREEMPT: Policy.FAILOVER,
-    EventType.TERMINATE: Policy.FAILOVER,
-    MANUAL: Policy.FAILOVER,
-    EventType.REDEPLOY: Policy.DRAIN,
-    EventType.REBOOT: Policy.DRAIN,
-    EventType.FREEZE: Policy.NONE,
+    EventType.PREEMPT: NoticePolicy.FAILOVER,
+    EventType.TERMINATE: NoticePolicy.FAILOVER,
+    MANUAL: NoticePolicy.FAILOVER,
+    EventType.REDEPLOY: NoticePolicy.DRAIN,
+    EventType.REBOOT: NoticePolicy.DRAIN,
+    EventType.FREEZE: NoticePolicy.NONE,
 }
 
 
@@ -133,7 +133,7 @@ FAILOVER_REASONS: Final = {
 }
 
 
-class Result(StrEnum):
+class ActionResult(StrEnum):
     """What applying one action came to (`rebalancer_controller_actions_total{outcome}`)."""
 
     APPLIED = "ok"
@@ -154,7 +154,7 @@ class Rejection(StrEnum):
 
 
 ACTION_OUTCOMES: Final = (
-    *(r.value for r in Result if r is not Result.REJECTED),
+    *(r.value for r in ActionResult if r is not ActionResult.REJECTED),
     *(f"rejected_{r.value}" for r in Rejection),
 )
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from rebalancer.azure.scheduled_events import Document, EventStatus, ScheduledEvent
-from rebalancer.node_signal import EndedEvent, NodeEvents, Outcome, PublishedEvent
+from rebalancer.node_signal import EndedEvent, EventEnding, NodeEvents, PublishedEvent
 
 KEEP_ENDED = 10
 
@@ -150,13 +150,13 @@ def _merge(first: ScheduledEvent, second: ScheduledEvent) -> ScheduledEvent:
     )
 
 
-def outcome_of(event: PublishedEvent, now: datetime) -> Outcome:
+def outcome_of(event: PublishedEvent, now: datetime) -> EventEnding:
     """How a vanished event ended; 'ended' when we cannot tell whether it ran or was called off."""
     if event.status == EventStatus.STARTED or event.acknowledged_at is not None:
-        return Outcome.COMPLETED
+        return EventEnding.COMPLETED
     if event.not_before is not None and now < event.not_before:
-        return Outcome.CANCELLED
-    return Outcome.ENDED
+        return EventEnding.CANCELLED
+    return EventEnding.ENDED
 
 
 def _publish(

@@ -26,7 +26,7 @@ from rebalancer.controller import node_patches
 from rebalancer.controller.history import Entry, History
 from rebalancer.controller.model import ReturnRecord, Spare, Surge, WorkloadInfo
 from rebalancer.timefmt import iso
-from rebalancer.vocabulary import Reason, Rejection, Result
+from rebalancer.vocabulary import ActionResult, Reason, Rejection
 
 WorkloadKey = tuple[str, str, str]
 PodKey = tuple[str, str]
@@ -38,14 +38,14 @@ NodeJson = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class Outcome:
-    result: Result
+    result: ActionResult
     rejection: Rejection | None = None
     detail: str = ""
     error_kind: str = ""  # the KubeError kind of an `error` outcome
 
     @property
     def applied(self) -> bool:
-        return self.result is Result.APPLIED
+        return self.result is ActionResult.APPLIED
 
     @property
     def label(self) -> str:
@@ -55,8 +55,8 @@ class Outcome:
         return self.result.value
 
 
-APPLIED = Outcome(Result.APPLIED)
-NOOP = Outcome(Result.NOOP)
+APPLIED = Outcome(ActionResult.APPLIED)
+NOOP = Outcome(ActionResult.NOOP)
 
 
 # ---- what an action was planned from ---------------------------------------------------------

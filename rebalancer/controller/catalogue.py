@@ -33,7 +33,7 @@ from rebalancer.controller.contain import Failure
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.pools import Options
 from rebalancer.timefmt import iso
-from rebalancer.vocabulary import EventReason, Reason, Rejection, Result
+from rebalancer.vocabulary import ActionResult, EventReason, Reason, Rejection
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def event_for(action: Action, outcome: Outcome) -> KubeEvent | None:
             f"({action.event_id}): retried, and deleted at the deadline if still here",
             warning=True,
         )
-    if outcome.result is not Result.APPLIED:
+    if outcome.result is not ActionResult.APPLIED:
         return None
     match action:
         case Cordon():

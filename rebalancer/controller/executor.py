@@ -52,7 +52,7 @@ from rebalancer.controller.seal import (
 from rebalancer.kube.errors import Conflict, Fenced, KubeError, TooManyRequests
 from rebalancer.kube.writes import Writer
 from rebalancer.retry import RetryPolicy, retrying
-from rebalancer.vocabulary import Rejection, Result
+from rebalancer.vocabulary import ActionResult, Rejection
 
 
 class Rejected(Exception):
@@ -107,15 +107,15 @@ class Executor:
                 what=type(action).__name__,
             )
         except Rejected as rejected:
-            return Outcome(Result.REJECTED, rejected.rejection, str(rejected))
+            return Outcome(ActionResult.REJECTED, rejected.rejection, str(rejected))
         except Fenced as error:
-            return Outcome(Result.REJECTED, Rejection.FENCED, str(error))
+            return Outcome(ActionResult.REJECTED, Rejection.FENCED, str(error))
         except TooManyRequests as error:
             if error.is_disruption_budget:
-                return Outcome(Result.REJECTED, Rejection.BLOCKED, str(error))
-            return Outcome(Result.ERROR, detail=str(error), error_kind=error.kind)
+                return Outcome(ActionResult.REJECTED, Rejection.BLOCKED, str(error))
+            return Outcome(ActionResult.ERROR, detail=str(error), error_kind=error.kind)
         except KubeError as error:
-            return Outcome(Result.ERROR, detail=str(error), error_kind=error.kind)
+            return Outcome(ActionResult.ERROR, detail=str(error), error_kind=error.kind)
 
     def _may_write(self) -> None:
         if not self._fence():
@@ -224,4 +224,4 @@ class DryRunExecutor:
 
     async def apply(self, action: Action) -> Outcome:
         del action
-        return Outcome(Result.DRY_RUN)
+        return Outcome(ActionResult.DRY_RUN)

@@ -9,12 +9,12 @@ from rebalancer.controller.returns import ReturnSettings
 from rebalancer.controller.risk import RiskSettings
 from rebalancer.controller.target import TargetSettings
 from rebalancer.retry import Backoff, RetryPolicy
-from rebalancer.vocabulary import Policy
+from rebalancer.vocabulary import NoticePolicy
 
 
 def planner_settings(settings: ControllerSettings) -> Settings:
     return Settings(
-        event_policy={k: Policy(v) for k, v in settings.event_policy.items()},
+        event_policy={k: NoticePolicy(v) for k, v in settings.event_policy.items()},
         deadline_margin_seconds=settings.deadline_margin_seconds,
         act_now_grace_seconds=settings.act_now_grace_seconds,
         cooldown_seconds=settings.cooldown_seconds,

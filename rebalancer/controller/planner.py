@@ -86,7 +86,14 @@ from rebalancer.controller.target_plan import plan_target
 from rebalancer.notices import Notice
 from rebalancer.strict import whole_number
 from rebalancer.timefmt import iso, parse_iso
-from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, MANUAL, EventType, Policy, Reason, Source
+from rebalancer.vocabulary import (
+    DEFAULT_EVENT_POLICY,
+    MANUAL,
+    EventType,
+    NoticePolicy,
+    Reason,
+    Source,
+)
 
 # Cool-down taints written per pass: a wave's cordons and surges (planned in the next pass) must
 # never queue behind them for the request budget.
@@ -96,8 +103,10 @@ MAX_COOLDOWN_FACTOR = 4
 
 @dataclass(frozen=True)
 class Settings:
-    event_policy: Mapping[str, Policy] = field(default_factory=lambda: dict(DEFAULT_EVENT_POLICY))
-    unknown_event_policy: Policy = Policy.NONE
+    event_policy: Mapping[str, NoticePolicy] = field(
+        default_factory=lambda: dict(DEFAULT_EVENT_POLICY)
+    )
+    unknown_event_policy: NoticePolicy = NoticePolicy.NONE
     deadline_margin_seconds: float = 5.0  # delete what remains this long before the deadline
     act_now_grace_seconds: int = 5  # grace of deletions when the deadline is unknown or past
     cooldown_seconds: float = 600.0
@@ -117,7 +126,7 @@ class Settings:
     hold_before_notice: bool = False
     target: TargetSettings = field(default_factory=TargetSettings)
 
-    def policy_for(self, event_type: str) -> Policy:
+    def policy_for(self, event_type: str) -> NoticePolicy:
         return self.event_policy.get(event_type, self.unknown_event_policy)
 
 
@@ -228,7 +237,7 @@ def _acting(node: NodeInfo, settings: Settings) -> list[Notice]:
     return [
         n
         for n in node.notices
-        if settings.policy_for(n.event_type) != Policy.NONE and _trusted(n, node, settings)
+        if settings.policy_for(n.event_type) != NoticePolicy.NONE and _trusted(n, node, settings)
     ]
 
 
@@ -369,7 +378,7 @@ def _surges(
     """Surge Deployments with doomed replicas (a new surge, or a wave added to one)."""
     doomed_by_workload: dict[WorkloadKey, list[tuple[PodInfo, Notice]]] = defaultdict(list)
     for node_name, notice in active.items():
-        if settings.policy_for(notice.event_type) != Policy.FAILOVER:
+        if settings.policy_for(notice.event_type) != NoticePolicy.FAILOVER:
             continue
         found = contain.run(
             "surge", on_node(node_name), [], _doomed_managed, snapshot, settings, node_name

@@ -83,9 +83,9 @@ from rebalancer.vocabulary import (
     MANUAL,
     MOVE_OUTCOMES,
     RETURN_OUTCOMES,
+    ActionResult,
     Reason,
     Rejection,
-    Result,
     Source,
     event_type_label,
 )
@@ -175,9 +175,9 @@ class Recorder:
         for stage, reasons in FAILOVER_REASONS.items():
             initialise(metrics.failovers, [stage], [str(reason) for reason in reasons])
         outcomes = (
-            [Result.DRY_RUN.value]
+            [ActionResult.DRY_RUN.value]
             if dry_run
-            else [o for o in ACTION_OUTCOMES if o != Result.DRY_RUN]
+            else [o for o in ACTION_OUTCOMES if o != ActionResult.DRY_RUN]
         )
         initialise(metrics.actions, [t.__name__ for t in ACTION_TYPES], outcomes)
         initialise(metrics.returns, ["started", *map(str, RETURN_OUTCOMES)])
@@ -511,7 +511,7 @@ class Recorder:
             )
         elif outcome.rejection is not None:
             self.log_once(f"action rejected ({outcome.rejection})", action, reason=outcome.detail)
-        if outcome.result is Result.DRY_RUN:
+        if outcome.result is ActionResult.DRY_RUN:
             self.log_once("would act (dry run)", action)
             return
         if isinstance(action, ReportBlocked):

@@ -87,7 +87,7 @@ class RiskSettings:
 
 
 @dataclass(frozen=True)
-class Reason:
+class RiskInput:
     """One input: where from, what it said, how old it is, and what it did to the estimate."""
 
     source: str
@@ -112,7 +112,7 @@ class Risk:
     prior_rate: float  # the base rate times the placement factor
     observed_rate: float | None  # D / E; None while the history has watched nothing
     placement_score: str  # as Azure spelled it; "" when none was used
-    reasons: tuple[Reason, ...]
+    reasons: tuple[RiskInput, ...]
 
     @property
     def key(self) -> GroupKey:
@@ -227,7 +227,7 @@ def _assess_group(
     was: str | None = None,
 ) -> Risk:
     pool, zone, sku = key
-    reasons: list[Reason] = []
+    reasons: list[RiskInput] = []
     prior, prior_reason, bucket_reason = _prior(sku, region, now, settings, eviction_rates)
     reasons.append(bucket_reason)
     if prior_reason is not None:
@@ -262,7 +262,7 @@ def _prior(
     now: datetime,
     settings: RiskSettings,
     rates: EvictionRates | None,
-) -> tuple[float, Reason | None, Reason]:
+) -> tuple[float, RiskInput | None, RiskInput]:
     """(prior rate, the settings' reason when the prior comes from there, Resource Graph's)."""
     sku_key = sku.lower()
     if sku_key in settings.prior_rates:
@@ -272,21 +272,21 @@ def _prior(
         fallback = settings.default_prior_rate
         said = f"{fallback:.3f} per node-hour (default, settings)"
     if rates is None:
-        graph = Reason(RESOURCE_GRAPH, "no data (disabled or not fetched yet)", used=False)
-        return fallback, Reason(PRIOR, said, used=True), graph
+        graph = RiskInput(RESOURCE_GRAPH, "no data (disabled or not fetched yet)", used=False)
+        return fallback, RiskInput(PRIOR, said, used=True), graph
     age = (now - rates.fetched_at).total_seconds()
     bucket = rates.buckets.get((sku_key, region))
     if bucket is None:
-        graph = Reason(RESOURCE_GRAPH, f"no bucket for {sku} in {region or '?'}", False, age)
-        return fallback, Reason(PRIOR, said, used=True), graph
+        graph = RiskInput(RESOURCE_GRAPH, f"no bucket for {sku} in {region or '?'}", False, age)
+        return fallback, RiskInput(PRIOR, said, used=True), graph
     canonical = parse_bucket(bucket)
     said_bucket = f"bucket {canonical or bucket} % per hour for {sku} in {region}"
     if canonical is None or age > settings.resource_graph_max_age_seconds:
         said_bucket += ", stale" if canonical else ", not a bucket"
-        graph = Reason(RESOURCE_GRAPH, said_bucket, used=False, age_seconds=age)
-        return fallback, Reason(PRIOR, said, used=True), graph
+        graph = RiskInput(RESOURCE_GRAPH, said_bucket, used=False, age_seconds=age)
+        return fallback, RiskInput(PRIOR, said, used=True), graph
     rate = BUCKET_RATES[canonical]
-    return rate, None, Reason(RESOURCE_GRAPH, f"{said_bucket} -> {rate:.3f}", True, age)
+    return rate, None, RiskInput(RESOURCE_GRAPH, f"{said_bucket} -> {rate:.3f}", True, age)
 
 
 def _placement(
@@ -296,10 +296,10 @@ def _placement(
     now: datetime,
     settings: RiskSettings,
     scores: PlacementScores | None,
-) -> tuple[float, str, Reason]:
+) -> tuple[float, str, RiskInput]:
     """(factor on the prior, the score used or "", the reason)."""
     if scores is None:
-        return 1.0, "", Reason(PLACEMENT_SCORE, "no data (disabled or not fetched yet)", False)
+        return 1.0, "", RiskInput(PLACEMENT_SCORE, "no data (disabled or not fetched yet)", False)
     age = (now - scores.fetched_at).total_seconds()
     number = zone_number(zone)
     where = f"{sku} in {region or '?'}" + (f" zone {number}" if number else "")
@@ -307,13 +307,17 @@ def _placement(
     if score is None and number:
         score = scores.scores.get((sku.lower(), region, ""))  # a regional score, if that is all
     if score is None:
-        return 1.0, "", Reason(PLACEMENT_SCORE, f"no score for {where}", False, age)
+        return 1.0, "", RiskInput(PLACEMENT_SCORE, f"no score for {where}", False, age)
     if age > settings.placement_score_max_age_seconds:
-        return 1.0, "", Reason(PLACEMENT_SCORE, f"{score} for {where}, stale", False, age)
+        return 1.0, "", RiskInput(PLACEMENT_SCORE, f"{score} for {where}, stale", False, age)
     factor = PLACEMENT_FACTORS.get(score)
     if factor is None:
-        return 1.0, "", Reason(PLACEMENT_SCORE, f"{score} for {where}: no score", False, age)
-    return factor, score, Reason(PLACEMENT_SCORE, f"{score} for {where} -> x{factor:g}", True, age)
+        return 1.0, "", RiskInput(PLACEMENT_SCORE, f"{score} for {where}: no score", False, age)
+    return (
+        factor,
+        score,
+        RiskInput(PLACEMENT_SCORE, f"{score} for {where} -> x{factor:g}", True, age),
+    )
 
 
 def _history(
@@ -322,10 +326,10 @@ def _history(
     history: History,
     now: datetime,
     settings: RiskSettings,
-) -> tuple[float, float, Reason]:
+) -> tuple[float, float, RiskInput]:
     """(decayed Preempt count D, weighted node-hours watched E, the reason)."""
     if history.since is None:
-        return 0.0, 0.0, Reason(HISTORY, "no record yet", used=False)
+        return 0.0, 0.0, RiskInput(HISTORY, "no record yet", used=False)
     half_life_hours = settings.half_life_seconds / 3600.0
     tau = half_life_hours / math.log(2)
     preempts = [
@@ -358,7 +362,7 @@ def _history(
         f"({nodes} nodes, record {_age(watched)} old)"
     )
     # No age: the record is read live from the cluster; its span is in the detail.
-    return decayed, exposure, Reason(HISTORY, detail, used=exposure > 0)
+    return decayed, exposure, RiskInput(HISTORY, detail, used=exposure > 0)
 
 
 def _most_lost_within(preempts: list[Entry], span: timedelta) -> int:

@@ -85,7 +85,7 @@ from rebalancer.notices import Notice
 from rebalancer.simulate import InputError
 from rebalancer.simulate.merge_patch import merge_patch
 from rebalancer.vocabulary import EventType, Reason, Source
-from rebalancer.vocabulary import Policy as EventPolicy
+from rebalancer.vocabulary import NoticePolicy as EventPolicy
 
 if TYPE_CHECKING:
     from rebalancer.simulate.workload import Prices, Scenario

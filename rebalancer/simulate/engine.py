@@ -19,7 +19,7 @@ from rebalancer.simulate.world import Counters, Sample
 
 
 @dataclass(frozen=True)
-class Result:
+class RunResult:
     policy: str
     label: str
     horizon: float
@@ -141,7 +141,7 @@ def run_policy(
     scenario: Scenario,
     prices: Prices,
     horizon: float,
-) -> Result:
+) -> RunResult:
     started = time.perf_counter()
     world, controller = build(
         policy, traces=traces, scenario=scenario, prices=prices, horizon=horizon
@@ -160,7 +160,7 @@ def run_policy(
         )
     else:
         world.run(controller)
-    return Result(
+    return RunResult(
         policy=policy,
         label=POLICIES[policy],
         horizon=horizon,
@@ -179,7 +179,7 @@ def simulate(
     scenario: Scenario,
     prices: Prices,
     horizon: float | None = None,
-) -> list[Result]:
+) -> list[RunResult]:
     check_fit(scenario)
     check_scenario(scenario)
     if not traces:

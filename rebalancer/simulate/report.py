@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from rebalancer.simulate.engine import Result
+from rebalancer.simulate.engine import RunResult
 from rebalancer.simulate.policies import REFERENCE
 from rebalancer.simulate.trace import Trace
 from rebalancer.simulate.workload import Prices, Scenario, camel
@@ -27,7 +27,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _rows(results: Sequence[Result]) -> list[list[str]]:
+def _rows(results: Sequence[RunResult]) -> list[list[str]]:
     rows = []
     for result in results:
         outages = result.outages
@@ -67,7 +67,7 @@ HEADERS = [
 ]
 
 
-def table(results: Sequence[Result], *, markdown: bool = False) -> str:
+def table(results: Sequence[RunResult], *, markdown: bool = False) -> str:
     rows = _rows(results)
     if markdown:
         lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
@@ -124,7 +124,7 @@ def describe(
 
 
 def to_json(
-    results: Sequence[Result],
+    results: Sequence[RunResult],
     *,
     traces: Sequence[Trace],
     scenario: Scenario,
@@ -250,7 +250,7 @@ def _axis(horizon: float, y: int) -> str:
     return "\n".join(ticks)
 
 
-def _timeline_svg(results: Sequence[Result], traces: Sequence[Trace], horizon: float) -> str:
+def _timeline_svg(results: Sequence[RunResult], traces: Sequence[Trace], horizon: float) -> str:
     parts = []
     y = 10
     for trace in traces:
@@ -292,7 +292,7 @@ def _timeline_svg(results: Sequence[Result], traces: Sequence[Trace], horizon: f
     )
 
 
-def _cost_svg(results: Sequence[Result], horizon: float) -> str:
+def _cost_svg(results: Sequence[RunResult], horizon: float) -> str:
     height = 260
     top = max((r.cost for r in results), default=1.0) or 1.0
     parts = [
@@ -339,7 +339,7 @@ BUCKETS = (
 )
 
 
-def _outage_svg(results: Sequence[Result]) -> str:
+def _outage_svg(results: Sequence[RunResult]) -> str:
     counts = []
     for result in results:
         row = [0] * len(BUCKETS)
@@ -389,7 +389,7 @@ def _nines(availability: float) -> float:
     return min(NINES_TOP, -math.log10(max(1e-12, 1 - availability)))
 
 
-def _frontier_svg(results: Sequence[Result]) -> str:
+def _frontier_svg(results: Sequence[RunResult]) -> str:
     """Every policy as one point: cost share of on-demand across, availability (all Ready)
     up; references as rings, the product's policies as discs."""
     height, width = 300, 640
@@ -440,7 +440,7 @@ def _frontier_svg(results: Sequence[Result]) -> str:
     )
 
 
-def drain_note(result: Result) -> str:
+def drain_note(result: RunResult) -> str:
     """Why `spot-drain` costs what it does: nothing brings a replica back to spot."""
     on_demand = spot = 0.0
     last_spot = 0.0
@@ -461,7 +461,7 @@ def drain_note(result: Result) -> str:
 
 
 def to_html(
-    results: Sequence[Result],
+    results: Sequence[RunResult],
     *,
     traces: Sequence[Trace],
     scenario: Scenario,

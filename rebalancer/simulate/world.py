@@ -25,7 +25,7 @@ Kept deliberately small; what it leaves out is listed in docs/simulate.md. The m
 - a pod is Ready `load_seconds` after it lands on a Ready node; deleted, it stops serving at once
   and frees its GPU after min(shutdown time, grace period); deleted again with a shorter grace,
   that one ends it (the API server shortens a graceful deletion, never lengthens it).
-Policies act on it through `Policy.react` (see policies.py).
+Policies act on it through `SimPolicy.react` (see policies.py).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class PoolModel:
 
 
 @dataclass
-class Notice:
+class SimNotice:
     """A Preempt notice on a node (the simulator's own; the adapter turns it into the
     planner's)."""
 
@@ -116,7 +116,7 @@ class Node:
     taints: list[Taint] = field(default_factory=list)  # besides the pool's
     unschedulable: bool = False
     annotations: dict[str, str] = field(default_factory=dict)
-    notice: Notice | None = None
+    notice: SimNotice | None = None
     gone: bool = False
     empty_since: float | None = None
     # A spot request that found no capacity: never Ready, given up (and not billed: Azure bills
@@ -181,7 +181,7 @@ class Sample:
     spot_nodes: int
 
 
-class Policy(Protocol):
+class SimPolicy(Protocol):
     name: str
 
     def react(self, world: World) -> bool:
@@ -245,7 +245,7 @@ class World:
     def touch(self) -> None:
         self.version += 1
 
-    def run(self, policy: Policy) -> None:
+    def run(self, policy: SimPolicy) -> None:
         """Replay until the horizon."""
         self.settle(policy)
         while self._queue and self._queue[0][0] <= self.horizon:
@@ -294,7 +294,7 @@ class World:
         node = self.nodes[holder]
         self.touch()
         deadline = event.at + event.notice_seconds
-        node.notice = Notice(
+        node.notice = SimNotice(
             f"SIM-{pool.name}-{event.slot}-{int(event.at)}".upper(), self.now, deadline
         )
         pool.preempts.append(self.now)
@@ -302,7 +302,7 @@ class World:
             self.counters.notices += 1
         self._push(deadline, "node_gone", node.name)
 
-    def settle(self, policy: Policy) -> None:
+    def settle(self, policy: SimPolicy) -> None:
         """Run the controllers at this instant until none changes anything."""
         for _ in range(100):
             before = self.version

@@ -46,7 +46,7 @@ from typing import Any
 import pytest
 
 from rebalancer.azure.prices import BUNDLED
-from rebalancer.simulate.engine import Result, run_policy
+from rebalancer.simulate.engine import RunResult, run_policy
 from rebalancer.simulate.files import load_traces
 from rebalancer.simulate.trace import Trace
 from rebalancer.simulate.workload import Scenario, prices_for, scenario_from
@@ -85,7 +85,7 @@ COST_TOLERANCE = (3 * 4 * LATENCY * PRICES.on_demand + 6 * LATENCY * PRICES.spot
 SAMPLE_SECONDS = 0.05
 
 
-def simulated(**changes: object) -> tuple[Result, Trace]:
+def simulated(**changes: object) -> tuple[RunResult, Trace]:
     """The simulator's `failover` on the trace with this test's workload and cluster."""
     (trace,) = load_traces([TRACE])
     values: dict[str, object] = {
@@ -209,9 +209,9 @@ class TraceDriver:
                 self.rig.start_agent(node_name)
 
 
-async def emulated(tmp_path: Path, trace: Trace) -> Result:
+async def emulated(tmp_path: Path, trace: Trace) -> RunResult:
     """Replay the trace on the emulator; Ready replicas and billing sampled every 50 ms, into
-    the simulator's own Result so that both are measured by the same code."""
+    the simulator's own RunResult so that both are measured by the same code."""
     tmp_path.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240  (before anything runs)
 
     def prepare(cluster: ClusterEmulator) -> None:
@@ -238,7 +238,7 @@ async def emulated(tmp_path: Path, trace: Trace) -> Result:
             check_processes(rig)
             await asyncio.sleep(SAMPLE_SECONDS)  # the sampling period, not a synchronisation
         samples.append(sample(rig, at=trace.seconds))
-    return Result(
+    return RunResult(
         policy="failover",
         label="emulator",
         horizon=trace.seconds,
@@ -267,7 +267,7 @@ def check_processes(rig: Rig) -> None:
             raise AssertionError(f"{name} exited ({process.returncode}):\n{rig.log(name)[-3000:]}")
 
 
-def figures(result: Result) -> dict[str, float]:
+def figures(result: RunResult) -> dict[str, float]:
     return {
         "availability": result.availability,
         "deficit_replica_seconds": result.deficit_replica_hours * 3600,
@@ -275,7 +275,7 @@ def figures(result: Result) -> dict[str, float]:
     }
 
 
-def differences(simulator: Result, emulator: Result) -> list[str]:
+def differences(simulator: RunResult, emulator: RunResult) -> list[str]:
     """What is outside the tolerance (empty: faithful)."""
     sim, emu = figures(simulator), figures(emulator)
     out = []
@@ -288,7 +288,7 @@ def differences(simulator: Result, emulator: Result) -> list[str]:
     return out
 
 
-def report(simulator: Result, emulator: Result) -> str:
+def report(simulator: RunResult, emulator: RunResult) -> str:
     """The figures of both, and each one's changes of Ready replicas and nodes over time."""
     lines = []
     for name, result in (("simulator", simulator), ("emulator", emulator)):
@@ -342,7 +342,7 @@ def test_the_simulator_figures_follow_from_the_scenario() -> None:
     assert result.cost == pytest.approx(expected)
 
 
-def over_provisioned(simulator: Result, emulator: Result) -> bool:
+def over_provisioned(simulator: RunResult, emulator: RunResult) -> bool:
     """More on-demand nodes at once in the emulator than the simulator ever needed: a known gap
     of the emulator's autoscaler (it counts VMs still provisioning, but not running nodes that
     pending pods have not reached yet, and can ask for extra nodes on a busy machine). Such a run

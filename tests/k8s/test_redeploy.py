@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from rebalancer import names
-from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, EventType, Policy
+from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, EventType, NoticePolicy
 from tests.e2e.rig import sampling
 from tests.k8s.rig import KubeRig, schedulable
 
@@ -53,7 +53,7 @@ NOTHING_OF_OURS = {"unschedulable": False, "taints": [], "labels": [], "annotati
 
 
 async def test_a_redeployed_node_is_drained_and_uncordoned_once_it_is_back(rig: KubeRig) -> None:
-    assert DEFAULT_EVENT_POLICY[EventType.REDEPLOY] == Policy.DRAIN  # what is expected below
+    assert DEFAULT_EVENT_POLICY[EventType.REDEPLOY] == NoticePolicy.DRAIN  # what is expected below
     await rig.deploy(startup_seconds=LOAD_SECONDS)
     rig.start_agents()
     rig.start_controller()

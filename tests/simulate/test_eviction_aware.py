@@ -27,7 +27,7 @@ import pytest
 
 from rebalancer import names
 from rebalancer.controller.risk import RiskSettings
-from rebalancer.simulate.engine import Result, run_policy
+from rebalancer.simulate.engine import RunResult, run_policy
 from rebalancer.simulate.policies import build
 from rebalancer.simulate.trace import Trace
 from rebalancer.simulate.workload import CHOICES
@@ -77,7 +77,7 @@ def run_world(traces: list[Trace], **changes: Any) -> tuple[World, list[tuple[fl
     return world, timeline
 
 
-def measure(traces: list[Trace], **changes: Any) -> Result:
+def measure(traces: list[Trace], **changes: Any) -> RunResult:
     changes = {"spotPoolMinNodes": 1, **changes}
     return run_policy(
         "eviction-aware",

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from rebalancer.simulate.engine import Result, run_policy
+from rebalancer.simulate.engine import RunResult, run_policy
 from rebalancer.simulate.trace import Trace, parse_trace
 from rebalancer.simulate.workload import Prices, Scenario, scenario_from
 
@@ -58,7 +58,7 @@ AWAY_AND_BACK = [1] * 6 + [0] * 6 + [1] * 6
 HORIZON = 3 * HOUR
 
 
-def run(policy: str, traces: list[Trace], **changes: object) -> Result:
+def run(policy: str, traces: list[Trace], **changes: object) -> RunResult:
     return run_policy(
         policy, traces=traces, scenario=scenario(**changes), prices=PRICES, horizon=HORIZON
     )

@@ -23,12 +23,12 @@ from rebalancer.controller.planner import Plan
 from rebalancer.controller.recorder import Recorder
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.metrics import ControllerMetrics
-from rebalancer.vocabulary import Rejection, Result
+from rebalancer.vocabulary import ActionResult, Rejection
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BIG = 50_000
 PLAN = Plan(steps=(), active={})
-BLOCKED = Outcome(Result.REJECTED, Rejection.BLOCKED, "pdb")
+BLOCKED = Outcome(ActionResult.REJECTED, Rejection.BLOCKED, "pdb")
 
 
 class Events:

@@ -23,7 +23,7 @@ from rebalancer.controller.seal import Sealer, workload_identity
 from rebalancer.kube.errors import Conflict, ServerError, TooManyRequests
 from rebalancer.names import HISTORY_KEY, SURGE_ANNOTATION
 from rebalancer.retry import Backoff, RetryPolicy
-from rebalancer.vocabulary import Reason, Rejection, Result
+from rebalancer.vocabulary import ActionResult, Reason, Rejection
 
 KEY = ("Deployment", "inference", "llm")
 SURGE = Surge(3, 1, ("EVENT-1",), ("inference/llm-a",), "2026-01-01T00:00:30Z")
@@ -119,7 +119,7 @@ async def test_writes_the_planned_patch_with_the_version_just_read() -> None:
     writer = FakeWriter()
     run, _ = executor(writer)
     outcome = await run.apply(scale_back())
-    assert outcome.result is Result.APPLIED
+    assert outcome.result is ActionResult.APPLIED
     ((_, patch),) = writer.writes
     assert patch["spec"] == {"replicas": 3}
     assert patch["metadata"]["resourceVersion"] == "9"  # read now, not the cache's
@@ -130,7 +130,7 @@ async def test_replicas_changed_since_the_plan_reject_it_as_stale() -> None:
     writer = FakeWriter(replicas=6)  # an HPA scaled it after the plan was made
     run, _ = executor(writer)
     outcome = await run.apply(scale_back())
-    assert (outcome.result, outcome.rejection) == (Result.REJECTED, Rejection.STALE)
+    assert (outcome.result, outcome.rejection) == (ActionResult.REJECTED, Rejection.STALE)
     assert writer.writes == []
 
 
@@ -153,7 +153,7 @@ async def test_a_surge_whose_count_an_hpa_reached_first_still_writes_its_record(
     surge = ScaleUp(
         KEY, replicas=4, record=SURGE, added=1, basis=WorkloadBasis.of(workload(3, None))
     )
-    assert (await run.apply(surge)).result is Result.APPLIED
+    assert (await run.apply(surge)).result is ActionResult.APPLIED
     ((_, patch),) = writer.writes
     assert patch["spec"] == {"replicas": 4}
     written = patch["metadata"]["annotations"][SURGE_ANNOTATION]
@@ -176,7 +176,7 @@ async def test_a_conflict_reads_checks_and_writes_again_at_once() -> None:
     writer = FakeWriter()
     writer.failures = [Conflict("modified", status=409), Conflict("modified", status=409)]
     run, sleeps = executor(writer)
-    assert (await run.apply(scale_back())).result is Result.APPLIED
+    assert (await run.apply(scale_back())).result is ActionResult.APPLIED
     assert [p["metadata"]["resourceVersion"] for _, p in writer.writes] == ["9", "10", "11"]
     assert sleeps.waits == [0.0, 0.0]
 
@@ -186,7 +186,7 @@ async def test_a_write_that_keeps_failing_is_an_error_left_to_the_next_pass() ->
     writer.failures = [ServerError("boom", status=500)] * 5
     run, sleeps = executor(writer, attempts=3)
     outcome = await run.apply(scale_back())
-    assert (outcome.result, outcome.error_kind) == (Result.ERROR, "server_error")
+    assert (outcome.result, outcome.error_kind) == (ActionResult.ERROR, "server_error")
     assert len(writer.writes) == 3 and len(sleeps.waits) == 2
 
 
@@ -197,7 +197,7 @@ async def test_retry_after_is_honoured_but_never_beyond_the_cap() -> None:
         TooManyRequests("slow down", status=429, retry_after=60),
     ]
     run, sleeps = executor(writer)
-    assert (await run.apply(scale_back())).result is Result.APPLIED
+    assert (await run.apply(scale_back())).result is ActionResult.APPLIED
     assert sleeps.waits == [1.5, 2.0]
 
 
@@ -206,7 +206,7 @@ async def test_a_disruption_budget_refusal_is_not_retried() -> None:
     writer.failures = [TooManyRequests("pdb", status=429, body=PDB_BODY)]
     run, sleeps = executor(writer)
     outcome = await run.apply(Evict(("inference", "llm-a"), "u", "node-1", "E1"))
-    assert (outcome.result, outcome.rejection) == (Result.REJECTED, Rejection.BLOCKED)
+    assert (outcome.result, outcome.rejection) == (ActionResult.REJECTED, Rejection.BLOCKED)
     assert len(writer.writes) == 1 and sleeps.waits == []
 
 
@@ -225,7 +225,7 @@ async def test_the_history_is_created_or_replaced_from_the_version_read(
     writer = FakeWriter()
     run, _ = executor(writer)
     history = History(resource_version=version)
-    assert (await run.apply(RecordHistory(history))).result is Result.APPLIED
+    assert (await run.apply(RecordHistory(history))).result is ActionResult.APPLIED
     ((done, body),) = writer.writes
     assert done == verb
     assert body["metadata"].get("resourceVersion", "") == version

@@ -13,7 +13,7 @@ from rebalancer.controller.actions import APPLIED, Outcome, Restore
 from rebalancer.controller.reconciler import Controller
 from rebalancer.logging import get_logger, setup_logging
 from rebalancer.metrics import ControllerMetrics
-from rebalancer.vocabulary import Reason, Rejection, Result
+from rebalancer.vocabulary import ActionResult, Reason, Rejection
 
 
 @pytest.fixture(autouse=True)
@@ -57,8 +57,8 @@ def test_a_decision_prints_as_one_line_of_values(
         identity="test",
     )
     action = Restore("aks-spot-1", "event-1", Reason.CANCELLED, basis={"metadata": {}})
-    controller.recorder.applied(action, Outcome(Result.REJECTED, Rejection.STALE, "changed"))
-    controller.recorder.applied(action, Outcome(Result.DRY_RUN))
+    controller.recorder.applied(action, Outcome(ActionResult.REJECTED, Rejection.STALE, "changed"))
+    controller.recorder.applied(action, Outcome(ActionResult.DRY_RUN))
     controller.recorder.applied(action, APPLIED)
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3

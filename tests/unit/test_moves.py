@@ -16,7 +16,7 @@ from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.returns import LOWEST
 from rebalancer.controller.risk import Risk
 from rebalancer.controller.snapshot import Snapshot
-from rebalancer.vocabulary import EventReason, Reason, Result
+from rebalancer.vocabulary import ActionResult, EventReason, Reason
 from tests.unit.test_planner import deployment, node_json, of_type, pod
 from tests.unit.test_planner import snapshot as base_snapshot
 from tests.unit.test_returns import quiet_history
@@ -64,7 +64,7 @@ def test_a_replica_in_a_group_above_max_risk_is_moved_make_before_break() -> Non
     assert start.record is not None
     assert (start.record.retire, start.record.purpose, start.record.pool) == ("ml/p0", "risk", "")
     assert start.record.why == "spotgpu/eastus-1 risk high is above max-risk medium"
-    event = event_for(start, Outcome(Result.APPLIED))
+    event = event_for(start, Outcome(ActionResult.APPLIED))
     assert event is not None and event.reason is EventReason.MOVE_STARTED
     assert start.record.why in event.message
 
@@ -115,7 +115,7 @@ def test_a_move_finishes_once_the_new_replica_is_ready_where_the_policy_accepts(
         plan(state(marked, MEDIUM, 3, record=moving()), Settings()).actions, FinishReturn
     )
     assert (finish.reason, finish.replicas, finish.purpose) == (Reason.MOVED, 2, "risk")
-    event = event_for(finish, Outcome(Result.APPLIED))
+    event = event_for(finish, Outcome(ActionResult.APPLIED))
     assert event is not None and event.reason is EventReason.MOVE_FINISHED and not event.warning
 
 

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from rebalancer.agent.vm_name import vm_name_from_provider_id
 from rebalancer.node_signal import (
     ANNOTATION_MAX_BYTES,
+    ConditionReason,
     EndedEvent,
+    EventEnding,
     NodeEvents,
-    Outcome,
     PublishedEvent,
-    Reason,
     condition_for,
     drained_event_ids,
     fit_annotation,
@@ -42,7 +42,7 @@ def test_condition_names_the_most_urgent_event() -> None:
     state = NodeEvents(vm_name="vm_1", events=(pending("LATE", 600), pending("SOON", 30)))
     condition = condition_for(state)
     assert condition.status == "True"
-    assert condition.reason == Reason.SCHEDULED
+    assert condition.reason == ConditionReason.SCHEDULED
     fields = parse_message(condition.message)
     assert fields == {
         "EventType": "Preempt",
@@ -55,7 +55,7 @@ def test_condition_names_the_most_urgent_event() -> None:
 
 def test_started_or_unreadable_deadline_says_now() -> None:
     started = condition_for(NodeEvents("vm_1", events=(pending("A", None, "Started"),)))
-    assert started.reason == Reason.STARTED
+    assert started.reason == ConditionReason.STARTED
     assert parse_message(started.message)["NotBefore"] == "now"
     unreadable = condition_for(NodeEvents("vm_1", events=(pending("B", None), pending("C", 5))))
     assert parse_message(unreadable.message)["EventId"] == "B"
@@ -65,12 +65,12 @@ def test_started_or_unreadable_deadline_says_now() -> None:
 @pytest.mark.parametrize(
     ("outcome", "reason"),
     [
-        (Outcome.CANCELLED, Reason.CANCELLED),
-        (Outcome.COMPLETED, Reason.COMPLETED),
-        (Outcome.ENDED, Reason.ENDED),
+        (EventEnding.CANCELLED, ConditionReason.CANCELLED),
+        (EventEnding.COMPLETED, ConditionReason.COMPLETED),
+        (EventEnding.ENDED, ConditionReason.ENDED),
     ],
 )
-def test_condition_after_an_event_ended(outcome: Outcome, reason: Reason) -> None:
+def test_condition_after_an_event_ended(outcome: EventEnding, reason: ConditionReason) -> None:
     state = NodeEvents("vm_1", ended=(EndedEvent("E1", "Preempt", outcome, T0),))
     condition = condition_for(state)
     assert (condition.status, condition.reason) == ("False", reason)
@@ -83,14 +83,14 @@ def test_condition_after_an_event_ended(outcome: Outcome, reason: Reason) -> Non
 
 def test_no_events_at_all() -> None:
     condition = condition_for(NodeEvents("vm_1"))
-    assert (condition.status, condition.reason) == ("False", Reason.NO_EVENTS)
+    assert (condition.status, condition.reason) == ("False", ConditionReason.NO_EVENTS)
 
 
 def test_annotation_round_trip() -> None:
     state = NodeEvents(
         vm_name="vm_1",
         events=(pending("A", 30),),
-        ended=(EndedEvent("B", "Reboot", Outcome.CANCELLED, T0),),
+        ended=(EndedEvent("B", "Reboot", EventEnding.CANCELLED, T0),),
     )
     assert NodeEvents.from_json(state.to_json()) == state
 
@@ -227,7 +227,9 @@ def urgent_first(count: int, *, description: str = "") -> tuple[PublishedEvent, 
 
 def test_annotation_that_fits_is_unchanged() -> None:
     state = NodeEvents(
-        "vm_1", events=urgent_first(3), ended=(EndedEvent("B", "Reboot", Outcome.CANCELLED, T0),)
+        "vm_1",
+        events=urgent_first(3),
+        ended=(EndedEvent("B", "Reboot", EventEnding.CANCELLED, T0),),
     )
     assert fit_annotation(state) == state
     assert "omitted" not in json.loads(state.to_json())
@@ -236,7 +238,7 @@ def test_annotation_that_fits_is_unchanged() -> None:
 def test_annotation_keeps_the_most_urgent_events_under_the_limit() -> None:
     events = urgent_first(200, description="d" * 2000)
     state = NodeEvents(
-        "vm_1", events=events, ended=(EndedEvent("B", "Reboot", Outcome.CANCELLED, T0),)
+        "vm_1", events=events, ended=(EndedEvent("B", "Reboot", EventEnding.CANCELLED, T0),)
     )
     assert len(state.to_json()) > 256 * 1024  # what the agent wrote before: refused by the API
 

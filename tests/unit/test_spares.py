@@ -11,7 +11,7 @@ from rebalancer.controller.actions import Evict, Outcome, ScaleUp, SetSpare, Sta
 from rebalancer.controller.catalogue import event_for
 from rebalancer.controller.model import ScalerInfo, Spare
 from rebalancer.controller.planner import Settings, plan
-from rebalancer.vocabulary import EventReason, Reason, Result
+from rebalancer.vocabulary import ActionResult, EventReason, Reason
 from tests.unit.test_planner import deployment, node_json, of_type, pod, snapshot
 from tests.unit.test_returns import quiet_history
 
@@ -50,7 +50,7 @@ def test_spares_are_added_on_top_of_the_owners_count_and_recorded() -> None:
         "metadata": {"annotations": {names.SPARE_RECORD: Spare(3, 1).to_json()}},
         "spec": {"replicas": 4},
     }
-    event = event_for(added, Outcome(Result.APPLIED))
+    event = event_for(added, Outcome(ActionResult.APPLIED))
     assert event is not None and event.reason is EventReason.SPARES
     assert "1 spare replicas on top of the owner's 3" in event.message
 
@@ -75,7 +75,7 @@ def test_an_owner_that_sets_the_count_back_twice_is_not_fought() -> None:
     assert given_up.replicas is None
     assert given_up.record == Spare(3, 0, reverted=2, gave_up=True)
     assert given_up.reason is Reason.SPARE_NOT_HELD
-    event = event_for(given_up, Outcome(Result.APPLIED))
+    event = event_for(given_up, Outcome(ActionResult.APPLIED))
     assert event is not None and event.warning and event.reason is EventReason.SPARES_NOT_HELD
     assert spares(3, ONE, Spare(3, 0, 2, gave_up=True)) == []  # stays given up
 

@@ -8,7 +8,7 @@ import pytest
 
 from rebalancer.agent.tracker import EventTracker, outcome_of
 from rebalancer.azure.scheduled_events import Document, ScheduledEvent
-from rebalancer.node_signal import NodeEvents, Outcome, PublishedEvent
+from rebalancer.node_signal import EventEnding, NodeEvents, PublishedEvent
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 VM = "aks-gpu-12345678-vmss_3"
@@ -81,14 +81,14 @@ def published(**overrides: object) -> PublishedEvent:
 @pytest.mark.parametrize(
     ("gone", "seconds_later", "expected"),
     [
-        (published(), 10, Outcome.CANCELLED),  # before NotBefore, never started
-        (published(), 31, Outcome.ENDED),  # after NotBefore: cannot tell it ran
-        (published(status="Started", not_before=None), 5, Outcome.COMPLETED),
-        (published(acknowledged_at=T0), 5, Outcome.COMPLETED),
-        (published(not_before=None), 5, Outcome.ENDED),  # unreadable deadline
+        (published(), 10, EventEnding.CANCELLED),  # before NotBefore, never started
+        (published(), 31, EventEnding.ENDED),  # after NotBefore: cannot tell it ran
+        (published(status="Started", not_before=None), 5, EventEnding.COMPLETED),
+        (published(acknowledged_at=T0), 5, EventEnding.COMPLETED),
+        (published(not_before=None), 5, EventEnding.ENDED),  # unreadable deadline
     ],
 )
-def test_outcome_table(gone: PublishedEvent, seconds_later: int, expected: Outcome) -> None:
+def test_outcome_table(gone: PublishedEvent, seconds_later: int, expected: EventEnding) -> None:
     assert outcome_of(gone, T0 + timedelta(seconds=seconds_later)) == expected
 
 
@@ -96,7 +96,7 @@ def test_vanished_event_is_ended_once_and_remembered() -> None:
     tracker = EventTracker(vm_name=VM)
     tracker.observe(doc(1, event()), T0)
     observation = tracker.observe(doc(2), T0 + timedelta(seconds=5))
-    assert [(e.event_id, e.outcome) for e in observation.ended] == [("E1", Outcome.CANCELLED)]
+    assert [(e.event_id, e.outcome) for e in observation.ended] == [("E1", EventEnding.CANCELLED)]
     assert tracker.observe(doc(3), T0 + timedelta(seconds=6)).ended == ()
     assert tracker.snapshot().ended[-1].event_id == "E1"
 
@@ -121,7 +121,7 @@ def test_restore_then_gone_while_down_is_reported() -> None:
     second = EventTracker(vm_name=VM)
     second.restore(NodeEvents.from_json(first.snapshot().to_json()))
     observation = second.observe(doc(5), T0 + timedelta(seconds=60))
-    assert [e.outcome for e in observation.ended] == [Outcome.ENDED]
+    assert [e.outcome for e in observation.ended] == [EventEnding.ENDED]
 
 
 def test_ended_history_is_bounded() -> None:
