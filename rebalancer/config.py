@@ -483,6 +483,14 @@ class ControllerSettings(CommonSettings):
         description="Availability targets: how long a lost spot replica is missing until its "
         "replacement on on-demand is Ready (node provisioning + model load - notice).",
     )
+    target_fresh_seconds: float = Field(
+        3600.0,
+        ge=0,
+        le=86400,
+        description="Availability targets: spot capacity up for less than this (its oldest "
+        "Ready node) counts riskier in the on-demand cover, by this / its age, at most 4 "
+        "times; 0 turns it off.",
+    )
     target_spot_price_share: float = Field(
         0.2,
         gt=0,

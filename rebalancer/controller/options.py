@@ -26,6 +26,7 @@ def planner_settings(settings: ControllerSettings) -> Settings:
         declared_pools=declared_pools(settings.pools),
         target=TargetSettings(
             recovery_seconds=settings.target_recovery_seconds,
+            fresh_hours=settings.target_fresh_seconds / 3600.0,
             spot_price_share=settings.target_spot_price_share,
         ),
         returns=ReturnSettings(

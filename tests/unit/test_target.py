@@ -433,3 +433,26 @@ def test_the_seconds_below_stay_within_what_the_record_reads_back() -> None:
     (ended,) = of_type(plan(state, Settings()).actions, SetSpare)
     assert ended.record is not None and ended.record.below_seconds == MAX_BELOW_SECONDS
     assert Spare.from_json(ended.record.to_json()) == ended.record
+
+
+def test_the_controllers_settings_reach_the_targets_model() -> None:
+    from rebalancer.config import ControllerSettings
+    from rebalancer.controller.options import planner_settings
+
+    default = planner_settings(ControllerSettings()).target
+    assert (default.recovery_seconds, default.fresh_hours, default.spot_price_share) == (
+        360.0,
+        1.0,
+        0.2,
+    )
+    chosen = ControllerSettings(
+        target_recovery_seconds=120, target_fresh_seconds=0, target_spot_price_share=0.15
+    )
+    mapped = planner_settings(chosen).target
+    assert (mapped.recovery_seconds, mapped.fresh_hours, mapped.spot_price_share) == (
+        120.0,
+        0.0,
+        0.15,
+    )
+    with pytest.raises(ValueError, match="target_fresh_seconds"):
+        ControllerSettings(target_fresh_seconds=-1)
