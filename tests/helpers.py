@@ -13,6 +13,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from tests.ports import free_port  # noqa: F401  (re-exported: tests import it from here)
+
 # The kubectl scripts/install-tools installs (v1.32, exported as KUBECTL by scripts/test); a
 # pytest run without it falls back to the one on PATH.
 _INSTALLED_KUBECTL = Path(__file__).resolve().parent.parent / ".cache" / "tools" / "bin" / "kubectl"
@@ -45,32 +47,3 @@ async def wait_for(predicate: Callable[[], bool], *, timeout: float = 10.0, what
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         await asyncio.sleep(0.02)
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 now, for a process that binds it later.
-
-    Taken below the kernel's ephemeral range: a port from bind(0) is in that range, where any
-    client connection of any process (pytest-xdist runs several) may take it as its source port
-    before our server binds it."""
-    import random
-    import socket
-
-    low, _ = _ephemeral_range()
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 12_000), low)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port below {low}")
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default

@@ -33,22 +33,7 @@ REGION="${REGION:-eastus}"
 command -v openssl >/dev/null || { echo "start.sh: openssl missing" >&2; exit 1; }
 
 log() { echo "[start $(date -u +%H:%M:%S)] $*" >&2; }
-# below the ephemeral range, where a client connection of another process could take the port first
-free_port() {
-  python3 - <<'PY'
-import random, socket
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-while True:
-    port = random.randrange(max(1024, low - 12000), low)
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-    print(port)
-    break
-PY
-}
+free_port() { python3 "$ROOT/tests/ports.py"; }  # below the ephemeral range (ports.py says why)
 
 ETCD_PORT="$(free_port)" ETCD_PEER_PORT="$(free_port)" API_PORT="$(free_port)"
 SERVER="https://127.0.0.1:$API_PORT"
