@@ -3,6 +3,9 @@
 Scale-up: each pod the scheduler marked `Unschedulable` is first fitted into nodes already
 being provisioned, else a new VM is requested in the cheapest pool whose node template fits it
 (taints, selector, affinity, resources) and that may grow (below max, spot capacity left).
+A pod counts once it has been unschedulable for `new_pod_scale_up_delay_seconds` (the real
+autoscaler's `--new-pod-scale-up-delay`, 0 by default there and here), timed from when this
+stand-in first saw it unschedulable, not from its second-precision creation time.
 Scale-down: a node above its pool's minimum that has run no workload pod (DaemonSet pods do not
 count) for `scale_down_unneeded_seconds` is deleted. Pools without `max_count` never scale.
 Nodes of a GPU pool that are about to advertise their GPUs (a device plugin starting there, see
@@ -54,6 +57,7 @@ class Autoscaler:
         *,
         scale_down_unneeded_seconds: float = 600.0,
         check_interval_seconds: float = 10.0,
+        new_pod_scale_up_delay_seconds: float = 0.0,
         gpus_coming: Callable[[str], bool] | None = None,
     ) -> None:
         """`gpus_coming(node)`: the node's GPUs are about to be advertised (a device plugin is
@@ -65,6 +69,8 @@ class Autoscaler:
         self.scheduler = scheduler
         self.scale_down_unneeded_seconds = scale_down_unneeded_seconds
         self.check_interval_seconds = check_interval_seconds
+        self.new_pod_scale_up_delay_seconds = new_pod_scale_up_delay_seconds
+        self._unschedulable_since: dict[str, float] = {}  # pod uid -> when first seen unschedulable
         self._templates: dict[str, Obj] = {}
         self._empty_since: dict[str, float] = {}
         self._next_scale_down_check = 0.0
@@ -134,7 +140,8 @@ class Autoscaler:
         return 1
 
     def _unschedulable(self) -> list[Obj]:
-        pods = []
+        now = self.store.clock.now().timestamp()
+        pods, seen = [], {}
         for key in self.scheduler.pending_keys():
             pod = self.store.get(R.PODS, *key)
             if pod is None or is_terminating(pod) or pod["spec"].get("nodeName"):
@@ -143,7 +150,11 @@ class Autoscaler:
                 if condition.get("type") == "PodScheduled" and condition.get("reason") == (
                     "Unschedulable"
                 ):
-                    pods.append(pod)
+                    uid = pod["metadata"]["uid"]
+                    seen[uid] = self._unschedulable_since.get(uid, now)
+                    if now - seen[uid] >= self.new_pod_scale_up_delay_seconds:
+                        pods.append(pod)
+        self._unschedulable_since = seen
         return pods
 
     def _scale_up(self) -> int:
