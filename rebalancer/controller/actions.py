@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from rebalancer import names
 from rebalancer.controller import node_patches
@@ -31,6 +31,26 @@ from rebalancer.vocabulary import ActionResult, Reason, Rejection
 WorkloadKey = tuple[str, str, str]
 PodKey = tuple[str, str]
 NodeJson = Mapping[str, Any]
+
+
+class Step:
+    """When an action is applied in its pass: the actions of one step are independent and may run
+    at once; a step starts when the one before it has finished (`Plan.steps`).
+
+    An HPA's bounds are raised first, before the surge they protect: were the surge written
+    first, an HPA sync between the two writes would scale the Deployment back and the ReplicaSet
+    would remove the replacement just created (not Ready yet, so it goes first). Then cordons,
+    surges and the history, each of which starts a clock (the node stops taking pods, the
+    replacements start loading). Holds, pod deletion costs and the deadline's deletions come
+    before any scale-back, which must find the doomed pods already marked or gone. Then
+    scale-backs, and bounds put back. Evictions, marks and the rest last."""
+
+    FIRST = 0
+    CORDON = 1
+    BEFORE_SCALE_BACK = 2
+    SCALE_BACK = 3
+    LAST = 4
+    COUNT = 5
 
 
 # ---- what applying an action came to ---------------------------------------------------------
@@ -116,6 +136,8 @@ class NodeAction:
 
 @dataclass(frozen=True)
 class Cordon(NodeAction):
+    step: ClassVar[int] = Step.CORDON
+
     event_id: str = ""
     event_type: str = ""
     reason: Reason = Reason.NOTICE
@@ -128,6 +150,8 @@ class Cordon(NodeAction):
 class Restore(NodeAction):
     """Undo our cordon, taint and label on a node whose notice is gone."""
 
+    step: ClassVar[int] = Step.CORDON
+
     event_id: str = ""
     reason: Reason = Reason.CANCELLED
 
@@ -137,6 +161,8 @@ class Restore(NodeAction):
 
 @dataclass(frozen=True)
 class MarkDrained(NodeAction):
+    step: ClassVar[int] = Step.LAST
+
     event_id: str = ""
     reason: Reason = Reason.DRAINED
 
@@ -146,6 +172,8 @@ class MarkDrained(NodeAction):
 
 @dataclass(frozen=True)
 class StartCooldown(NodeAction):
+    step: ClassVar[int] = Step.LAST
+
     until: datetime | None = None
     reason: Reason = Reason.COOLDOWN
 
@@ -156,6 +184,8 @@ class StartCooldown(NodeAction):
 
 @dataclass(frozen=True)
 class EndCooldown(NodeAction):
+    step: ClassVar[int] = Step.LAST
+
     reason: Reason = Reason.COOLDOWN_OVER
 
     def build(self, node: NodeJson) -> dict[str, Any] | None:
@@ -198,6 +228,8 @@ def _workload_patch(
 class ScaleUp(WorkloadAction):
     """Surge: `replicas` now, and the record of why (a new one, or a wave merged into it)."""
 
+    step: ClassVar[int] = Step.CORDON
+
     replicas: int = 0
     record: Surge | None = None
     added: int = 0  # replicas this action adds
@@ -213,6 +245,8 @@ class ScaleBack(WorkloadAction):
     """Replicas back to `replicas` (None: leave them, someone else changed them); the record
     kept as completed (`record`) or dropped (None)."""
 
+    step: ClassVar[int] = Step.SCALE_BACK
+
     replicas: int | None = None
     reason: Reason = Reason.REPLACEMENTS_READY
     record: Surge | None = field(default=None, compare=False)
@@ -226,6 +260,8 @@ class ScaleBack(WorkloadAction):
 class ForgetSurge(WorkloadAction):
     """Drop a completed surge record once none of its doomed pods exists any more."""
 
+    step: ClassVar[int] = Step.LAST
+
     reason: Reason = Reason.RECORD_DONE
 
     def patch(self) -> dict[str, Any]:
@@ -236,6 +272,8 @@ class ForgetSurge(WorkloadAction):
 class SetSpare(WorkloadAction):
     """Keep the policy's spare replicas: `replicas` (None: leave them) and our record of the
     owner's count (None: drop it, the spares are gone)."""
+
+    step: ClassVar[int] = Step.LAST
 
     replicas: int | None = None
     record: Spare | None = None
@@ -257,6 +295,8 @@ class RecordPolicy(WorkloadAction):
     """Record a valid placement policy as the one in force (None: drop the record, the policy
     annotations are gone), so that it stays in force while a later edit is invalid."""
 
+    step: ClassVar[int] = Step.LAST
+
     policy: str | None = None
     reason: Reason = Reason.POLICY_VALID
 
@@ -266,6 +306,8 @@ class RecordPolicy(WorkloadAction):
 
 @dataclass(frozen=True)
 class StartReturn(WorkloadAction):
+    step: ClassVar[int] = Step.LAST
+
     replicas: int = 0
     record: ReturnRecord | None = None
     reason: Reason = Reason.RETURN
@@ -279,6 +321,8 @@ class StartReturn(WorkloadAction):
 class FinishReturn(WorkloadAction):
     """Scale back (None: leave replicas), keep the record as completed (or drop it), and on a
     give-up back the workload off until `backoff_until`."""
+
+    step: ClassVar[int] = Step.SCALE_BACK
 
     replicas: int | None = None
     reason: Reason = Reason.RETURNED
@@ -297,6 +341,8 @@ class FinishReturn(WorkloadAction):
 
 @dataclass(frozen=True)
 class ForgetReturn(WorkloadAction):
+    step: ClassVar[int] = Step.LAST
+
     reason: Reason = Reason.RECORD_DONE
 
     def patch(self) -> dict[str, Any]:
@@ -308,6 +354,8 @@ class ForgetReturn(WorkloadAction):
 
 @dataclass(frozen=True)
 class SetDeletionCost:
+    step: ClassVar[int] = Step.BEFORE_SCALE_BACK
+
     pod: PodKey
     cost: str | None  # None: remove the annotation
     save_original: str | None = None  # store this as the original before lowering
@@ -326,6 +374,8 @@ class SetDeletionCost:
 
 @dataclass(frozen=True)
 class Evict:
+    step: ClassVar[int] = Step.LAST
+
     pod: PodKey
     uid: str
     node: str
@@ -351,6 +401,8 @@ class Evict:
 
 @dataclass(frozen=True)
 class Delete:
+    step: ClassVar[int] = Step.BEFORE_SCALE_BACK
+
     pod: PodKey
     uid: str
     node: str
@@ -372,6 +424,8 @@ class Delete:
 class Hold:
     """A PodDisruptionBudget (maxUnavailable 0) on a surged Deployment's pods (its own
     selector), so that evictions by others wait until the replacements are Ready."""
+
+    step: ClassVar[int] = Step.BEFORE_SCALE_BACK
 
     namespace: str
     workload: str
@@ -412,6 +466,11 @@ class Bound:
     basis: tuple[int, int, str | None] = field(default=(-1, -1, None), compare=False)
     reason: Reason = field(default=Reason.NOTICE, compare=False)
 
+    @property
+    def step(self) -> int:
+        """Raised before the surge it protects; put back with the scale-back."""
+        return Step.FIRST if self.original is not None else Step.SCALE_BACK
+
     def patch(self) -> dict[str, Any]:
         return {
             "metadata": {"annotations": {names.HPA_ORIGINAL_ANNOTATION: self.original}},
@@ -422,6 +481,8 @@ class Bound:
 @dataclass(frozen=True)
 class Release:
     """Delete a hold whose surge is over."""
+
+    step: ClassVar[int] = Step.LAST
 
     namespace: str
     name: str
@@ -435,6 +496,8 @@ class Release:
 class ReportBlocked:
     """No write: a workload that cannot fail over (an Event and a metric say why)."""
 
+    step: ClassVar[int] = Step.LAST
+
     workload: WorkloadKey
     detail: str
     reason: Reason = Reason.NO_ON_DEMAND_POOL
@@ -444,6 +507,8 @@ class ReportBlocked:
 @dataclass(frozen=True)
 class RecordHistory:
     """Write the eviction history with the notices it did not have yet."""
+
+    step: ClassVar[int] = Step.CORDON
 
     history: History = field(compare=False, repr=False)
     new: tuple[Entry, ...] = ()

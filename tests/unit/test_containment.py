@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rebalancer import names
-from rebalancer.controller import planner
 from rebalancer.controller.actions import Action, RecordHistory, ScaleUp
 from rebalancer.controller.model import NodeInfo, PodInfo, ScalerInfo, WorkloadInfo
 from rebalancer.controller.planner import Plan, Settings, plan
+from rebalancer.controller.planning import surge
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.strict import moment, whole_number
 from tests.unit.test_planner import KEY, NOW, TOLERATE_BOTH, cluster_nodes, deployment, pod
@@ -203,14 +203,14 @@ def test_a_bug_planning_one_workload_leaves_only_that_one_alone(
     drained (the failed one's pod plainly), and the failure names the workload."""
     other = hostile_workload({}, 1)
     snap = victim_snapshot({"workloads": [other], "pods": [hostile_pod("chat-0", "spot-0", {})]})
-    real = planner._surge_one
+    real = surge._surge_one
 
     def broken(snapshot: Snapshot, workload: WorkloadInfo, *args: Any) -> Any:
         if workload.name == "chat":
             raise KeyError("a bug")
         return real(snapshot, workload, *args)
 
-    monkeypatch.setattr(planner, "_surge_one", broken)
+    monkeypatch.setattr(surge, "_surge_one", broken)
     result = plan(snap, Settings())
     surged = [a.workload for a in result.actions if isinstance(a, ScaleUp)]
     assert surged == [KEY]
