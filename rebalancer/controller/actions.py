@@ -24,7 +24,8 @@ from typing import Any, ClassVar
 from rebalancer import names
 from rebalancer.controller import node_patches
 from rebalancer.controller.history import Entry, History
-from rebalancer.controller.model import ReturnRecord, Spare, Surge, WorkloadInfo
+from rebalancer.controller.model import WorkloadInfo
+from rebalancer.controller.records import ReturnRecord, Spare, Surge
 from rebalancer.timefmt import iso
 from rebalancer.vocabulary import ActionResult, Reason, Rejection
 

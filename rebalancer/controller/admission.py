@@ -27,11 +27,12 @@ from typing import Any
 
 from rebalancer import names
 from rebalancer.controller.actions import Action, ScaleUp, SetSpare
-from rebalancer.controller.model import Spare, WorkloadInfo, gpus_of, unreadable_gpus
+from rebalancer.controller.model import WorkloadInfo, gpus_of, unreadable_gpus
 from rebalancer.controller.placement import Decision, Group, Where, affinity_patch, choose
 from rebalancer.controller.placement import spot_groups as groups_of
 from rebalancer.controller.policy import in_force
 from rebalancer.controller.pools import Pool, pools_of, with_declared
+from rebalancer.controller.records import Spare
 from rebalancer.controller.risk import GroupKey, Risk
 from rebalancer.controller.scheduling import match_expression
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey

@@ -60,10 +60,11 @@ from rebalancer.controller.messages import (
     notice_acted_on,
     risk_move,
 )
-from rebalancer.controller.model import NodeInfo, Surge
+from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planner import Plan
 from rebalancer.controller.policy import in_force
 from rebalancer.controller.pools import placement_options
+from rebalancer.controller.records import Surge
 from rebalancer.controller.risk import (
     HISTORY,
     LEVELS,

@@ -42,9 +42,10 @@ from rebalancer.controller.actions import (
     WorkloadBasis,
 )
 from rebalancer.controller.contain import Containment, on_workload
-from rebalancer.controller.model import NodeInfo, PodInfo, ReturnRecord, WorkloadInfo
+from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
 from rebalancer.controller.policy import Policy, in_force
 from rebalancer.controller.pools import Pool, pools_of
+from rebalancer.controller.records import ReturnRecord
 from rebalancer.controller.scheduling import untolerated
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
 from rebalancer.names import COOLDOWN_UNTIL, RETURN_ANNOTATION, RETURN_BACKOFF_ANNOTATION

@@ -24,10 +24,11 @@ from datetime import datetime
 
 from rebalancer import names
 from rebalancer.controller.actions import Action, Evict, SetDeletionCost, SetSpare, WorkloadBasis
-from rebalancer.controller.model import MAX_BELOW_SECONDS, PodInfo, Spare, WorkloadInfo
+from rebalancer.controller.model import PodInfo, WorkloadInfo
 from rebalancer.controller.placement import spot_groups
 from rebalancer.controller.policy import Policy
 from rebalancer.controller.pools import Pool, pools_of, with_declared
+from rebalancer.controller.records import MAX_BELOW_SECONDS, Spare
 from rebalancer.controller.returns import LOWEST, lower_cost
 from rebalancer.controller.risk import LEVELS
 from rebalancer.controller.snapshot import Snapshot

@@ -19,10 +19,11 @@ from typing import Any
 from rebalancer import names
 from rebalancer.controller.cost import cost_rates, price_nodes, spot_capable
 from rebalancer.controller.history import WINDOWS
-from rebalancer.controller.model import NodeInfo, ReturnRecord
+from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.options import risk_settings
 from rebalancer.controller.planner import managed
 from rebalancer.controller.pools import Pool, pools_of, with_declared
+from rebalancer.controller.records import ReturnRecord
 from rebalancer.controller.risk import LEVELS, PLACEMENT_SCORE, RESOURCE_GRAPH, Risk, assess
 from rebalancer.plugin.terminal import printable_document
 from rebalancer.plugin.view import View

@@ -52,10 +52,11 @@ from rebalancer.controller.actions import (
 )
 from rebalancer.controller.admission import View, review
 from rebalancer.controller.history import History, history_from_configmap
-from rebalancer.controller.model import NodeInfo, Owner, PodInfo, ReturnRecord, Surge, WorkloadInfo
+from rebalancer.controller.model import NodeInfo, Owner, PodInfo, WorkloadInfo
 from rebalancer.controller.planner import Plan, Settings, plan
 from rebalancer.controller.policy import PolicyError, parse
 from rebalancer.controller.pools import Pool
+from rebalancer.controller.records import ReturnRecord, Surge
 from rebalancer.controller.returns import ReturnSettings
 from rebalancer.controller.risk import GroupKey, Risk, RiskSettings, assess
 from rebalancer.controller.scheduling import (

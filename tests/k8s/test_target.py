@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from rebalancer import names
-from rebalancer.controller.model import Spare
+from rebalancer.controller.records import Spare
 from rebalancer.controller.returns import LOWEST
 from tests.e2e.rig import ready, sampling
 from tests.k8s.rig import KubeRig

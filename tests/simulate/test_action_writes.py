@@ -48,7 +48,8 @@ from rebalancer.controller.actions import (
 )
 from rebalancer.controller.executor import Executor, HistoryObject
 from rebalancer.controller.history import Entry
-from rebalancer.controller.model import ReturnRecord, Spare, Surge, WorkloadInfo
+from rebalancer.controller.model import WorkloadInfo
+from rebalancer.controller.records import ReturnRecord, Spare, Surge
 from rebalancer.controller.seal import WORKLOAD_RECORDS, Sealer
 from rebalancer.kube.errors import NotFound
 from rebalancer.kube.writes import Writer

@@ -11,7 +11,7 @@ import pytest
 
 from rebalancer import names
 from rebalancer.cli import main
-from rebalancer.controller.model import Spare
+from rebalancer.controller.records import Spare
 from rebalancer.simulate.policies import build
 from tests.simulate.test_policies import HORIZON, PRICES, scenario, trace
 

@@ -18,7 +18,8 @@ from rebalancer.controller.actions import (
 )
 from rebalancer.controller.executor import Executor, HistoryObject
 from rebalancer.controller.history import History
-from rebalancer.controller.model import Surge, WorkloadInfo
+from rebalancer.controller.model import WorkloadInfo
+from rebalancer.controller.records import Surge
 from rebalancer.controller.seal import Sealer, workload_identity
 from rebalancer.kube.errors import Conflict, ServerError, TooManyRequests
 from rebalancer.names import HISTORY_KEY, SURGE_ANNOTATION

@@ -11,8 +11,8 @@ import pytest
 from rebalancer import names
 from rebalancer.controller.actions import FinishReturn, Outcome, SetDeletionCost, StartReturn
 from rebalancer.controller.catalogue import event_for
-from rebalancer.controller.model import ReturnRecord
 from rebalancer.controller.planner import Settings, plan
+from rebalancer.controller.records import ReturnRecord
 from rebalancer.controller.returns import LOWEST
 from rebalancer.controller.risk import Risk
 from rebalancer.controller.snapshot import Snapshot

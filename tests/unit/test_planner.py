@@ -32,11 +32,11 @@ from rebalancer.controller.model import (
     SURGE_ANNOTATION,
     NodeInfo,
     PodInfo,
-    Surge,
     WorkloadInfo,
 )
 from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.pools import declared_pools
+from rebalancer.controller.records import Surge
 from rebalancer.controller.returns import LOWEST as LOWEST_DELETION_COST
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.names import COOLDOWN_UNTIL, CORDONED_FOR

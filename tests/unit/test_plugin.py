@@ -18,7 +18,7 @@ import yaml
 from rebalancer import names
 from rebalancer.clock import ManualClock
 from rebalancer.controller.history import Entry, History
-from rebalancer.controller.model import Surge
+from rebalancer.controller.records import Surge
 from rebalancer.plugin import doctor, status
 from rebalancer.plugin import main as plugin_main
 from rebalancer.plugin.gather import ReadFailed

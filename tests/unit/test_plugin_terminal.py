@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rebalancer import names
-from rebalancer.controller.model import ReturnRecord, Surge
+from rebalancer.controller.records import ReturnRecord, Surge
 from rebalancer.plugin import doctor, main, status
 from rebalancer.plugin.terminal import printable, printable_document
 from rebalancer.plugin.view import View, build_view

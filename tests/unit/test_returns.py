@@ -17,8 +17,8 @@ from rebalancer.controller.actions import (
     StartReturn,
 )
 from rebalancer.controller.history import History
-from rebalancer.controller.model import ReturnRecord
 from rebalancer.controller.planner import Settings, plan
+from rebalancer.controller.records import ReturnRecord
 from rebalancer.controller.returns import LOWEST as LOWEST_DELETION_COST
 from rebalancer.controller.returns import ReturnSettings
 from rebalancer.names import COOLDOWN_UNTIL, RETURN_ANNOTATION, RETURN_BACKOFF_ANNOTATION

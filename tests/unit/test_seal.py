@@ -9,8 +9,9 @@ from dataclasses import replace
 import pytest
 
 from rebalancer import names
-from rebalancer.controller.model import ScalerInfo, Surge, WorkloadInfo
+from rebalancer.controller.model import ScalerInfo, WorkloadInfo
 from rebalancer.controller.record_key import key_of
+from rebalancer.controller.records import Surge
 from rebalancer.controller.seal import NOT_OURS, Sealer, workload_identity
 from tests.unit.test_planner import SURGE, deployment
 

@@ -9,8 +9,9 @@ from typing import Any
 from rebalancer import names
 from rebalancer.controller.actions import Evict, Outcome, ScaleUp, SetSpare, StartReturn
 from rebalancer.controller.catalogue import event_for
-from rebalancer.controller.model import ScalerInfo, Spare
+from rebalancer.controller.model import ScalerInfo
 from rebalancer.controller.planner import Settings, plan
+from rebalancer.controller.records import Spare
 from rebalancer.vocabulary import ActionResult, EventReason, Reason
 from tests.unit.test_planner import deployment, node_json, of_type, pod, snapshot
 from tests.unit.test_returns import quiet_history

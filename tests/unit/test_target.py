@@ -14,11 +14,11 @@ import pytest
 from rebalancer import names
 from rebalancer.controller.actions import Evict, SetDeletionCost, SetSpare
 from rebalancer.controller.history import Entry, History
-from rebalancer.controller.model import MAX_BELOW_SECONDS, Spare
 from rebalancer.controller.placement import Group, Where, affinity_patch, choose
 from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.policy import PolicyError, parse
 from rebalancer.controller.pools import Pool
+from rebalancer.controller.records import MAX_BELOW_SECONDS, Spare
 from rebalancer.controller.returns import LOWEST
 from rebalancer.controller.target import (
     Account,

@@ -9,11 +9,9 @@ from rebalancer.controller.actions import (
     ScaleUp,
 )
 from rebalancer.controller.contain import Containment, about
-from rebalancer.controller.model import (
-    MAX_RECORD_REPLICAS,
-    ScalerInfo,
-)
+from rebalancer.controller.model import ScalerInfo
 from rebalancer.controller.planning.proposal import Proposal
+from rebalancer.controller.records import MAX_RECORD_REPLICAS
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.strict import whole_number
 

@@ -10,14 +10,12 @@ from rebalancer.controller.actions import (
     WorkloadBasis,
 )
 from rebalancer.controller.contain import Containment, on_workload
-from rebalancer.controller.model import (
-    Spare,
-    WorkloadInfo,
-)
+from rebalancer.controller.model import WorkloadInfo
 from rebalancer.controller.planning.proposal import Proposal
 from rebalancer.controller.planning.selection import managed, targeted
 from rebalancer.controller.planning.settings import Settings
 from rebalancer.controller.policy import in_force
+from rebalancer.controller.records import Spare
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
 from rebalancer.controller.target_plan import plan_target
 from rebalancer.vocabulary import (

@@ -28,11 +28,7 @@ from rebalancer.controller.actions import (
     WorkloadBasis,
 )
 from rebalancer.controller.contain import Containment, on_node, on_workload
-from rebalancer.controller.model import (
-    PodInfo,
-    Surge,
-    WorkloadInfo,
-)
+from rebalancer.controller.model import PodInfo, WorkloadInfo
 from rebalancer.controller.planning.notices import (
     deadline_key,
     deadline_near,
@@ -44,6 +40,7 @@ from rebalancer.controller.planning.selection import doomed, managed
 from rebalancer.controller.planning.settings import Settings
 from rebalancer.controller.planning.spares import spares_absorb
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
+from rebalancer.controller.records import Surge
 from rebalancer.controller.returns import (
     LOWEST,
     active_record,
