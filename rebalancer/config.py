@@ -545,7 +545,8 @@ class ControllerSettings(CommonSettings):
         [],
         description="Pools that may have no Node (autoscaled at min 0), as a JSON list of "
         '{"name", "spot", "gpus", "labels", "taints": ["key=value:Effect"]}; '
-        "a pool seen on Nodes wins over its declaration.",
+        "a pool seen on Nodes wins over its declaration, and a declaration over the part of a "
+        "Karpenter NodePool read from the NodePool.",
     )
 
     @field_validator("pools")

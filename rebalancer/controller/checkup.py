@@ -17,7 +17,9 @@ pods; NVIDIA Dynamo's AKS spot guide exists to get the tolerations right):
 - a managed workload that no spot pool takes (no spot toleration: spot saves nothing on it);
 - a managed workload that no on-demand pool takes (nowhere to fail over);
 - an on-demand pool autoscaled at zero that the settings do not declare (the controller cannot
-  see its taints, so it reports fail-over blocked);
+  see its taints, so it reports fail-over blocked); under NAP, a NodePool's on-demand part whose
+  GPUs per node neither its requirements nor its nodes say (the rest of it the controller reads
+  from the NodePool);
 - on-demand GPU nodes that stayed empty for long after their GPU pods left before the cluster
   autoscaler removed them (its profile's scale-down settings, which are not visible in the
   cluster: judged from what the controller saw, `idle_nodes.py`; docs/cost.md);
@@ -41,7 +43,12 @@ from typing import Any
 import yaml
 
 from rebalancer import names, pool_kind
-from rebalancer.controller.karpenter import NodePoolInfo, spot_only_patch
+from rebalancer.controller.karpenter import (
+    GPU_COUNT_KEY,
+    NodePoolInfo,
+    nodepool_pools,
+    spot_only_patch,
+)
 from rebalancer.controller.model import DaemonSetInfo, NodeInfo, WorkloadInfo
 from rebalancer.controller.planner import Settings, managed
 from rebalancer.controller.policy import in_force
@@ -203,7 +210,7 @@ def diagnose(setup: Setup) -> list[Finding]:
     if setup.daemonsets is not None:
         findings += device_plugin_findings(setup.nodes, live, setup.daemonsets, now=setup.now)
         findings += agent_findings(live, setup.daemonsets)
-    findings += spot_findings(setup.workloads, with_declared(live, setup.declared_pools))
+    findings += spot_findings(setup.workloads, with_declared(live, offline_pools(setup, live)))
     findings += target_findings(setup)
     no_fallback = fallback_findings(setup, live)
     findings += no_fallback
@@ -227,6 +234,12 @@ def diagnose(setup: Setup) -> list[Finding]:
 
 
 # ---- what the checks share -------------------------------------------------------------------
+
+
+def offline_pools(setup: Setup, live: Mapping[str, Pool]) -> dict[str, Pool]:
+    """The pools no node may show yet, as the controller plans with them: the NodePools' parts
+    and the declared pools, a declaration winning (reconciler.py `pass_settings`)."""
+    return {**nodepool_pools(setup.nodepools or (), live), **setup.declared_pools}
 
 
 def is_gpu_node(node: NodeInfo) -> bool:
@@ -561,8 +574,8 @@ def target_findings(setup: Setup) -> list[Finding]:
 
 
 def fallback_findings(setup: Setup, live: Mapping[str, Pool]) -> list[Finding]:
-    """Managed workloads that no on-demand pool, live or declared, takes."""
-    pools = with_declared(live, setup.declared_pools)
+    """Managed workloads that no on-demand pool, live, declared or a NodePool's part, takes."""
+    pools = with_declared(live, offline_pools(setup, live))
     findings = []
     for workload in setup.workloads:
         fallback = on_demand_fallback(workload.template_spec, pools, gpus=workload.gpus_per_replica)
@@ -724,13 +737,14 @@ def _nodepool_ref(nodepool: NodePoolInfo) -> ObjectRef:
 
 
 def _gpu_nodepools(setup: Setup, live: Mapping[str, Pool]) -> list[NodePoolInfo]:
-    """NodePools that make GPU nodes: by their requirements, or by the nodes they have now."""
+    """NodePools that make GPU nodes: by their requirements, or by the nodes they have now (one
+    being deleted, or not Ready, launches none)."""
     gpu_pools = {p.name for p in live.values() if p.gpus_per_node > 0}
     return sorted(
         (
             np
             for np in setup.nodepools or ()
-            if np.gpu or any(np.pool(c) in gpu_pools for c in np.capacity_types)
+            if np.launches and (np.gpu or any(np.pool(c) in gpu_pools for c in np.capacity_types))
         ),
         key=lambda np: np.name,
     )
@@ -741,7 +755,7 @@ def spot_only_nodepool_findings(setup: Setup, live: Mapping[str, Pool]) -> list[
     pool (live or declared), no NodePool allowing on-demand with GPUs, no declared on-demand
     part of a NodePool. Karpenter then has nowhere to put a preempted replica but spot again."""
     gpu = _gpu_nodepools(setup, live)
-    pools = with_declared(live, setup.declared_pools)
+    pools = with_declared(live, offline_pools(setup, live))
     on_demand = [p.name for p in pools.values() if not p.spot and p.gpus_per_node > 0]
     on_demand += [
         np.pool(pool_kind.ON_DEMAND) for np in gpu if pool_kind.ON_DEMAND in np.capacity_types
@@ -769,9 +783,9 @@ def spot_only_nodepool_findings(setup: Setup, live: Mapping[str, Pool]) -> list[
                 "When its spot nodes are preempted, their replacements can only go to spot again, "
                 "which the same wave may take, and a spot shortage leaves them Pending: every "
                 "notice reports SpotRebalancerFailoverBlocked.",
-                "Allow on-demand in the NodePool (or add an on-demand GPU NodePool), and declare "
-                f"its on-demand part `{nodepool.pool(pool_kind.ON_DEMAND)}` in the chart value "
-                "`controller.pools` while it has no node.",
+                "Allow on-demand in the NodePool (or add an on-demand GPU NodePool): the "
+                f"controller reads its on-demand part `{nodepool.pool(pool_kind.ON_DEMAND)}` "
+                "from the NodePool, no declaration needed.",
                 yaml=header + yaml.safe_dump(document, sort_keys=False),
                 command=f"kubectl patch nodepool {nodepool.name} --type merge "
                 "--patch-file fix.yaml",
@@ -822,17 +836,20 @@ def nodepool_device_plugin_findings(
 def undeclared_nodepool_findings(
     setup: Setup, live: Mapping[str, Pool], no_fallback: Sequence[Finding]
 ) -> list[Finding]:
-    """GPU NodePools that may launch on-demand, whose on-demand part has no node and is not
-    declared, reported when some workload has no on-demand fallback: the controller cannot see
-    a NodePool part without nodes, so the fail-over is blocked although Karpenter could launch
-    the capacity (the NAP counterpart of `undeclared_pool_findings`)."""
+    """GPU NodePools that may launch on-demand, whose on-demand part has no node, is not declared,
+    and whose GPUs per node the controller cannot tell (no `sku-gpu-count` requirement, no node of
+    the NodePool showing them), reported when some workload has no on-demand fallback. The
+    controller reads the rest of the part from the NodePool (its taints, labels, zone), but a part
+    of unknown GPUs takes no GPU replica, so the fail-over is blocked although Karpenter could
+    launch the capacity (the NAP counterpart of `undeclared_pool_findings`)."""
     stuck = ", ".join(sorted(str(f.object) for f in no_fallback))
+    parts = nodepool_pools(setup.nodepools or (), live)
     findings = []
     for nodepool in _gpu_nodepools(setup, live):
         part = nodepool.pool(pool_kind.ON_DEMAND)
-        if pool_kind.ON_DEMAND not in nodepool.capacity_types:
+        if part not in parts or part in live or part in setup.declared_pools:
             continue
-        if part in live or part in setup.declared_pools:
+        if parts[part].gpus_per_node > 0:
             continue
         declaration = {
             "controller": {
@@ -848,18 +865,22 @@ def undeclared_nodepool_findings(
         header = (
             f"# Values of the spot-rebalancer release: NodePool {nodepool.name}'s on-demand part "
             "as its nodes will look (its taints; gpus: nvidia.com/gpu per node of its size).\n"
+            f"# Or name the count in the NodePool's requirements ({GPU_COUNT_KEY} In [<n>]), "
+            "if every size it allows has it.\n"
         )
         findings.append(
             Finding(
                 Check.POOL_AT_ZERO_UNDECLARED,
                 WARNING,
                 _nodepool_ref(nodepool),
-                f"NodePool {nodepool.name} may launch on-demand GPU nodes but has none now; the "
+                f"NodePool {nodepool.name} may launch on-demand GPU nodes but has none now, and "
+                "neither its requirements nor its nodes say how many GPUs a node has; the "
                 f"controller's settings do not declare {part}",
-                "A NodePool part without nodes shows the controller neither its taints nor its "
-                f"labels, so it is left out of the fail-over check: {stuck} has no on-demand "
-                "fallback, although Karpenter would launch one for a replacement that requires it.",
-                f"Declare {part} in the chart value `controller.pools`, as its nodes will look.",
+                "The controller reads the NodePool's on-demand part from the NodePool, but a part "
+                f"of unknown GPUs takes no GPU replica: {stuck} has no on-demand fallback, "
+                "although Karpenter would launch one for a replacement that requires it.",
+                f"Declare {part} in the chart value `controller.pools` with its GPUs per node "
+                f"(or require {GPU_COUNT_KEY} in the NodePool).",
                 yaml=header + yaml.safe_dump(declaration, sort_keys=False),
                 command=setup.helm_upgrade,
             )
@@ -868,9 +889,8 @@ def undeclared_nodepool_findings(
 
 
 def _gpus_of(nodepool: NodePoolInfo) -> int:
-    """nvidia.com/gpu per node: the NodePool's one GPU count if it names one, else 1."""
-    count = nodepool.labels.get("karpenter.azure.com/sku-gpu-count", "")
-    return int(count) if count.isdigit() and int(count) > 0 else 1
+    """nvidia.com/gpu per node to declare: the NodePool's count if it names one, else 1."""
+    return nodepool.gpus or 1
 
 
 # ---- on-demand fallback nodes kept empty -------------------------------------------------------

@@ -1,20 +1,24 @@
-"""Karpenter NodePools (`karpenter.sh/v1`, AKS node auto-provisioning) as the doctor reads them:
-what capacity types a NodePool may launch, the taints and labels its nodes get, and whether it
-makes GPU nodes. Pure: parsed from the API's JSON, no client models.
+"""Karpenter NodePools (`karpenter.sh/v1`, AKS node auto-provisioning) as the controller and the
+doctor read them: what capacity types a NodePool may launch, the taints and labels its nodes get,
+whether it makes GPU nodes and how many GPUs a node has, and the pools (`<nodepool>:<capacity
+type>`) it allows, shaped as their nodes will look. Pure: parsed from the API's JSON, no client
+models.
 
-Not a model of Karpenter's scheduling: only what the doctor's NodePool checks need, read so that
-a finding is true (a NodePool whose GPUs cannot be told from its requirements is not a GPU
-NodePool here, unless its nodes show GPUs).
+Not a model of Karpenter's scheduling: only what the fail-over check and the doctor's NodePool
+checks need, read so that a finding is true (a NodePool whose GPUs cannot be told from its
+requirements is not a GPU NodePool here, unless its nodes show GPUs) and a pool is one Karpenter
+would launch nodes for (a NodePool being deleted or not Ready gives none).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rebalancer import names, pool_kind
+from rebalancer.controller.pools import Pool
 from rebalancer.controller.scheduling import Taint
 
 # Requirement keys that only a GPU size satisfies (karpenter-provider-azure's sku labels).
@@ -25,6 +29,10 @@ GPU_REQUIREMENT_KEYS = (
 )
 # Azure N-series (NC, ND, NV): GPU VM sizes, by name or by karpenter.azure.com/sku-family "N".
 GPU_SIZE = re.compile(r"^standard_n[cdv]", re.IGNORECASE)
+GPU_COUNT_KEY = "karpenter.azure.com/sku-gpu-count"
+# The capacity types a NodePool's parts are made for: reserved capacity needs a reservation that a
+# NodePool's requirements do not show, so it is never a fail-over target here.
+PART_CAPACITY_TYPES = (pool_kind.SPOT, pool_kind.ON_DEMAND)
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,10 @@ class NodePoolInfo:
     labels: Mapping[str, str]  # the template's labels, plus its single-valued In requirements
     requirements: tuple[Mapping[str, Any], ...] = field(default=())  # as the API has them
     gpu: bool = False  # its requirements admit GPU sizes only
+    # nvidia.com/gpu per node when its requirements name it (sku-gpu-count), else 0: unknown.
+    gpus: int = 0
+    zones: tuple[str, ...] = ()  # the zones its requirements allow; (): any
+    launches: bool = True  # not being deleted, and not reported not Ready by Karpenter
 
     @property
     def spot_only(self) -> bool:
@@ -70,6 +82,9 @@ class NodePoolInfo:
             labels=labels,
             requirements=requirements,
             gpu=any(_gpu_only(r) for r in requirements),
+            gpus=_gpu_count(requirements),
+            zones=_zones(requirements),
+            launches=not meta.get("deletionTimestamp") and _ready(obj) is not False,
         )
 
 
@@ -91,6 +106,41 @@ def _capacity_types(requirements: Sequence[Mapping[str, Any]]) -> tuple[str, ...
     if not reserved_named:
         allowed.discard("reserved")
     return tuple(c for c in pool_kind.CAPACITY_TYPES if c in allowed)
+
+
+def _gpu_count(requirements: Sequence[Mapping[str, Any]]) -> int:
+    """The GPUs a replica may ask for and still fit: the largest count an `In` allows (Karpenter
+    picks, among the sizes allowed, one that fits the pod), one more than a `Gt`'s bound (the
+    least it is sure of); 0 when no requirement names it."""
+    counts = []
+    for requirement in requirements:
+        if requirement.get("key") != GPU_COUNT_KEY:
+            continue
+        values = [str(v) for v in requirement.get("values") or []]
+        numbers = [int(v) for v in values if v.isdigit()]
+        if requirement.get("operator") == "In" and numbers and len(numbers) == len(values):
+            counts.append(max(numbers))
+        elif requirement.get("operator") == "Gt" and len(numbers) == 1:
+            counts.append(numbers[0] + 1)
+    return min(counts) if counts else 0
+
+
+def _zones(requirements: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    allowed: set[str] | None = None
+    for requirement in requirements:
+        if requirement.get("key") == names.ZONE_LABEL and requirement.get("operator") == "In":
+            values = {str(v) for v in requirement.get("values") or []}
+            allowed = values if allowed is None else allowed & values
+    return tuple(sorted(allowed or ()))
+
+
+def _ready(obj: Mapping[str, Any]) -> bool | None:
+    """Karpenter's Ready condition on the NodePool (its node class resolved); None if absent,
+    as on a NodePool Karpenter has not reconciled yet."""
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == "Ready":
+            return {"True": True, "False": False}.get(str(condition.get("status")))
+    return None
 
 
 def _gpu_only(requirement: Mapping[str, Any]) -> bool:
@@ -127,3 +177,37 @@ def spot_only_patch(nodepool: NodePoolInfo) -> list[dict[str, Any]]:
             "values": [pool_kind.SPOT, pool_kind.ON_DEMAND],
         },
     ]
+
+
+def nodepool_pools(nodepools: Iterable[NodePoolInfo], live: Mapping[str, Pool]) -> dict[str, Pool]:
+    """The spot and on-demand parts each NodePool allows, as their nodes will look: the NodePool's
+    taints (`spec.template.spec.taints`: Karpenter adds no spot taint of its own), its template's
+    labels and single-valued requirements (one zone, one size), and its GPUs per node: named in
+    its requirements, else what the NodePool's nodes of another capacity type show (the same
+    template, the same sizes), else 0, unknown (a GPU replica then does not fit: declaring the part
+    says how many). They enter as declared pools do (`pools.with_declared`): a part with nodes is
+    seen on them, and that wins."""
+    parts: dict[str, Pool] = {}
+    for nodepool in nodepools:
+        if not nodepool.launches:
+            continue
+        seen = [
+            live[nodepool.pool(c)].gpus_per_node
+            for c in pool_kind.CAPACITY_TYPES
+            if nodepool.pool(c) in live
+        ]
+        gpus = nodepool.gpus or max(seen, default=0)
+        labels = dict(nodepool.labels)
+        if len(nodepool.zones) == 1:
+            labels[names.ZONE_LABEL] = nodepool.zones[0]
+        for capacity in (c for c in PART_CAPACITY_TYPES if c in nodepool.capacity_types):
+            name = nodepool.pool(capacity)
+            parts[name] = Pool(
+                name=name,
+                spot=capacity == pool_kind.SPOT,
+                taints=tuple(sorted(nodepool.taints, key=str)),
+                labels={**labels, **pool_kind.labels_of(name)},
+                nodes=(),
+                gpus_per_node=gpus,
+            )
+    return parts

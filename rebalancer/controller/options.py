@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 from rebalancer.config import ControllerSettings, parse_selector, parse_window
+from rebalancer.controller.karpenter import NodePoolInfo, nodepool_pools
 from rebalancer.controller.planner import Settings
-from rebalancer.controller.pools import declared_pools
+from rebalancer.controller.pools import declared_pools, pools_of
 from rebalancer.controller.returns import ReturnSettings
 from rebalancer.controller.risk import RiskSettings
+from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.target import TargetSettings
 from rebalancer.retry import Backoff, RetryPolicy
 from rebalancer.vocabulary import NoticePolicy
@@ -37,6 +42,18 @@ def planner_settings(settings: ControllerSettings) -> Settings:
             window=parse_window(settings.return_window),
         ),
     )
+
+
+def with_nodepools(
+    settings: Settings, nodepools: Sequence[NodePoolInfo], snapshot: Snapshot
+) -> Settings:
+    """The planner's settings for one pass, with the NodePools' parts beside the declared pools,
+    entering as they do: a part with nodes is seen on them (`pools.with_declared`), and a
+    declaration wins over the NodePool, as it says what the NodePool may not (GPUs per node)."""
+    if not nodepools:
+        return settings
+    parts = nodepool_pools(nodepools, pools_of(snapshot.nodes.values()))
+    return replace(settings, declared_pools={**parts, **settings.declared_pools})
 
 
 def retry_policy(settings: ControllerSettings) -> RetryPolicy:

@@ -7,10 +7,11 @@ are those all its nodes share, minus the transient ones (cordon, not-ready, ours
 template can be checked against the pool rather than against one node's passing state.
 
 A pool the cluster autoscaler keeps at min 0, or a NodePool Karpenter has launched nothing for yet,
-has no Node to learn that from, so it can be
-declared in the settings (`REBALANCER_POOLS`); a declared pool has no nodes, and a pool seen on
-Nodes wins over its declaration. Only the fail-over check looks at declared pools: returns to spot
-and cost accounting are about nodes that exist.
+has no Node to learn that from, so it can be declared in the settings (`REBALANCER_POOLS`); a
+Karpenter NodePool's parts are also read from the NodePool itself (`karpenter.py`
+`nodepool_pools`) and enter the same way, a declaration winning over them. A declared pool has no
+nodes, and a pool seen on Nodes wins over its declaration. Only the fail-over check looks at
+declared pools: returns to spot and cost accounting are about nodes that exist.
 """
 
 from __future__ import annotations

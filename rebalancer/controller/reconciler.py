@@ -1,7 +1,8 @@
 """The controller's loop, in one direction: observe, decide, apply, measure.
 
 - observe: informer caches (Nodes, Pods, ReplicaSets, Deployments, StatefulSets, the eviction
-  history) → one immutable `Snapshot`;
+  history) → one immutable `Snapshot`; Karpenter's NodePools, listed every half minute, → the
+  pools they allow, which enter the pass's settings as declared pools do;
 - decide: `plan(snapshot, settings)`, once per pass, pure;
 - apply: the leader's `Executor` (or the dry-run one) applies each step's actions at once, the
   steps in order; a follower applies nothing and keeps its caches warm to take over;
@@ -46,12 +47,14 @@ from rebalancer.controller.model import (
     WorkloadInfo,
     replicaset_owner,
 )
+from rebalancer.controller.nodepool_source import NodePoolSource
 from rebalancer.controller.notifier import Notifier
 from rebalancer.controller.options import (
     notify_retry_policy,
     planner_settings,
     retry_policy,
     risk_settings,
+    with_nodepools,
 )
 from rebalancer.controller.planner import plan
 from rebalancer.controller.record_key import UNLOADED, RecordKey
@@ -148,6 +151,10 @@ class Controller:
             self.nodes, self.pods, self.replicasets, self.deployments, self.statefulsets,
             self.history, self.holds, self.scalers,
         ]  # fmt: skip
+        self.nodepools = NodePoolSource(
+            self.gate, log=log, on_change=self._wake.set,
+            on_error=lambda kind: metrics.reconcile_errors.labels(kind).inc(),
+        )  # fmt: skip
         writer = Writer(self.gate)
         self.events = EventRecorder(writer, fence=self.elector.lease_fresh)
         self.record_key = RecordKey(
@@ -313,6 +320,12 @@ class Controller:
                     await sleep_or_stop(stop, 0.05)
             # No record can be checked, so none obeyed, before the key is there.
             await self.record_key.load(stop, self.settings.retry_period_seconds)
+            # The first pass plans with the NodePools' parts (a notice may be waiting for one).
+            try:
+                await self.nodepools.refresh()
+            except Exception:  # a bug here must not keep the controller from planning
+                self.log.exception("NodePools not read")
+            tasks.append(asyncio.create_task(self.nodepools.run(stop)))
             self.metrics.cache_synced.set(1)
             tasks.append(asyncio.create_task(self.prices.run(stop, self._prices_in_use)))
             tasks.append(asyncio.create_task(self.doctor.run(stop, self.snapshot)))
@@ -454,7 +467,8 @@ class Controller:
         self.metrics.leader.set(1 if leader else 0)
         try:
             state = self.snapshot()
-            decided = plan(state, self.planner_settings)
+            settings = with_nodepools(self.planner_settings, self.nodepools.nodepools, state)
+            decided = plan(state, settings)
         except Exception:  # a bug must not stop the loop
             self.metrics.reconcile_errors.labels("plan").inc()
             self.log.exception("planning failed")
@@ -463,7 +477,7 @@ class Controller:
             state,
             decided.actions,
             risks=state.risks,
-            declared=self.planner_settings.declared_pools,
+            declared=settings.declared_pools,
         )
         self.webhook.forget_shown(self.view)
         try:

@@ -19,6 +19,7 @@ from typing import Any
 from rebalancer import names
 from rebalancer.controller.cost import cost_rates, price_nodes, spot_capable
 from rebalancer.controller.history import WINDOWS
+from rebalancer.controller.karpenter import nodepool_pools
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.options import risk_settings
 from rebalancer.controller.planner import managed
@@ -51,7 +52,9 @@ def _priority(pool: Pool) -> str:
 def status_of(view: View) -> Json:
     snapshot = view.snapshot
     live = pools_of(snapshot.nodes.values())
-    pools = with_declared(live, view.planner.declared_pools)
+    # The pools the controller plans with: NodePools' parts too (options.with_nodepools).
+    parts = nodepool_pools(view.nodepools or (), live)
+    pools = with_declared(live, {**parts, **view.planner.declared_pools})
     risks = assess(
         nodes=snapshot.nodes.values(),
         history=snapshot.history,

@@ -2,7 +2,8 @@
 on real Karpenter.
 
 One NodePool allows spot and on-demand GPU nodes, as NAP's do; Karpenter launches spot (cheaper)
-for the Deployment. A Preempt arrives as AKS's node-problem-detector reports it (the
+for the Deployment. Nothing is declared to the controller: it reads the NodePool's on-demand part
+from the NodePool (its taints and labels; its GPUs per node from the NodePool's spot nodes). A Preempt arrives as AKS's node-problem-detector reports it (the
 `PreemptionScheduled` condition; no agent: a Karpenter node has no Azure VM here). The
 controller surges; the placement webhook requires the NodePool's on-demand capacity for the
 replacement, so Karpenter launches an on-demand NodeClaim for it, before the spot node goes.
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -37,9 +37,6 @@ NODEPOOL = "gpu"
 NODECLAIMS = "/apis/karpenter.sh/v1/nodeclaims"
 NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
 GPU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
-# The NodePool's on-demand part has no node until Karpenter launches one: declared, as a VMSS
-# pool at min 0 is.
-DECLARED = [{"name": f"{NODEPOOL}:on-demand", "gpus": 1, "taints": ["sku=gpu:NoSchedule"]}]
 POLICY = {names.SPREAD: "zone"}  # a placement policy (every other field at its default)
 NOTICE_SECONDS = 30
 QUIET_SECONDS = 45
@@ -132,7 +129,9 @@ async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_s
 
     rig.start_controller(
         **webhook.controller_env,
-        REBALANCER_POOLS=json.dumps(DECLARED),
+        # No REBALANCER_POOLS: the NodePool's on-demand part, without a node until Karpenter
+        # launches one, is read from the NodePool.
+        REBALANCER_POOLS="[]",
         # The return to spot may start 45 s after the Preempt: after the eviction at 30 s.
         REBALANCER_RETURN_QUIET_SECONDS=str(QUIET_SECONDS),
         REBALANCER_COOLDOWN_SECONDS="2",
@@ -187,6 +186,8 @@ async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_s
         await rig.wait_for(lambda: rig.node(doomed) is None, timeout=60, what="the spot node gone")
         await rig.wait_for(lambda: rig.ready_count() == 2, timeout=30, what="2 Ready")
     print(f"notice to replacement Ready on a new on-demand node: {replaced_in:.1f} s")
+    # Nothing declared, yet never blocked: the on-demand part came from the NodePool.
+    assert rig.events("SpotRebalancerFailoverBlocked") == []
 
     pod = replacement()
     assert pod is not None

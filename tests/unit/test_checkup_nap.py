@@ -31,12 +31,15 @@ def nodepool(
     *,
     taints: list[dict[str, str]],
     sizes: tuple[str, ...] = (A100,),
+    gpus: int | None = None,
 ) -> dict[str, Any]:
-    """A NodePool as NAP users write one (karpenter.sh/v1)."""
+    """A NodePool as NAP users write one (karpenter.sh/v1); `gpus`: a sku-gpu-count requirement."""
     requirements: list[dict[str, Any]] = [
         {"key": names.INSTANCE_TYPE_LABEL, "operator": "In", "values": list(sizes)},
         {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
     ]
+    if gpus is not None:
+        requirements.append({"key": GPU_COUNT, "operator": "In", "values": [str(gpus)]})
     if capacity_types is not None:
         requirements.append(
             {"key": names.KARPENTER_CAPACITY_TYPE_LABEL, "operator": "In", "values": capacity_types}
@@ -70,9 +73,17 @@ def nap_node(name: str, nodepool_name: str, capacity: str, *, gpus: int = 1) -> 
     return obj
 
 
+GPU_COUNT = "karpenter.azure.com/sku-gpu-count"
 SPOT_GPU_POOL = nodepool("gpu", ["spot"], taints=[SPOT_TAINT, GPU_TAINT])
 NAP_ONLY = [nap_node("nap-0", "gpu", "spot"), node("sys-0", "system", spot=False, gpus=0,
                                                     taints=[], sku=D4)]  # fmt: skip
+
+
+GPU_POOL_NAMING_ITS_COUNT = nodepool(
+    "gpu", ["spot", "on-demand"], taints=[SPOT_TAINT, GPU_TAINT], gpus=1
+)
+DELETED_ON_DEMAND_POOL = nodepool("gpuod", ["on-demand"], taints=[GPU_TAINT], gpus=1)
+DELETED_ON_DEMAND_POOL["metadata"]["deletionTimestamp"] = "2026-08-01T00:00:00Z"
 
 
 def nap_world(**changes: Any) -> dict[str, Any]:
@@ -112,9 +123,37 @@ CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
         nap_world(nodepools=[SPOT_GPU_POOL], declared=[]),
         [("nodepool-spot-only", ERROR, "NodePool gpu"), NO_FALLBACK],
     ),
-    "a NodePool allowing on-demand, its on-demand part undeclared and without nodes": (
-        nap_world(declared=[]),
+    "a NodePool allowing on-demand, its on-demand part undeclared: read from the NodePool": (
+        nap_world(declared=[]),  # its GPUs per node from its spot node
+        [],
+    ),
+    "the same before NAP has launched any node: GPUs per node unknown": (
+        nap_world(
+            declared=[], nodes=[node("sys-0", "system", spot=False, gpus=0, taints=[], sku=D4)]
+        ),
         [NO_FALLBACK, ("on-demand-pool-undeclared", "warning", "NodePool gpu")],
+    ),
+    "the same, the NodePool naming its GPU count": (
+        nap_world(
+            declared=[],
+            nodes=[node("sys-0", "system", spot=False, gpus=0, taints=[], sku=D4)],
+            nodepools=[GPU_POOL_NAMING_ITS_COUNT],
+        ),
+        [],
+    ),
+    "an on-demand GPU NodePool without node, GPUs per node unknown, undeclared": (
+        nap_world(
+            nodepools=[SPOT_GPU_POOL, nodepool("gpuod", ["on-demand"], taints=[GPU_TAINT])],
+            declared=[],
+        ),
+        [NO_FALLBACK, ("on-demand-pool-undeclared", "warning", "NodePool gpuod")],
+    ),
+    "an on-demand GPU NodePool being deleted: no fail-over target": (
+        nap_world(
+            nodepools=[SPOT_GPU_POOL, DELETED_ON_DEMAND_POOL],
+            declared=[],
+        ),
+        [("nodepool-spot-only", ERROR, "NodePool gpu"), NO_FALLBACK],
     ),
     "spot only, but a separate on-demand GPU NodePool": (
         nap_world(
@@ -241,7 +280,7 @@ def test_the_spot_only_patch_keeps_every_other_requirement() -> None:
             "values": ["spot", "on-demand"],
         },
     ]
-    assert "gpu:on-demand" in finding.fix  # what to declare while it has no on-demand node
+    assert "gpu:on-demand" in finding.fix  # the part the controller then reads
     assert finding.command == "kubectl patch nodepool gpu --type merge --patch-file fix.yaml"
 
 
