@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
+from typing import Any
 
 from rebalancer import __version__
-from rebalancer.clock import SystemClock
+from rebalancer.clock import Clock, SystemClock
 from rebalancer.config import ControllerSettings
 from rebalancer.controller.reconciler import Controller
 from rebalancer.http import serving
@@ -25,33 +26,47 @@ def run_controller(settings: ControllerSettings) -> int:
     log = get_logger(component="controller", identity=identity)
 
     async def main(stop: asyncio.Event) -> None:
-        metrics = ControllerMetrics()
-        client = await KubeClient.connect(
-            settings.kubeconfig,
-            timeout_seconds=settings.kube_timeout_seconds,
-            user_agent=f"spot-rebalancer/{__version__} (controller; {identity})",
-        )
-        controller = Controller(
-            settings=settings,
-            client=client,
-            metrics=metrics,
-            clock=SystemClock(),
-            log=log,
-            identity=identity,
-        )
-        try:
-            async with serving(
-                registry=metrics.registry,
-                liveness=controller.liveness,
-                readiness=controller.readiness,
-                host=settings.http_host,
-                port=settings.http_port,
-                log=log.bind(dry_run=settings.dry_run),
-            ):
-                await controller.run(stop)
-        finally:
-            await client.close()
+        await serve_controller(settings, stop, identity=identity, clock=SystemClock(), log=log)
 
     # The last pass's writes, then the Lease's release and the queued Events: well inside the
     # chart's 30 s grace, and more than the agent's 5 s (a busy node answers slowly).
     return run_until_signalled(main, shutdown_seconds=CONTROLLER_SHUTDOWN_SECONDS)
+
+
+async def serve_controller(
+    settings: ControllerSettings,
+    stop: asyncio.Event,
+    *,
+    identity: str,
+    clock: Clock,
+    log: Any,
+    metrics: ControllerMetrics | None = None,
+) -> None:
+    """The controller with its probes and metrics served, until `stop`: the process's whole
+    wiring, which the tests' virtual-time rig runs in-process on its own clock."""
+    metrics = metrics or ControllerMetrics()
+    client = await KubeClient.connect(
+        settings.kubeconfig,
+        timeout_seconds=settings.kube_timeout_seconds,
+        user_agent=f"spot-rebalancer/{__version__} (controller; {identity})",
+    )
+    controller = Controller(
+        settings=settings,
+        client=client,
+        metrics=metrics,
+        clock=clock,
+        log=log,
+        identity=identity,
+    )
+    try:
+        async with serving(
+            registry=metrics.registry,
+            liveness=controller.liveness,
+            readiness=controller.readiness,
+            host=settings.http_host,
+            port=settings.http_port,
+            log=log.bind(dry_run=settings.dry_run),
+        ):
+            await controller.run(stop)
+    finally:
+        await client.close()

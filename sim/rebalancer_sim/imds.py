@@ -163,6 +163,10 @@ class ImdsEmulator:
         # Requests per real second before a 429; None turns the limit off, for a test that runs
         # a client in virtual time and checks its rate on the virtual clock instead.
         self.rate_limit_per_second: int | None = RATE_LIMIT_PER_SECOND
+        # The clock the limit counts seconds on: real time by default, even under a virtual
+        # clock (how fast requests really arrive); a rig whose clients sleep on a virtual clock
+        # too (the event loop's, tests/virtual) counts them on that one.
+        self.rate_clock: Callable[[], float] = time.monotonic
         # How long an event of a type stays Started when its scheduler does not say (the cloud
         # sets its reboot time for Reboot and Redeploy); others stay 10 s.
         self.started_seconds_by_type: dict[str, float] = {}
@@ -344,8 +348,7 @@ class ImdsEmulator:
     async def _gate(self, request: web.Request, vm: EmulatedVm) -> web.Response | None:
         """Header, query and rate-limit rules shared by every IMDS path; None means go on."""
         vm.requests += 1
-        # Real time, even under a virtual clock: the limit is on how fast requests really arrive.
-        now = time.monotonic()
+        now = self.rate_clock()
         vm.recent_requests.append(now)
         while vm.recent_requests and vm.recent_requests[0] <= now - 1.0:
             vm.recent_requests.popleft()

@@ -103,6 +103,22 @@ class ProcessRig:
 
     # ---- what a subclass provides ------------------------------------------------------------
 
+    def now(self) -> float:
+        """Seconds on the clock the cluster and the processes run on (here: real time)."""
+        return time.monotonic()
+
+    def running_names(self) -> list[str]:
+        """The agents and controllers running now, by name."""
+        return list(self.processes)
+
+    def check_running(self) -> None:
+        """Fail at once, with its log, when a process has exited."""
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise AssertionError(
+                    f"{name} exited ({process.returncode}):\n{self.log(name)[-3000:]}"
+                )
+
     def process_env(self, component: str) -> dict[str, str]:
         """REBALANCER_KUBECONFIG and the like for `agent` or `controller`."""
         raise NotImplementedError
@@ -182,6 +198,7 @@ class ProcessRig:
         return (self.workdir / f"{name}.log").read_text(errors="replace")
 
     async def metrics(self, name: str) -> str:
+        """The component's /metrics page."""
         async with (
             aiohttp.ClientSession() as session,
             session.get(f"http://127.0.0.1:{self.ports[name]}/metrics") as response,
@@ -241,17 +258,13 @@ class ProcessRig:
         return "" if node is None else node["metadata"]["labels"][names.AKS_AGENTPOOL_LABEL]
 
     async def wait_for(self, predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
+        deadline = self.now() + timeout
         while True:
             result = predicate()
             if result:
                 return result
-            for name, process in self.processes.items():
-                if process.poll() is not None:
-                    raise AssertionError(
-                        f"{name} exited ({process.returncode}):\n{self.log(name)[-3000:]}"
-                    )
-            if time.monotonic() > deadline:
+            self.check_running()
+            if self.now() > deadline:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}")
             await asyncio.sleep(0.05)
 
@@ -265,7 +278,7 @@ class ProcessRig:
 
         def agents_report() -> bool:
             for node_name in self.spot_nodes():
-                if f"agent-{node_name}" not in self.processes:
+                if f"agent-{node_name}" not in self.running_names():
                     continue
                 node = self.node(node_name) or {"status": {}}
                 types = {c["type"] for c in node["status"].get("conditions") or []}
@@ -274,18 +287,19 @@ class ProcessRig:
             return True
 
         await self.wait_for(agents_report, timeout=30, what="the agents to report")
-        for name in [n for n in self.processes if n.startswith("controller")]:
+        for name in [n for n in self.running_names() if n.startswith("controller")]:
             await self.wait_for_metric(name, "rebalancer_controller_cache_synced", 1, timeout=30)
 
     async def wait_for_metric(
         self, process: str, sample: str, at_least: float, *, timeout: float
     ) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = self.now() + timeout
         while True:
             with contextlib.suppress(aiohttp.ClientError):
                 if await self.metric(process, sample) >= at_least:
                     return
-            if time.monotonic() > deadline:
+            self.check_running()
+            if self.now() > deadline:
                 raise AssertionError(f"{process}: {sample} never reached {at_least}")
             await asyncio.sleep(0.1)
 
@@ -299,12 +313,12 @@ class ProcessRig:
 
     async def wait_for_leader(self, candidates: list[str], *, timeout: float = 15) -> str:
         """The one controller process that reports itself the leader."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        deadline = self.now() + timeout
+        while self.now() < deadline:
             for name in candidates:
                 with contextlib.suppress(aiohttp.ClientError):
                     if (
-                        name in self.processes
+                        name in self.running_names()
                         and await self.metric(name, "rebalancer_controller_leader") == 1
                     ):
                         return name
@@ -320,9 +334,7 @@ class ProcessRig:
                 count = self.ready_count(namespace, prefix)
                 key = (namespace, prefix)
                 self.min_ready[key] = min(self.min_ready.get(key, count), count)
-                self.deficit.setdefault(key, ReadyDeficit(baseline=count)).sample(
-                    time.monotonic(), count
-                )
+                self.deficit.setdefault(key, ReadyDeficit(baseline=count)).sample(self.now(), count)
                 with contextlib.suppress(KeyError, AssertionError):  # not a Deployment
                     replicas = int(self.deployment(prefix, namespace)["spec"]["replicas"])
                     self.max_replicas[key] = max(self.max_replicas.get(key, replicas), replicas)
@@ -478,4 +490,4 @@ async def sampling(rig: ProcessRig, *workloads: tuple[str, str]) -> AsyncIterato
         with contextlib.suppress(asyncio.CancelledError):
             await task
         for key, deficit in rig.deficit.items():  # up to the end of sampling
-            deficit.sample(time.monotonic(), rig.ready_count(*key))
+            deficit.sample(rig.now(), rig.ready_count(*key))
