@@ -1,4 +1,4 @@
-"""The controller end to end on a real control plane: the scenarios of tests/e2e/test_controller.py
+"""The controller end to end on a real control plane: the scenarios of tests/virtual/test_controller.py
 that apply here (no autoscaler: the pools are the nodes the test creates), with the same outcomes.
 
 The agent and the controller run as processes under the chart's ServiceAccounts and RBAC; any call

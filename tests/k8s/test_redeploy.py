@@ -1,5 +1,5 @@
 """A Redeploy end to end on the real control plane (issue 13): the scenario of
-tests/e2e/test_realism.py's Reboot/Redeploy test, with Azure played by the rig.
+tests/virtual/test_realism.py's Reboot/Redeploy test, with Azure played by the rig.
 
 Azure moves the VM to another host: IMDS announces the event; the controller drains the node
 (the default policy for a Redeploy); the agent acknowledges once it is drained, so Azure starts

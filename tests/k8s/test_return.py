@@ -1,4 +1,4 @@
-"""Return to spot on a real control plane: the scenarios of tests/e2e/test_return.py that apply
+"""Return to spot on a real control plane: the scenarios of tests/virtual/test_return.py that apply
 here, compressed timings, spot capacity coming back as new kwok nodes with their agents."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ async def test_an_eviction_during_the_return_stops_it(rig: KubeRig) -> None:
 async def test_a_new_leader_keeps_the_quiet_time_and_the_count_of_a_preempt_it_did_not_see(
     rig: KubeRig,
 ) -> None:
-    """As tests/e2e/test_return.py: the next leader takes over 30 s after the Preempt, reads it
+    """As tests/virtual/test_return.py: the next leader takes over 30 s after the Preempt, reads it
     from the eviction history (a ConfigMap under the chart's Role) and returns the replica about
     `quiet` after the Preempt, not `quiet` after the takeover."""
     quiet = 45

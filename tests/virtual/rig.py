@@ -40,6 +40,15 @@ from tests.loop.rig import CLOCK
 
 # How long a stopped component may take to finish (the controller's own bound is 12 s).
 STOP_SECONDS = 20.0
+TICK = 0.05  # the emulator's loops run every TICK seconds of the clock
+SAMPLE = 0.02  # `sampling` reads the Ready count this often (tests/e2e/rig.py)
+POLL = float(AgentSettings.model_fields["poll_interval_seconds"].default)  # the agent's IMDS poll
+# What the components add, per doomed replica, to what the notice, load and provisioning make
+# unavoidable: a notice is seen up to one poll late (the agent's; scenarios that signal through
+# AKS's node-problem-detector run it every POLL seconds too), the emulator acts on a write at
+# its next tick, and the rig samples the Ready count every SAMPLE seconds. On virtual time
+# nothing else is added: a lost replica loaded again would show as a whole load.
+REACTION = POLL + TICK + SAMPLE
 
 
 @dataclass
@@ -72,6 +81,9 @@ class VirtualRig(Rig):
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
+
+    def wall(self) -> float:
+        return self.cluster.clock.now().timestamp()
 
     def running_names(self) -> list[str]:
         return list(self.components)
@@ -173,7 +185,7 @@ async def running(
 ) -> AsyncIterator[VirtualRig]:
     """The emulator on the event loop's virtual clock, served on 127.0.0.1; a rig to start the
     product's components on it. Use in a test marked `looptime`."""
-    cluster = ClusterEmulator(parse_scenario(data or scenario()), clock=CLOCK, tick_seconds=0.05)
+    cluster = ClusterEmulator(parse_scenario(data or scenario()), clock=CLOCK, tick_seconds=TICK)
     cluster.imds.rate_clock = CLOCK.monotonic  # the agents poll on this clock
     if prepare is not None:
         prepare(cluster)

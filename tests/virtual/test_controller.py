@@ -21,15 +21,13 @@ from rebalancer.config import ControllerSettings
 from rebalancer_sim import resources as R
 from rebalancer_sim.measure import unavoidable_deficit
 from tests.e2e.rig import SPOT_TOLERATIONS, Rig, ready, sampling, scenario
-from tests.virtual.rig import running
+from tests.virtual.rig import REACTION, running
 
 pytestmark = pytest.mark.looptime
 
 DEADLINE_TAINT = f"{names.PREFIX}/evicting"
-# The controller deletes what is left this long before a deadline; what the components may add
-# to a failover per replica (agent poll, watch, surge, emulator ticks).
+# The controller deletes what is left this long before a deadline.
 MARGIN = float(ControllerSettings.model_fields["deadline_margin_seconds"].default)
-REACTION = 4.0
 
 
 async def test_single_preempt_fails_over_before_the_node_goes(tmp_path: Path) -> None:
@@ -91,11 +89,6 @@ def _deadline_of(rig: Rig, event_id: str) -> float:
     return rig.cluster.imds.events[event_id].not_before.timestamp()
 
 
-def clock_now(rig: Rig) -> float:
-    """The cluster's wall clock (the deadline's), in seconds."""
-    return rig.cluster.clock.now().timestamp()
-
-
 async def test_a_wave_of_twenty_nodes_through_the_npd_conditions(tmp_path: Path) -> None:
     data = scenario()
     data["pools"][1]["count"] = 20
@@ -115,9 +108,9 @@ async def test_a_wave_of_twenty_nodes_through_the_npd_conditions(tmp_path: Path)
                 for node_name in doomed:
                     node = rig.node(node_name)
                     if node is not None and node["spec"].get("unschedulable"):
-                        cordoned_at.setdefault(node_name, clock_now(rig))
+                        cordoned_at.setdefault(node_name, rig.wall())
                     if rig.drained_for(node_name):
-                        drained_at.setdefault(node_name, clock_now(rig))
+                        drained_at.setdefault(node_name, rig.wall())
                 await asyncio.sleep(0.02)
 
         async with sampling(rig):
@@ -127,7 +120,7 @@ async def test_a_wave_of_twenty_nodes_through_the_npd_conditions(tmp_path: Path)
                     event = rig.cluster.preempt(node_name, notice_seconds=30)
                     not_before = event.not_before.strftime("%a, %d %b %Y %H:%M:%S GMT")
                     rig.npd_preemption(node_name, event.event_id, not_before)
-                    noticed_at[node_name] = clock_now(rig)
+                    noticed_at[node_name] = rig.wall()
                     deadlines[node_name] = event.not_before.timestamp()
                     if index % 2:
                         await asyncio.sleep(1.0)  # 20 nodes over 10 seconds
@@ -177,7 +170,7 @@ async def test_eight_seconds_of_notice_still_drains_in_time(tmp_path: Path) -> N
         event = rig.cluster.preempt(doomed, notice_seconds=8)
         deadline = _deadline_of(rig, event.event_id)
         await rig.wait_for(lambda: rig.drained_for(doomed), timeout=12, what="the node drained")
-        assert clock_now(rig) < deadline, "drained after the deadline"
+        assert rig.wall() < deadline, "drained after the deadline"
         await rig.wait_for(lambda: rig.node(doomed) is None, timeout=20, what="the VM gone")
         await rig.wait_for(lambda: rig.ready_count() == 3, timeout=15, what="3 Ready replicas")
         assert rig.deployment()["spec"]["replicas"] == 3
@@ -213,7 +206,7 @@ async def test_a_pdb_that_allows_nothing_does_not_stop_the_deadline(tmp_path: Pa
             timeout=10,
         )
         await rig.wait_for(lambda: rig.drained_for(doomed), timeout=20, what="the node drained")
-        assert clock_now(rig) < deadline, "the PDB held the drain past the deadline"
+        assert rig.wall() < deadline, "the PDB held the drain past the deadline"
         assert (
             await rig.metric("controller-0", 'rebalancer_controller_pods_total{action="deleted"}')
             >= 1
@@ -303,7 +296,7 @@ async def test_no_compatible_on_demand_pool_is_reported_and_the_node_still_drain
         )
         assert warnings[0]["type"] == "Warning"
         await rig.wait_for(lambda: rig.drained_for(doomed), timeout=15, what="the node drained")
-        assert clock_now(rig) < deadline
+        assert rig.wall() < deadline
         assert (
             await rig.metric(
                 "controller-0",
@@ -526,7 +519,7 @@ async def test_api_errors_and_watch_drops_during_a_notice(tmp_path: Path) -> Non
                 await rig.wait_for(
                     lambda: rig.drained_for(doomed), timeout=30, what="the node drained"
                 )
-                assert clock_now(rig) < deadline
+                assert rig.wall() < deadline
                 await rig.wait_for(lambda: rig.node(doomed) is None, timeout=30, what="the VM gone")
                 await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready")
         finally:
@@ -557,7 +550,7 @@ async def test_a_statefulset_replica_is_evicted_at_once_and_comes_back_elsewhere
         event = rig.cluster.preempt(doomed, notice_seconds=30)
         deadline = _deadline_of(rig, event.event_id)
         await rig.wait_for(lambda: rig.drained_for(doomed), timeout=20, what="the node drained")
-        assert clock_now(rig) < deadline
+        assert rig.wall() < deadline
         moved = await rig.wait_for(
             lambda: next(
                 (

@@ -1,19 +1,18 @@
-"""Return to spot end to end: real agents and controller on the emulator, compressed timings."""
+"""Return to spot: the product's agents and controller on the emulator, on virtual time."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
 
 from rebalancer import names
-from tests.e2e.rig import Rig, running, sampling, scenario
+from tests.e2e.rig import Rig, sampling, scenario
+from tests.virtual.rig import REACTION, running
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.looptime
 
-REACTION = 3.0  # what the processes add to a failover: agent poll, watch, surge, ticks
 
 FAST = {
     "REBALANCER_RETURN_QUIET_SECONDS": "4",
@@ -161,8 +160,8 @@ async def test_no_flapping_while_spot_capacity_comes_and_goes(tmp_path: Path) ->
         await rig.until_ready()
         moves_back = 0
         async with sampling(rig):
-            started = time.monotonic()
-            while time.monotonic() - started < 40:
+            started = rig.now()
+            while rig.now() - started < 40:
                 spot = rig.spot_nodes()
                 busy = {p["spec"].get("nodeName") for p in rig.pods()}
                 victim = next((n for n in spot if n in busy), spot[0])
@@ -203,11 +202,11 @@ async def test_a_new_leader_keeps_the_quiet_time_and_the_count_of_a_preempt_it_d
         rig.start_controller("controller-a", **env)
         await rig.until_ready()
         async with sampling(rig):
-            preempted = time.time()
+            preempted = rig.wall()
             await fail_one_over(rig)
             rig.stop("controller-a")
             rig.cluster.cloud.create_vm("gpuspot", delay_seconds=1)  # spot capacity is back
-            await asyncio.sleep(max(0.0, preempted + 30 - time.time()))
+            await asyncio.sleep(max(0.0, preempted + 30 - rig.wall()))
             rig.start_controller("controller-b", **env)
             await rig.wait_for_metric("controller-b", "rebalancer_controller_leader", 1, timeout=20)
             # It never saw the Preempt, yet counts it: the history on the cluster told it.
@@ -223,7 +222,7 @@ async def test_a_new_leader_keeps_the_quiet_time_and_the_count_of_a_preempt_it_d
                 timeout=60,
                 what="a return to spot",
             )
-            started = time.time() - preempted
+            started = rig.wall() - preempted
             await rig.wait_for(
                 lambda: on_demand_replicas(rig) == 0 and rig.ready_count() == 3,
                 timeout=30,

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from rebalancer_sim import resources as R
-from tests.e2e.rig import running, scenario, workload
+from tests.e2e.rig import scenario, workload
 from tests.helpers import free_port
+from tests.virtual.rig import running
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.looptime
 
 
 async def test_a_new_replica_is_placed_by_the_controllers_webhook(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Notifications end to end: the real agent and controller processes on the cluster emulator,
+"""Notifications: the product's agent and controller on the cluster emulator, on virtual time,
 and a webhook receiver on 127.0.0.1 that gets what a Slack channel would."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.rig import running
 from tests.helpers import serve
 from tests.receiver import SECRET_PATH, Receiver
+from tests.virtual.rig import running
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.looptime
 
 
 async def test_a_preempt_is_notified_once_and_the_url_never_logged(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Issue 13's scenarios end to end: real agent and controller processes on the realistic emulator.
+"""Issue 13's scenarios: the product's agents and controller on the realistic emulator, on virtual
+time (tests/virtual/rig.py).
 
 Every event type (Reboot and Redeploy drained and uncordoned once the event is over, Terminate
 failed over, Freeze left alone), a grace period longer than the notice, AKS node auto-drain with
@@ -11,7 +12,6 @@ controller does not do yet (hold the pods before the notice) and what it must do
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +21,14 @@ from rebalancer.config import ControllerSettings
 from rebalancer_sim import resources as R
 from rebalancer_sim.measure import ReadyDeficit, unavoidable_deficit
 from rebalancer_sim.objects import condition_true
-from tests.e2e.rig import Rig, pool, ready, running, sampling, scenario, shipped, workload
+from tests.e2e.rig import Rig, pool, ready, sampling, scenario, shipped, workload
+from tests.virtual.rig import REACTION, running
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.looptime
 
 # The controller deletes what is left on a doomed node this long before its deadline: the
 # replica stops serving then, not at NotBefore.
 MARGIN = float(ControllerSettings.model_fields["deadline_margin_seconds"].default)
-# What the processes may add per doomed replica to the unavoidable: the agent's 1 s IMDS poll,
-# watch and plan (~0.3 s), a pass up to 1 s late at the deadline (resync 1 s), the emulator's
-# 50 ms ticks, sampling, and a loaded CI machine.
-REACTION = 4.0
 
 
 def _fast(data: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +84,7 @@ async def test_a_reboot_or_redeploy_is_drained_and_uncordoned_once_it_is_over(
             await rig.wait_for(
                 lambda: rig.drained_for(node_name), timeout=15, what="the node drained"
             )
-            assert time.time() < _deadline(rig, event.event_id)
+            assert rig.wall() < _deadline(rig, event.event_id)
             assert _pods_on(rig, node_name) == []
             # The agent acknowledges the drained event: the VM goes down now, for 4 s.
             await rig.wait_for(
@@ -123,7 +120,7 @@ async def test_a_terminate_fails_over_like_a_preempt(tmp_path: Path) -> None:
         async with sampling(rig):
             event = rig.cluster.schedule_event("Terminate", [doomed], notice_seconds=30)
             await rig.wait_for(lambda: rig.drained_for(doomed), timeout=30, what="drained")
-            assert time.time() < _deadline(rig, event.event_id)
+            assert rig.wall() < _deadline(rig, event.event_id)
             await rig.wait_for(lambda: rig.node(doomed) is None, timeout=40, what="the VM gone")
             await rig.wait_for(lambda: rig.ready_count() == 3, timeout=10, what="3 Ready")
         # 30 s of notice against a 3 s load on a warm on-demand node: nothing is unavoidable.
@@ -193,7 +190,7 @@ async def test_a_60_s_grace_on_a_15_s_notice_empties_the_node_before_not_before(
         event = rig.cluster.preempt(doomed, notice_seconds=15)
         deadline = _deadline(rig, event.event_id)
         await rig.wait_for(lambda: rig.drained_for(doomed), timeout=20, what="the node drained")
-        drained_at = time.time()
+        drained_at = rig.wall()
         left = _pods_on(rig, doomed)
         assert drained_at < deadline, f"drained {drained_at - deadline:.1f} s after NotBefore"
         assert left == [], [p["metadata"]["name"] for p in left]
@@ -240,7 +237,7 @@ async def _failover_with_auto_drain(
     async with sampling(rig):
         event = rig.cluster.preempt(doomed, notice_seconds=notice)
         await rig.wait_for(lambda: rig.drained_for(doomed), timeout=notice, what="drained")
-        assert time.time() < _deadline(rig, event.event_id)
+        assert rig.wall() < _deadline(rig, event.event_id)
         await rig.wait_for(lambda: rig.ready_count() == 3, timeout=load + 15, what="3 Ready")
     bound = unavoidable_deficit(notice_seconds=notice, load_seconds=load) + MARGIN + REACTION
     assert _deficit(rig).replica_seconds <= bound, (_deficit(rig), bound)
@@ -374,10 +371,10 @@ async def test_an_owner_that_resets_replicas_is_detected_reported_and_drained_ea
         rig.start_controller()
         await rig.until_ready()
         doomed = rig.spot_nodes()[0]
-        noticed = time.time()
+        noticed = rig.wall()
         rig.cluster.preempt(doomed, notice_seconds=notice)
         await rig.wait_for(lambda: rig.drained_for(doomed), timeout=notice, what="drained")
-        drained_after = time.time() - noticed
+        drained_after = rig.wall() - noticed
         # Seen reverted after at most two of the owner's passes, then drained at once.
         assert drained_after <= 2 * reset + REACTION, f"drained {drained_after:.0f} s in"
         assert _our_events(rig, kind="Deployment", name="llm", warning=True)
@@ -453,7 +450,7 @@ async def test_a_gpu_wave_loses_no_more_than_the_unavoidable(tmp_path: Path) -> 
             while True:
                 for node_name in doomed:
                     if rig.drained_for(node_name):
-                        drained_at.setdefault(node_name, time.time())
+                        drained_at.setdefault(node_name, rig.wall())
                 await asyncio.sleep(0.02)
 
         async with sampling(rig):

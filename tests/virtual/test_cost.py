@@ -1,9 +1,8 @@
-"""Cost metrics of the real controller process equal node-hours x price computed here."""
+"""Cost metrics of the controller equal node-hours x price computed here, on virtual time."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,10 @@ import pytest
 from rebalancer.azure.prices import BUNDLED
 from rebalancer.controller.cost import region_of
 from rebalancer_sim import resources as R
-from tests.e2e.rig import Rig, running
+from tests.e2e.rig import Rig
+from tests.virtual.rig import running
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.looptime
 
 
 def expected_rates(rig: Rig) -> dict[str, float]:
@@ -63,11 +63,11 @@ async def test_spend_is_node_hours_times_price(tmp_path: Path) -> None:
             for p in ("spot", "regular")
         }
         expected = {"spot": 0.0, "regular": 0.0}
-        started = last = time.monotonic()
+        started = last = rig.now()
         rig.cluster.preempt(rig.spot_nodes()[0], notice_seconds=8)
-        while time.monotonic() - started < 16:
+        while rig.now() - started < 16:
             await asyncio.sleep(0.1)
-            now = time.monotonic()
+            now = rig.now()
             for priority, rate in expected_rates(rig).items():
                 expected[priority] += rate * (now - last) / 3600
             last = now
