@@ -107,6 +107,10 @@ class ProcessRig:
         """Seconds on the clock the cluster and the processes run on (here: real time)."""
         return time.monotonic()
 
+    def wall(self) -> float:
+        """The cluster's wall clock (a notice's deadline is on it), in seconds since the epoch."""
+        return time.time()
+
     def running_names(self) -> list[str]:
         """The agents and controllers running now, by name."""
         return list(self.processes)
