@@ -227,14 +227,33 @@ def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review
         evicting=view.evicting,
         target_spot=spare.spot if policy.target and spare is not None else None,
     )
+    own = (pod.get("metadata") or {}).get("annotations")
+    hold = (failing_over or policy.spare) and names.KARPENTER_DO_NOT_DISRUPT not in (own or {})
     if decision is None:
-        return allow("no_fit", workload=workload)
+        # Not placed (no spot group it accepts yet: a new NodePool's nodes not yet assessed),
+        # but a spare or a replacement is kept from consolidation all the same.
+        if not hold:
+            return allow("no_fit", workload=workload)
+        held = {names.KARPENTER_DO_NOT_DISRUPT: "true"}
+        return allow("no_fit", patch=_annotations_added(own, held), workload=workload)
     patch = affinity_patch(pod, decision)
     added = [(names.PLACED_WHY, decision.reason), (names.PLACED_REVIEW, uid)]
-    own = (pod.get("metadata") or {}).get("annotations") or {}
-    if (failing_over or policy.spare) and names.KARPENTER_DO_NOT_DISRUPT not in own:
+    if hold:
         added.append((names.KARPENTER_DO_NOT_DISRUPT, "true"))
     for name, value in added:
         key = name.replace("~", "~0").replace("/", "~1")
         patch.append({"op": "add", "path": f"/metadata/annotations/{key}", "value": value})
     return allow("placed", patch=patch, decision=decision, workload=workload)
+
+
+def _annotations_added(
+    own: Mapping[str, str] | None, added: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """RFC 6902 operations that add annotations to a pod that may have none."""
+    if own is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(added)}]
+    return [
+        {"op": "add", "path": "/metadata/annotations/" + k.replace("~", "~0").replace("/", "~1"),
+         "value": v}
+        for k, v in added.items()
+    ]  # fmt: skip

@@ -6,8 +6,9 @@ Started once per session, by the first test that asks for it (the other k8s test
 it), with Karpenter's CRDs from the same module. It runs as the cluster admin (its own RBAC is not
 what these tests are about) with leader election off.
 
-Instance types: one GPU size, offered as spot and on-demand in two zones (spot cheaper, so
-Karpenter picks spot unless a pod requires on-demand), shaped like an AKS GPU node.
+Instance types: GPU sizes of 1 and 2 GPUs, offered as spot and on-demand in two zones (spot
+cheaper, so Karpenter picks spot unless a pod requires on-demand), shaped like AKS GPU nodes; a
+NodePool names the one size it launches.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ CACHE = Path(os.environ.get("K8S_CACHE", ROOT / ".cache" / "k8s"))
 BINARY = CACHE / "bin" / "karpenter-kwok"
 CRDS = CACHE / "karpenter-crds.yaml"
 GPU_SIZE = "Standard_NC24ads_A100_v4"
+# Two GPUs a node: two replicas of one GPU fit one node, so consolidation can pack them.
+TWO_GPU_SIZE = "Standard_NC48ads_A100_v4"
 ZONES = ("eastus-1", "eastus-2")
 PRICES = {"spot": 0.97, "on-demand": 3.67}  # per hour; only the order matters to Karpenter
 NODE_CLASS = "default"
@@ -41,13 +44,16 @@ def instance_types() -> list[dict[str, Any]]:
     InstanceTypeOptions): its offerings are what Karpenter chooses among."""
     return [
         {
-            "name": GPU_SIZE,
+            "name": size,
             "architecture": "amd64",
             "operatingSystems": ["linux"],
-            "resources": {"cpu": "24", "memory": "220Gi", "pods": "110", "nvidia.com/gpu": "1"},
+            "resources": {
+                "cpu": str(24 * gpus), "memory": f"{220 * gpus}Gi", "pods": "110",
+                "nvidia.com/gpu": str(gpus),
+            },
             "offerings": [
                 {
-                    "Price": price,
+                    "Price": price * gpus,
                     "Available": True,
                     "Requirements": [
                         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [kind]},
@@ -58,7 +64,8 @@ def instance_types() -> list[dict[str, Any]]:
                 for zone in ZONES
             ],
         }
-    ]
+        for size, gpus in ((GPU_SIZE, 1), (TWO_GPU_SIZE, 2))
+    ]  # fmt: skip
 
 
 @dataclass
@@ -80,9 +87,17 @@ class Karpenter:
 
 
 def nodepool(
-    name: str, *, capacity_types: list[str], taints: list[dict[str, str]]
+    name: str,
+    *,
+    capacity_types: list[str],
+    taints: list[dict[str, str]],
+    size: str = GPU_SIZE,
+    zones: tuple[str, ...] = ZONES,
+    consolidate_after: str = "5s",
 ) -> dict[str, Any]:
-    """A GPU NodePool as NAP users write one (karpenter.sh/v1), for the KWOK node class."""
+    """A GPU NodePool as NAP users write one (karpenter.sh/v1), for the KWOK node class: one
+    size, in `zones`, consolidating empty and underused nodes `consolidate_after` their last
+    pod change."""
     return {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
@@ -104,7 +119,12 @@ def nodepool(
                         {
                             "key": "node.kubernetes.io/instance-type",
                             "operator": "In",
-                            "values": [GPU_SIZE],
+                            "values": [size],
+                        },
+                        {
+                            "key": "topology.kubernetes.io/zone",
+                            "operator": "In",
+                            "values": list(zones),
                         },
                     ],
                     "taints": taints,
@@ -115,7 +135,7 @@ def nodepool(
             },
             "disruption": {
                 "consolidationPolicy": "WhenEmptyOrUnderutilized",
-                "consolidateAfter": "5s",
+                "consolidateAfter": consolidate_after,
             },
         },
     }

@@ -38,6 +38,7 @@ from tests.helpers import serve
 RELEASE = "sr"
 RELEASE_NAMESPACE = "spot-rebalancer"
 SPOT_POOL = "gpuspot"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Conditions kwok keeps on its nodes; any other (ours, AKS's NPD) is a test's and is removed.
 KWOK_CONDITIONS = {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"}
 # The conditions a kubelet posts (the node lifecycle controller sets them Unknown when it stops).
@@ -432,12 +433,16 @@ class KubeRig(ProcessRig):
         kind: str = "Deployment",
         annotations: dict[str, str] | None = None,
         pod_labels: dict[str, str] | None = None,
+        pod_annotations: dict[str, str] | None = None,
+        one_per_node: bool = False,
     ) -> None:
         """An inference Deployment (or StatefulSet) as users run one on AKS spot: one GPU per
         replica, tolerating the spot and GPU taints, preferring spot nodes, a
         PodDisruptionBudget (maxUnavailable 1), and replicas that take `startup_seconds` to
         become Ready (kwok's pod-ready delay). `annotations` go on the workload (a placement
-        policy), `pod_labels` on its pod template too (the webhook's object selector)."""
+        policy), `pod_labels` on its pod template too (the webhook's object selector),
+        `pod_annotations` on its pod template alone; `one_per_node`: a required pod
+        anti-affinity keeps two of its replicas off one node."""
         labels = {"app": name}
         tolerations = [
             {"key": names.AKS_SPOT_LABEL, "operator": "Equal", "value": "spot",
@@ -463,7 +468,8 @@ class KubeRig(ProcessRig):
                     "metadata": {
                         "labels": {**labels, **(pod_labels or {})},
                         "annotations": {
-                            "pod-ready.stage.kwok.x-k8s.io/delay": f"{startup_seconds}s"
+                            "pod-ready.stage.kwok.x-k8s.io/delay": f"{startup_seconds}s",
+                            **(pod_annotations or {}),
                         },
                     },
                     "spec": {
@@ -489,6 +495,13 @@ class KubeRig(ProcessRig):
                 },
             },
         }
+        if one_per_node:
+            affinity = workload["spec"]["template"]["spec"]["affinity"]
+            affinity["podAntiAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": labels}, "topologyKey": HOSTNAME_LABEL}
+                ]
+            }
         if kind == "StatefulSet":
             workload["spec"]["serviceName"] = name
         budget = {

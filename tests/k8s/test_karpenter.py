@@ -25,8 +25,14 @@ import pytest
 from rebalancer import names
 from rebalancer_sim.measure import unavoidable_deficit
 from tests.controlplane import ControlPlane
-from tests.e2e.rig import sampling
-from tests.k8s.karpenter import Karpenter, nodepool, running_karpenter
+from tests.e2e.rig import ready, sampling
+from tests.k8s.karpenter import (
+    TWO_GPU_SIZE,
+    ZONES,
+    Karpenter,
+    nodepool,
+    running_karpenter,
+)
 from tests.k8s.rig import KubeRig
 from tests.k8s.test_failover import http_date
 from tests.k8s.test_webhook import PLACEMENT_LABEL, Webhook, eventually, webhook  # noqa: F401
@@ -50,24 +56,56 @@ def karpenter(
         yield running
 
 
-@pytest.fixture
-async def gpu_nodepool(rig: KubeRig, karpenter: Karpenter) -> AsyncIterator[dict[str, Any]]:
-    pool = nodepool(NODEPOOL, capacity_types=["spot", "on-demand"], taints=[GPU_TAINT])
-    await rig.api.request("POST", NODEPOOLS, pool)
+@contextlib.asynccontextmanager
+async def nodepools_in_use(
+    rig: KubeRig, karpenter: Karpenter, pools: list[dict[str, Any]]
+) -> AsyncIterator[None]:
+    for pool in pools:
+        await rig.api.request("POST", NODEPOOLS, pool)
     try:
-        yield pool
+        yield
     finally:
-        # The workload first (a do-not-disrupt pod would hold its node), then the NodePool:
-        # Karpenter removes its NodeClaims and Nodes; the rig's reset finds only its own nodes.
+        # The workloads first (a do-not-disrupt pod would hold its node), then the NodePools:
+        # Karpenter removes their NodeClaims and Nodes; the rig's reset finds only its own nodes.
+        deployments = "/apis/apps/v1/namespaces/inference/deployments"
         with contextlib.suppress(Exception):
-            await rig.api.absent("/apis/apps/v1/namespaces/inference/deployments/llm")
+            for workload in (await rig.api.request("GET", deployments))["items"]:
+                await rig.api.absent(f"{deployments}/{workload['metadata']['name']}")
         for pod in rig.pods():
             await rig.api.absent(f"/api/v1/namespaces/inference/pods/{pod['metadata']['name']}")
-        await rig.api.absent(f"{NODEPOOLS}/{NODEPOOL}")
+        for pool in pools:
+            await rig.api.absent(f"{NODEPOOLS}/{pool['metadata']['name']}")
         deadline = time.monotonic() + 90
         while (await rig.api.request("GET", NODECLAIMS))["items"]:
             assert time.monotonic() < deadline, f"NodeClaims left:\n{karpenter.log()[-3000:]}"
             await asyncio.sleep(0.5)
+
+
+@pytest.fixture
+async def gpu_nodepool(rig: KubeRig, karpenter: Karpenter) -> AsyncIterator[dict[str, Any]]:
+    pool = nodepool(NODEPOOL, capacity_types=["spot", "on-demand"], taints=[GPU_TAINT])
+    async with nodepools_in_use(rig, karpenter, [pool]):
+        yield pool
+
+
+async def start_controller(rig: KubeRig, webhook: Webhook, **env: str) -> None:  # noqa: F811
+    """The controller, its webhook serving and called by the API server."""
+    rig.start_controller(**webhook.controller_env, **env)
+    await rig.wait_for(
+        lambda: "admission webhook serving" in rig.log("controller-0"),
+        timeout=15,
+        what="the webhook serving",
+    )
+    configuration = (
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+        + webhook.configuration
+    )
+
+    async def ca_injected() -> bool:
+        config = await rig.api.request("GET", configuration)
+        return all(h["clientConfig"].get("caBundle") for h in config["webhooks"])
+
+    await eventually(ca_injected, timeout=10, what="the CA in the caBundle")
 
 
 def karpenter_labels(rig: KubeRig, node_name: str) -> tuple[str, str]:
@@ -127,8 +165,9 @@ async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_s
     spot_nodes = sorted({p["spec"]["nodeName"] for p in rig.pods()})
     assert [karpenter_labels(rig, n) for n in spot_nodes] == [(NODEPOOL, "spot")] * 2
 
-    rig.start_controller(
-        **webhook.controller_env,
+    await start_controller(
+        rig,
+        webhook,
         # No REBALANCER_POOLS: the NodePool's on-demand part, without a node until Karpenter
         # launches one, is read from the NodePool.
         REBALANCER_POOLS="[]",
@@ -137,21 +176,6 @@ async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_s
         REBALANCER_COOLDOWN_SECONDS="2",
         REBALANCER_RETURN_PENDING_TIMEOUT_SECONDS="40",
     )
-    await rig.wait_for(
-        lambda: "admission webhook serving" in rig.log("controller-0"),
-        timeout=15,
-        what="the webhook serving",
-    )
-    configuration = (
-        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
-        + webhook.configuration
-    )
-
-    async def ca_injected() -> bool:
-        config = await rig.api.request("GET", configuration)
-        return all(h["clientConfig"].get("caBundle") for h in config["webhooks"])
-
-    await eventually(ca_injected, timeout=10, what="the CA in the caBundle")
     await rig.until_ready(replicas=2)
 
     doomed = spot_nodes[0]
@@ -237,3 +261,113 @@ async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_s
     new_spot = {p["spec"]["nodeName"] for p in rig.pods()} - set(spot_nodes)
     assert len(new_spot) == 1, "the returned replica is not on a node Karpenter launched for it"
     assert rig.min_ready[("inference", "llm")] == 2, "a Ready replica was lost on the way back"
+
+
+# ---- consolidation leaves the spares alone ------------------------------------------------------
+
+
+def pack_nodepool(name: str) -> dict[str, Any]:
+    """Spot nodes of two GPUs in one zone, consolidated a second after their last pod change:
+    two half-used nodes are one too many, whatever the webhook prefers for their pods."""
+    return nodepool(
+        name, capacity_types=["spot"], taints=[GPU_TAINT], size=TWO_GPU_SIZE, zones=ZONES[:1],
+        consolidate_after="1s",
+    )  # fmt: skip
+
+
+def placed_on(rig: KubeRig, prefix: str) -> dict[str, str]:
+    """The Ready pods named `prefix`-..., by name, with their nodes."""
+    return {
+        p["metadata"]["name"]: p["spec"]["nodeName"]
+        for p in rig.pods()
+        if p["metadata"]["name"].startswith(f"{prefix}-") and ready(p)
+    }
+
+
+async def test_consolidation_leaves_the_nodes_of_a_workload_with_spares_alone(
+    rig: KubeRig,
+    webhook: Webhook,  # noqa: F811
+    karpenter: Karpenter,
+) -> None:
+    # Two workloads alike, 1 replica and 1 spare each, on two half-used nodes of a NodePool of
+    # their own: Karpenter could pack each pair onto one node. The control's pods set
+    # do-not-disrupt themselves to a lapsed value ("1s": the webhook keeps a pod's own value,
+    # and Karpenter reads it as protection for the pod's first second only), so they differ
+    # from the spares' only by the webhook's "true".
+    control, spares = "control", "spares"
+    async with nodepools_in_use(rig, karpenter, [pack_nodepool(control), pack_nodepool(spares)]):
+        await start_controller(rig, webhook, REBALANCER_POOLS="[]")
+        # The workloads at 0 replicas first: the webhook knows a pod's workload from the
+        # controller's caches, and a brand-new Deployment's first pods may come before them
+        # (allowed unchanged, `unknown_workload`); the ballast's launch gives the caches time.
+        deployments = "/apis/apps/v1/namespaces/inference/deployments"
+        for pool, own in ((control, {names.KARPENTER_DO_NOT_DISRUPT: "1s"}), (spares, {})):
+            await rig.deploy(
+                name=f"llm-{pool}", replicas=0, startup_seconds=0.5,
+                annotations={names.SPARE_REPLICAS: "1"}, pod_labels=PLACEMENT_LABEL,
+                pod_annotations=own, node_selector={names.KARPENTER_NODEPOOL_LABEL: pool},
+            )  # fmt: skip
+        # Ballast, one per node, so that each node keeps one GPU free for the workload.
+        for pool in (control, spares):
+            await rig.deploy(
+                name=f"ballast-{pool}", replicas=2, startup_seconds=0.5, one_per_node=True,
+                node_selector={names.KARPENTER_NODEPOOL_LABEL: pool},
+            )  # fmt: skip
+        await rig.wait_for(
+            lambda: all(len(set(placed_on(rig, f"ballast-{p}").values())) == 2
+                        for p in (control, spares)),
+            timeout=60, what="the ballast on two nodes of each NodePool",
+        )  # fmt: skip
+        for pool in (control, spares):  # the owner's 1; the controller adds the spare
+            await rig.api.update(
+                f"{deployments}/llm-{pool}", lambda d: d["spec"].update(replicas=1)
+            )
+        await rig.wait_for(
+            lambda: all(len(set(placed_on(rig, f"llm-{p}").values())) == 2
+                        for p in (control, spares)),
+            timeout=60, what="the replica and its spare on two nodes, for each workload",
+        )  # fmt: skip
+        values: dict[str, list[str | None]] = {}
+        for pod in rig.pods():
+            if pod["metadata"]["name"].startswith("llm-"):
+                values.setdefault(pod["metadata"]["name"].rsplit("-", 2)[0], []).append(
+                    pod["metadata"]["annotations"].get(names.KARPENTER_DO_NOT_DISRUPT)
+                )
+        assert values == {f"llm-{control}": ["1s"] * 2, f"llm-{spares}": ["true"] * 2}
+        control_nodes = set(placed_on(rig, f"llm-{control}").values())
+        spares_pods = placed_on(rig, f"llm-{spares}")
+        spares_nodes = set(spares_pods.values())
+
+        for pool in (control, spares):
+            await rig.api.absent(f"{deployments}/ballast-{pool}")
+        emptied = time.monotonic()
+        await rig.wait_for(
+            lambda: any(rig.node(n) is None for n in control_nodes),
+            timeout=120,
+            what="Karpenter consolidating the control's two nodes into one",
+        )
+        consolidated_in = time.monotonic() - emptied
+        print(f"the control's half-used node consolidated {consolidated_in:.1f} s after")
+
+        async def spares_consolidatable() -> bool:
+            claims = (await rig.api.request("GET", NODECLAIMS))["items"]
+            eligible = {
+                (c.get("status") or {}).get("nodeName")
+                for c in claims
+                if any(
+                    k["type"] == "Consolidatable" and k["status"] == "True"
+                    for k in (c.get("status") or {}).get("conditions") or []
+                )
+            }
+            return spares_nodes <= eligible
+
+        # Karpenter holds the spares' nodes consolidatable (their pods changed longer than
+        # consolidateAfter ago), as it did the control's: only do-not-disrupt keeps them.
+        await eventually(spares_consolidatable, timeout=30, what="the spares' nodes consolidatable")
+        # Twice as long as the control took (and 10 s more), the spares' nodes and pods stay.
+        until = emptied + 2 * consolidated_in + 10
+        while time.monotonic() < until:
+            assert all(rig.node(n) is not None for n in spares_nodes), "a spare's node went"
+            assert placed_on(rig, f"llm-{spares}") == spares_pods, "a spare was moved"
+            await asyncio.sleep(0.5)
+        print(f"the spares' nodes stayed {time.monotonic() - emptied:.1f} s after")

@@ -232,6 +232,29 @@ def test_a_pod_that_says_otherwise_keeps_its_own_value() -> None:
     assert patched["metadata"]["annotations"][names.KARPENTER_DO_NOT_DISRUPT] == "false"
 
 
+def test_a_spare_not_placed_is_kept_from_consolidation_all_the_same() -> None:
+    # A spot-only NodePool whose new nodes have no assessed risk yet: no group the policy
+    # accepts and no on-demand pool, so the pod is not placed (no_fit); it is a spare still.
+    state = snapshot(
+        [nap_json("nap-spot-0", "spot"), nap_json("nap-spot-1", "spot")],
+        [pod("p0", "nap-spot-0")],
+        [deployment(1, annotations={names.SPARE_REPLICAS: "1"})],
+    )
+    view = View.of_pass(state, (), risks={}, declared={})
+    result = review(request(), view, [])
+    assert result.outcome == "no_fit"
+    patched = apply_adds(request()["request"]["object"], patch_of(result.response))
+    assert patched["metadata"]["annotations"] == {names.KARPENTER_DO_NOT_DISRUPT: "true"}
+    assert "affinity" not in patched["spec"]
+    # Without spares, a pod not placed is left as it is.
+    plain = snapshot(
+        [nap_json("nap-spot-0", "spot")], [pod("p0", "nap-spot-0")],
+        [deployment(1, annotations={names.SPREAD: "zone"})],
+    )  # fmt: skip
+    unplaced = review(request(), View.of_pass(plain, (), risks={}, declared={}), [])
+    assert (unplaced.outcome, "patch" in unplaced.response["response"]) == ("no_fit", False)
+
+
 # ---- returns to spot under Karpenter ------------------------------------------------------------
 
 
