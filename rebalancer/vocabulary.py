@@ -197,6 +197,7 @@ class Check(StrEnum):
     GPUS_NOT_ADVERTISED = "gpus-not-advertised"
     AGENT_NOT_ON_SPOT = "agent-not-on-spot"
     WORKLOAD_NOT_ON_SPOT = "workload-cannot-use-spot"
+    WORKSPACE_NOT_ON_SPOT = "kaito-workspace-cannot-use-spot"
     NO_ON_DEMAND_FALLBACK = "workload-no-on-demand-fallback"
     POOL_AT_ZERO_UNDECLARED = "on-demand-pool-undeclared"
     NODEPOOL_SPOT_ONLY = "nodepool-spot-only"

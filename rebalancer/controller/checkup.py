@@ -26,7 +26,11 @@ pods; NVIDIA Dynamo's AKS spot guide exists to get the tolerations right):
 - under AKS node auto-provisioning (Karpenter NodePools): a GPU NodePool that may launch spot
   only while nothing else offers on-demand GPUs (no fail-over path), and a GPU NodePool whose
   spot nodes get a taint that no device plugin tolerates (judged from the NodePool, so before
-  any such node exists: NAP launches and consolidates them all the time).
+  any such node exists: NAP launches and consolidates them all the time);
+- a KAITO Workspace whose pods tolerate the taints of no spot GPU capacity the cluster has (an
+  older KAITO, KAITO set to another cloud provider, or spot capacity tainted otherwise than AKS's
+  spot taint): reported on the Workspace, since that is where a template Workspace's tolerations
+  are set, and where KAITO's own are the cause.
 
 A check that needs data the caller could not read (DaemonSets, node groups: None) is skipped,
 never guessed: a finding must be true.
@@ -34,6 +38,7 @@ never guessed: a finding must be true.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +48,15 @@ from typing import Any
 import yaml
 
 from rebalancer import names, pool_kind
+from rebalancer.controller.kaito import (
+    API_VERSION as KAITO_API_VERSION,
+)
+from rebalancer.controller.kaito import (
+    SPOT_TOLERATION_SINCE,
+    WorkspaceInfo,
+    made_by_kaito,
+    workload_of,
+)
 from rebalancer.controller.karpenter import (
     GPU_COUNT_KEY,
     NodePoolInfo,
@@ -161,6 +175,10 @@ class Setup:
     nodepools: Sequence[NodePoolInfo] | None = None  # Karpenter's; None: not read, checks skipped
     # Deployments an HorizontalPodAutoscaler scales, as (namespace, name).
     autoscaled: frozenset[tuple[str, str]] = frozenset()
+    # KAITO's Workspaces, [] without KAITO; None: not read, their check skipped.
+    workspaces: Sequence[WorkspaceInfo] | None = None
+    # The workloads KAITO made for them, managed or not (the check is about KAITO's setup).
+    kaito_workloads: Sequence[WorkloadInfo] = ()
 
 
 def helm_upgrade_command(chart: str, version: str) -> str:
@@ -180,6 +198,7 @@ def setup_of(
     idle_spells: Sequence[IdleSpell] | None = None,
     idle_limit_seconds: float = 300.0,
     helm_upgrade: str = "",
+    workspaces: Sequence[WorkspaceInfo] | None = None,
 ) -> Setup:
     """The checks' input from the controller's view of the cluster and its planner settings
     (which workloads it manages, which pools it declares)."""
@@ -200,6 +219,8 @@ def setup_of(
             for s in snapshot.scalers.values()
             if s.target[0] == "Deployment"
         ),
+        workspaces=workspaces,
+        kaito_workloads=tuple(w for w in snapshot.workloads.values() if made_by_kaito(w)),
     )
 
 
@@ -211,6 +232,21 @@ def diagnose(setup: Setup) -> list[Finding]:
         findings += device_plugin_findings(setup.nodes, live, setup.daemonsets, now=setup.now)
         findings += agent_findings(live, setup.daemonsets)
     findings += spot_findings(setup.workloads, with_declared(live, offline_pools(setup, live)))
+    if setup.workspaces is not None:
+        kaito = workspace_findings(setup, live)
+        # Said on the Workspace, where the fix belongs: not again on the workload KAITO made.
+        reported = {(f.object.namespace, f.object.name) for f in kaito}
+        made = {
+            (w.kind, w.namespace, w.name)
+            for w in setup.kaito_workloads
+            if w.owner is not None and (w.namespace, w.owner.name) in reported
+        }
+        findings = [
+            f
+            for f in findings
+            if f.check != Check.WORKLOAD_NOT_ON_SPOT
+            or (f.object.kind, f.object.namespace, f.object.name) not in made
+        ] + kaito
     findings += target_findings(setup)
     no_fallback = fallback_findings(setup, live)
     findings += no_fallback
@@ -621,6 +657,141 @@ def fallback_findings(setup: Setup, live: Mapping[str, Pool]) -> list[Finding]:
             )
         )
     return findings
+
+
+# ---- KAITO Workspaces ------------------------------------------------------------------------
+
+AKS_SPOT_TAINT = Taint(names.AKS_SPOT_LABEL, "spot", "NoSchedule")
+
+
+def spot_gpu_capacity(setup: Setup, live: Mapping[str, Pool]) -> list[Pool]:
+    """The spot capacity a GPU replica could use: VMSS spot pools with GPU nodes and the spot
+    parts of GPU NodePools, live, declared or read from a NodePool (NAP keeps no idle node)."""
+    by_name = {node.name: node for node in setup.nodes}
+    gpu_parts = {np.pool(pool_kind.SPOT) for np in setup.nodepools or () if np.gpu}
+    pools = with_declared(live, offline_pools(setup, live))
+    return sorted(
+        (
+            pool
+            for pool in pools.values()
+            if pool.spot
+            and (
+                pool.gpus_per_node > 0
+                or pool.name in gpu_parts
+                or any(is_gpu_node(by_name[n]) for n in pool.nodes if n in by_name)
+            )
+        ),
+        key=lambda p: p.name,
+    )
+
+
+def workspace_findings(setup: Setup, live: Mapping[str, Pool]) -> list[Finding]:
+    """KAITO Workspaces whose workload's pod template tolerates the taints of no spot GPU
+    capacity: KAITO's pods never run on spot. Judged from the workload KAITO made (what its pods
+    get), taints only: KAITO's node affinity is its own label selector, which its provisioner
+    matches. A Workspace KAITO has not made a workload for yet is not judged."""
+    spot = spot_gpu_capacity(setup, live)
+    if not spot:
+        return []
+    findings = []
+    for workspace in sorted(setup.workspaces or (), key=lambda w: w.key):
+        workload = workload_of(workspace, setup.kaito_workloads)
+        if workload is None:
+            continue
+        tolerations = workload.template_spec.get("tolerations") or []
+        missing_by_pool = {pool.name: untolerated(tolerations, pool.taints) for pool in spot}
+        if not all(missing_by_pool.values()):
+            continue
+        closest = min(spot, key=lambda p: (len(missing_by_pool[p.name]), p.name))
+        missing = missing_by_pool[closest.name]
+        reasons = "; ".join(
+            f"{name}: {', '.join(str(t) for t in taints)}"
+            for name, taints in missing_by_pool.items()
+        )
+        ref = ObjectRef(
+            "Workspace", workspace.namespace, workspace.name, workspace.uid, KAITO_API_VERSION
+        )
+        fix_yaml, fix, command = (
+            _template_workspace_fix(workspace, workload, missing)
+            if workspace.template
+            else _preset_workspace_fix(workload, missing)
+        )
+        findings.append(
+            Finding(
+                Check.WORKSPACE_NOT_ON_SPOT,
+                WARNING,
+                ref,
+                f"the pods of its {workload.kind} {workload.namespace}/{workload.name} tolerate no "
+                f"spot GPU capacity's taints (not tolerated: {reasons})",
+                "KAITO's inference replicas run on on-demand GPUs only: spot saves nothing on "
+                "them, and the controller never places or returns them there.",
+                f"Add spot capacity {closest.name}'s taints to the pods' tolerations. " + fix,
+                yaml=fix_yaml,
+                command=command,
+            )
+        )
+    return findings
+
+
+def _template_workspace_fix(
+    workspace: WorkspaceInfo, workload: WorkloadInfo, missing: Sequence[Taint]
+) -> tuple[str, str, str]:
+    """A merge patch of the Workspace's `inference.template` tolerations (what a StatefulSet KAITO
+    makes again gets), and the same tolerations on the running workload, which KAITO does not
+    update from a changed template."""
+    kept = [dict(t) for t in workspace.template_tolerations]
+    document = {
+        "inference": {
+            "template": {
+                "spec": {"tolerations": kept + [toleration_for(t) for t in missing]},
+            }
+        }
+    }
+    header = (
+        f"# Workspace {workspace.name}'s inference.template tolerations, the whole list "
+        f"({len(kept)} kept): a merge patch replaces it.\n"
+        "# KAITO adds its own after these when it makes the StatefulSet.\n"
+    )
+    running = [dict(t) for t in workload.template_spec.get("tolerations") or []]
+    running += [toleration_for(t) for t in missing if toleration_for(t) not in running]
+    now = json.dumps(
+        {"spec": {"template": {"spec": {"tolerations": running}}}}, separators=(",", ":")
+    )
+    kind = workload.kind.lower()
+    command = (
+        f"kubectl -n {workspace.namespace} patch workspace {workspace.name} --type merge "
+        f"--patch-file fix.yaml && kubectl -n {workload.namespace} patch {kind} "
+        f"{workload.name} --type merge -p '{now}'"
+    )
+    fix = (
+        "Set them in the Workspace's inference.template; KAITO does not carry a changed "
+        f"template to the {workload.kind} it already made, so the command patches that too (its "
+        "pods restart one at a time)."
+    )
+    return header + yaml.safe_dump(document, sort_keys=False), fix, command
+
+
+def _preset_workspace_fix(workload: WorkloadInfo, missing: Sequence[Taint]) -> tuple[str, str, str]:
+    """A preset Workspace has no field for tolerations: KAITO sets them. The workload's own
+    patch holds until KAITO replaces its pod template (a base-image upgrade)."""
+    if set(missing) <= {AKS_SPOT_TAINT}:
+        cause = (
+            f"KAITO {SPOT_TOLERATION_SINCE} and later add the AKS spot toleration themselves on "
+            "Azure (its chart's cloudProviderName: azure, the default): upgrade KAITO, or set it "
+            "to azure, so that what it makes next has it."
+        )
+    else:
+        cause = (
+            f"Taint the spot capacity with {AKS_SPOT_TAINT} instead (KAITO tolerates only "
+            f"nvidia.com/gpu, sku=gpu and, on Azure from {SPOT_TOLERATION_SINCE}, that one), or "
+            "keep this patch."
+        )
+    fix = (
+        f"A preset Workspace's pod tolerations are KAITO's own: patch its {workload.kind} (KAITO "
+        f"keeps the patch until a base-image upgrade replaces the pod template). {cause}"
+    )
+    existing = workload.template_spec.get("tolerations") or []
+    return tolerations_patch(existing, missing), fix, _patch_command(_workload_ref(workload))
 
 
 # ---- pools the cluster autoscaler keeps at zero ------------------------------------------------

@@ -11,8 +11,9 @@ DaemonSets (the device plugin's, our agent's) are read with one list per run rat
 an informer: they change rarely and nothing here is urgent. A run whose list fails is skipped: a
 check never guesses. Karpenter's NodePools (AKS node auto-provisioning) are listed the same way; a
 cluster without Karpenter answers 404 (no NodePools), and a list that fails otherwise skips the
-NodePool checks alone. The cluster autoscaler's status is not read here (it lives in kube-system,
-outside the controller's permissions), so pools at zero are the plugin's check only.
+NodePool checks alone. KAITO's Workspaces likewise (404 without KAITO: no Workspaces; any other
+failure skips their check alone). The cluster autoscaler's status is not read here (it lives in
+kube-system, outside the controller's permissions), so pools at zero are the plugin's check only.
 
 On-demand GPU nodes kept empty after their pods left (`on-demand-fallback-kept-idle`) are the
 controller's check only: it needs a history, which one look by the plugin does not have. The
@@ -31,6 +32,7 @@ from rebalancer.config import ControllerSettings
 from rebalancer.controller.catalogue import misconfigured
 from rebalancer.controller.checkup import Finding, diagnose, helm_upgrade_command, setup_of
 from rebalancer.controller.idle_nodes import IdleWatch
+from rebalancer.controller.kaito import WORKSPACES, WorkspaceInfo
 from rebalancer.controller.karpenter import NodePoolInfo
 from rebalancer.controller.model import DaemonSetInfo
 from rebalancer.controller.options import planner_settings
@@ -130,6 +132,7 @@ class Doctor:
             return None
         daemonsets = [DaemonSetInfo.from_json(item) for item in listed.get("items") or []]
         nodepools = await self._nodepools()
+        workspaces = await self._workspaces()
         self.idle.observe(state)
         setup = setup_of(
             state,
@@ -139,6 +142,7 @@ class Doctor:
             idle_limit_seconds=IDLE_LIMIT_SECONDS,
             helm_upgrade=self._helm_upgrade,
             nodepools=nodepools,
+            workspaces=workspaces,
         )
         findings = diagnose(setup)
         for check in Check:
@@ -159,6 +163,18 @@ class Doctor:
             self._log.warning("doctor: NodePool checks skipped", reason=str(error))
             return None
         return [NodePoolInfo.from_json(item) for item in listed.get("items") or []]
+
+    async def _workspaces(self) -> list[WorkspaceInfo] | None:
+        """KAITO's Workspaces; [] without KAITO; None when they could not be read."""
+        try:
+            listed = await self._client.request("GET", WORKSPACES)
+        except NotFound:
+            return []
+        except KubeError as error:
+            self._metrics.reconcile_errors.labels(error.kind).inc()
+            self._log.warning("doctor: KAITO Workspace check skipped", reason=str(error))
+            return None
+        return [WorkspaceInfo.from_json(item) for item in listed.get("items") or []]
 
     def _tell(self, findings: list[Finding]) -> None:
         """A log line and an Event per finding that appeared since the last run (leader only)."""

@@ -296,6 +296,7 @@ class ScalerInfo:
 class Owner:
     kind: str
     name: str
+    api_version: str = ""  # read for workloads only (which operator made it)
 
 
 @dataclass(frozen=True)
@@ -391,6 +392,9 @@ class WorkloadInfo:
     # Problems of our records on it that someone else wrote (or broke): the workload is left
     # alone (drained plainly, never surged, returned or given spares) and reported.
     refused: tuple[str, ...] = ()
+    # What made it (its controller owner reference), e.g. the KAITO Workspace a StatefulSet is
+    # for: the doctor reports a problem on the object whose spec sets it.
+    owner: Owner | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -444,6 +448,14 @@ class WorkloadInfo:
             labels=dict(meta.get("labels") or {}),
             uid=str(meta.get("uid", "")),
             selector=dict(spec.get("selector") or {}),
+            owner=next(
+                (
+                    Owner(str(ref.get("kind")), str(ref.get("name")), str(ref.get("apiVersion")))
+                    for ref in meta.get("ownerReferences") or []
+                    if isinstance(ref, dict) and ref.get("controller") is True
+                ),
+                None,
+            ),
         )
 
 

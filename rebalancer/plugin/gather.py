@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from rebalancer.controller.kaito import WORKSPACES
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.errors import KubeError, NotFound
 from rebalancer.plugin.view import Raw, find_install, settings_from_env
@@ -82,6 +83,17 @@ async def _nodepools(client: KubeClient, problems: list[str]) -> list[Obj] | Non
         return None
 
 
+async def _workspaces(client: KubeClient, problems: list[str]) -> list[Obj] | None:
+    """KAITO's Workspaces; [] on a cluster without KAITO."""
+    try:
+        return await list_all(client, WORKSPACES)
+    except NotFound:
+        return []
+    except KubeError as error:
+        problems.append(f"cannot list KAITO Workspaces ({error}): the Workspace check is skipped")
+        return None
+
+
 def _configmap(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{namespace}/configmaps/{name}"
 
@@ -99,6 +111,7 @@ async def gather(client: KubeClient, namespace: str | None) -> Raw:
     )
     daemonsets = await _optional_list(client, "/apis/apps/v1/daemonsets", problems)
     nodepools = await _nodepools(client, problems)
+    workspaces = await _workspaces(client, problems)
     install = find_install(deployments, daemonsets, namespace)
     settings, _ = settings_from_env(install.env)
     lease = settings.lease_name
@@ -123,6 +136,7 @@ async def gather(client: KubeClient, namespace: str | None) -> Raw:
         statefulsets=statefulsets,
         daemonsets=daemonsets,
         nodepools=nodepools,
+        workspaces=workspaces,
         history=history,
         lease=lease_obj,
         prices=prices,

@@ -32,6 +32,7 @@ from rebalancer.controller.checkup import (
     setup_of,
 )
 from rebalancer.controller.history import History, history_from_configmap
+from rebalancer.controller.kaito import WorkspaceInfo
 from rebalancer.controller.karpenter import NodePoolInfo
 from rebalancer.controller.model import (
     DaemonSetInfo,
@@ -70,6 +71,7 @@ class Raw:
     autoscaler: Obj | None = None  # kube-system/cluster-autoscaler-status
     problems: Sequence[str] = ()
     nodepools: Sequence[Obj] | None = ()  # Karpenter's; () without Karpenter
+    workspaces: Sequence[Obj] | None = ()  # KAITO's; () without KAITO
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class View:
     lease: Lease | None
     problems: tuple[str, ...] = field(default=())
     nodepools: tuple[NodePoolInfo, ...] | None = ()
+    workspaces: tuple[WorkspaceInfo, ...] | None = ()
 
     @property
     def now(self) -> datetime:
@@ -132,6 +135,7 @@ class View:
             daemonsets=self.daemonsets,
             node_groups=self.node_groups,
             nodepools=self.nodepools,
+            workspaces=self.workspaces,
             helm_upgrade=helm_upgrade_command(
                 self.settings.helm_chart, self.settings.helm_chart_version
             ),
@@ -289,4 +293,7 @@ def build_view(
         nodepools=None
         if raw.nodepools is None
         else tuple(NodePoolInfo.from_json(o) for o in raw.nodepools),
+        workspaces=None
+        if raw.workspaces is None
+        else tuple(WorkspaceInfo.from_json(o) for o in raw.workspaces),
     )

@@ -9,18 +9,39 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
+
+import pytest
+import structlog
+import yaml
 
 from rebalancer import names
+from rebalancer.clock import ManualClock
+from rebalancer.config import ControllerSettings
 from rebalancer.controller.actions import Evict, ScaleUp
 from rebalancer.controller.admission import View, review
+from rebalancer.controller.checkup import Finding, Setup, diagnose, setup_of
+from rebalancer.controller.doctor import DAEMONSETS, NODEPOOLS, Doctor
+from rebalancer.controller.kaito import WORKSPACES, WorkspaceInfo
+from rebalancer.controller.karpenter import NodePoolInfo
 from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
 from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.risk import RiskSettings, assess
 from rebalancer.controller.snapshot import Snapshot
+from rebalancer.kube.errors import Forbidden, NotFound
+from rebalancer.metrics import ControllerMetrics
+from rebalancer.plugin import doctor as plugin_doctor
+from rebalancer.plugin.gather import _workspaces as gather_workspaces
+from rebalancer.plugin.view import build_view
+from rebalancer.vocabulary import Check
+from tests.unit.kube_objects import node
+from tests.unit.test_checkup import D4, GPU, SPOT
+from tests.unit.test_checkup_nap import nodepool
 from tests.unit.test_placement import apply_adds, patch_of
 from tests.unit.test_planner import NOW, WATCHED
+from tests.unit.test_plugin import raw
 
 WORKSPACE = "workspace-phi-3"
 NAMESPACE = "kaito"
@@ -203,3 +224,294 @@ def test_kaitos_replica_on_a_preempted_nap_node_is_evicted_at_once() -> None:
     assert [a.pod for a in result.actions if isinstance(a, Evict)] == [
         (NAMESPACE, f"{WORKSPACE}-0")
     ]
+
+
+# ---- the doctor: a Workspace whose pods cannot tolerate spot ------------------------------------
+
+PRESET = "phi-3-mini-4k-instruct"
+# KAITO before v0.10.0, or with its chart's cloudProviderName other than azure: no spot toleration.
+OLD_KAITO_TOLERATIONS = KAITO_TOLERATIONS[:2]
+CUSTOM_SPOT_TAINT = {"key": "spot", "value": "true", "effect": "NoSchedule"}
+SKU_GPU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
+AKS_SPOT_TAINT = {"key": names.AKS_SPOT_LABEL, "value": "spot", "effect": "NoSchedule"}
+
+
+def workspace(*, template_tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """A Workspace as a user writes one (kaito.sh/v1beta1: `resource` and `inference` are
+    top-level fields); a preset one unless `template_tolerations` is given."""
+    inference: dict[str, Any] = {"preset": {"name": PRESET}}
+    if template_tolerations is not None:
+        inference = {
+            "template": {
+                "spec": {
+                    "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.9.0"}],
+                    "tolerations": template_tolerations,
+                }
+            }
+        }
+    return {
+        "apiVersion": "kaito.sh/v1beta1",
+        "kind": "Workspace",
+        "metadata": {"name": WORKSPACE, "namespace": NAMESPACE, "uid": "uid-ws",
+                     "annotations": {"workspace.kaito.io/revision": "1"}},
+        "resource": {"instanceType": "Standard_NC24ads_A100_v4",
+                     "labelSelector": {"matchLabels": {"apps": "phi-3"}}},
+        "inference": inference,
+    }  # fmt: skip
+
+
+def kaito_makes(ws: dict[str, Any], defaults: list[dict[str, str]]) -> dict[str, Any]:
+    """The StatefulSet KAITO creates for the Workspace: a preset's pods get KAITO's tolerations
+    (`spec.Tolerations = defaultTolerations`), a template's get the template's followed by them
+    (GenerateManifestWithPodTemplate)."""
+    sts = kaito_statefulset()
+    template = ws["inference"].get("template")
+    own = copy.deepcopy(template["spec"]["tolerations"]) if template else []
+    sts["spec"]["template"]["spec"]["tolerations"] = own + copy.deepcopy(defaults)
+    return sts
+
+
+def vmss_nodes(spot_taints: list[str]) -> list[dict[str, Any]]:
+    return [
+        node("spot-0", "gpuspot", spot=True, gpus=1, taints=spot_taints),
+        node("od-0", "gpuondemand", spot=False, gpus=1, taints=[GPU]),
+    ]
+
+
+NAP_NODES = [node("sys-0", "system", spot=False, gpus=0, taints=[], sku=D4),
+             node("od-0", "gpuondemand", spot=False, gpus=1, taints=[GPU])]  # fmt: skip
+
+
+def doctor_setup(parts: dict[str, Any], *, workspaces: list[dict[str, Any]] | None = None) -> Setup:
+    """The controller's doctor input: the nodes, KAITO's StatefulSets, the NodePools and the
+    Workspaces (None: not readable)."""
+    workloads = [WorkloadInfo.from_json("StatefulSet", s) for s in parts["statefulsets"]]
+    state = Snapshot(
+        now=NOW,
+        nodes={n.name: n for n in map(NodeInfo.from_json, parts["nodes"])},
+        pods={},
+        workloads={w.key: w for w in workloads},
+        replicaset_owners={},
+        history=WATCHED,
+    )
+    listed = parts["workspaces"] if workspaces is None else workspaces
+    return setup_of(
+        state,
+        settings=Settings(),
+        daemonsets=None,
+        nodepools=[NodePoolInfo.from_json(p) for p in parts.get("nodepools", [])],
+        workspaces=None if listed is None else [WorkspaceInfo.from_json(w) for w in listed],
+    )
+
+
+def kaito_world(
+    ws: dict[str, Any], defaults: list[dict[str, str]], **changes: Any
+) -> dict[str, Any]:
+    parts: dict[str, Any] = {
+        "nodes": vmss_nodes([SPOT, GPU]),
+        "workspaces": [ws],
+        "statefulsets": [kaito_makes(ws, defaults)],
+    }
+    parts.update(changes)
+    return parts
+
+
+SPOT_NODEPOOL_CUSTOM_TAINT = nodepool("gpu", ["spot", "on-demand"], taints=[CUSTOM_SPOT_TAINT, SKU_GPU_TAINT])  # fmt: skip
+SPOT_NODEPOOL_AKS_TAINT = nodepool("gpu", ["spot", "on-demand"], taints=[AKS_SPOT_TAINT, SKU_GPU_TAINT])  # fmt: skip
+ON_THE_WORKSPACE = [("kaito-workspace-cannot-use-spot", "warning", f"Workspace {NAMESPACE}/{WORKSPACE}")]  # fmt: skip
+DOCTOR_CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
+    "KAITO v0.10+ on Azure, a VMSS spot pool: its pods tolerate spot": (
+        kaito_world(workspace(), KAITO_TOLERATIONS),
+        [],
+    ),
+    "an older KAITO (or not set to azure), a VMSS spot pool": (
+        kaito_world(workspace(), OLD_KAITO_TOLERATIONS),
+        ON_THE_WORKSPACE,
+    ),
+    "KAITO v0.10+, a spot NodePool tainted otherwise, no node of it yet": (
+        kaito_world(workspace(), KAITO_TOLERATIONS, nodes=NAP_NODES,
+                    nodepools=[SPOT_NODEPOOL_CUSTOM_TAINT]),
+        ON_THE_WORKSPACE,
+    ),
+    "KAITO v0.10+, a spot NodePool with AKS's spot taint": (
+        kaito_world(workspace(), KAITO_TOLERATIONS, nodes=NAP_NODES,
+                    nodepools=[SPOT_NODEPOOL_AKS_TAINT]),
+        [],
+    ),
+    "an older KAITO, a template Workspace without the spot toleration": (
+        kaito_world(workspace(template_tolerations=[]), OLD_KAITO_TOLERATIONS),
+        ON_THE_WORKSPACE,
+    ),
+    "an older KAITO, a template Workspace that tolerates spot itself": (
+        kaito_world(workspace(template_tolerations=[KAITO_TOLERATIONS[2]]),
+                    OLD_KAITO_TOLERATIONS),
+        [],
+    ),
+    "an older KAITO, no spot GPU capacity at all: nothing to tolerate": (
+        kaito_world(workspace(), OLD_KAITO_TOLERATIONS, nodes=vmss_nodes([GPU])[1:]),
+        [],
+    ),
+    "a Workspace KAITO has not made a StatefulSet for yet: not judged": (
+        kaito_world(workspace(), OLD_KAITO_TOLERATIONS, statefulsets=[]),
+        [],
+    ),
+    "Workspaces not readable: the check skipped (the StatefulSet's own check stays)": (
+        kaito_world(workspace(), OLD_KAITO_TOLERATIONS, workspaces=None),
+        [("workload-cannot-use-spot", "warning", f"StatefulSet {NAMESPACE}/{WORKSPACE}")],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(DOCTOR_CASES))
+def test_the_doctor_on_kaito_workspaces(case: str) -> None:
+    parts, expected = DOCTOR_CASES[case]
+    findings = diagnose(doctor_setup(parts))
+    assert [(str(f.check), f.severity, str(f.object)) for f in findings] == expected
+
+
+def kaito_applies(parts: dict[str, Any], finding: Finding) -> dict[str, Any]:
+    """The finding's fix applied as its command does: a merge patch of the Workspace (the whole
+    template tolerations list) and of the StatefulSet given inline, or a strategic merge patch of
+    the StatefulSet from fix.yaml (tolerations have no merge key: the list is replaced)."""
+    changed = copy.deepcopy(parts)
+    (sts,) = changed["statefulsets"]
+    document = yaml.safe_load(finding.yaml)
+    if " patch workspace " in finding.command:
+        (ws,) = changed["workspaces"]
+        ws["inference"]["template"]["spec"]["tolerations"] = document["inference"]["template"][
+            "spec"
+        ]["tolerations"]
+        inline = json.loads(finding.command.split(" -p ", 1)[1].strip("'"))
+        tolerations = inline["spec"]["template"]["spec"]["tolerations"]
+    else:
+        assert finding.command == f"kubectl -n {NAMESPACE} patch statefulset {WORKSPACE} --patch-file fix.yaml"  # fmt: skip
+        tolerations = document["spec"]["template"]["spec"]["tolerations"]
+    sts["spec"]["template"]["spec"]["tolerations"] = tolerations
+    return changed
+
+
+@pytest.mark.parametrize("case", [c for c, (_, e) in DOCTOR_CASES.items() if e == ON_THE_WORKSPACE])
+def test_each_workspace_fix_makes_its_finding_go_away(case: str) -> None:
+    parts, _ = DOCTOR_CASES[case]
+    (finding,) = diagnose(doctor_setup(parts))
+    fixed = kaito_applies(parts, finding)
+    assert diagnose(doctor_setup(fixed)) == []
+
+
+def test_a_template_workspaces_fix_reaches_the_statefulset_kaito_makes_again() -> None:
+    # KAITO does not carry a changed template to its StatefulSet, but one it makes again (after a
+    # deletion) comes from the patched Workspace: no finding then either.
+    parts, _ = DOCTOR_CASES["an older KAITO, a template Workspace without the spot toleration"]
+    (finding,) = diagnose(doctor_setup(parts))
+    assert "inference" in yaml.safe_load(finding.yaml)  # the Workspace's field, not `spec`
+    patched = kaito_applies(parts, finding)["workspaces"][0]
+    remade = {**parts, "workspaces": [patched],
+              "statefulsets": [kaito_makes(patched, OLD_KAITO_TOLERATIONS)]}  # fmt: skip
+    assert diagnose(doctor_setup(remade)) == []
+
+
+def test_a_preset_workspaces_fix_says_why_kaito_and_what_to_upgrade() -> None:
+    older, _ = DOCTOR_CASES["an older KAITO (or not set to azure), a VMSS spot pool"]
+    (finding,) = diagnose(doctor_setup(older))
+    assert "upgrade KAITO" in finding.fix and "v0.10.0" in finding.fix
+    assert finding.object.api_version == "kaito.sh/v1beta1" and finding.object.uid == "uid-ws"
+    # A taint KAITO never tolerates: upgrading would not help, the capacity's taint would.
+    other, _ = DOCTOR_CASES["KAITO v0.10+, a spot NodePool tainted otherwise, no node of it yet"]
+    (finding,) = diagnose(doctor_setup(other))
+    assert "upgrade KAITO" not in finding.fix
+    assert "Taint the spot capacity with kubernetes.azure.com/scalesetpriority=spot" in finding.fix
+    assert "gpu:spot: spot=true:NoSchedule" in finding.what
+
+
+def test_a_broken_workspace_is_read_as_empty_not_a_failed_run() -> None:
+    broken = WorkspaceInfo.from_json({"metadata": "x", "inference": {"template": {"spec": 3}}})
+    assert (broken.name, broken.template, broken.template_tolerations) == ("", True, ())
+
+
+class ByPath:
+    """A Requester answering each path from a table (an exception is raised)."""
+
+    def __init__(self, answers: dict[str, dict[str, Any] | Exception]) -> None:
+        self.answers = answers
+
+    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        answer = self.answers[path]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def controller_doctor(answers: dict[str, dict[str, Any] | Exception]) -> Doctor:
+    return Doctor(
+        client=cast(Any, ByPath(answers)),
+        settings=ControllerSettings(),
+        metrics=ControllerMetrics(),
+        events=None,
+        leading=lambda: True,
+        clock=ManualClock(NOW),
+        log=structlog.get_logger(),
+    )
+
+
+async def test_the_controllers_doctor_lists_workspaces_and_skips_them_without_kaito() -> None:
+    parts, _ = DOCTOR_CASES["an older KAITO (or not set to azure), a VMSS spot pool"]
+    state = doctor_setup(parts)
+    snapshot = Snapshot(
+        now=NOW,
+        nodes={n.name: n for n in state.nodes},
+        pods={},
+        workloads={w.key: w for w in state.kaito_workloads},
+        replicaset_owners={},
+        history=WATCHED,
+    )
+    base: dict[str, dict[str, Any] | Exception] = {DAEMONSETS: {"items": []}, NODEPOOLS: {"items": []}}  # fmt: skip
+
+    async def checks(answer: dict[str, Any] | Exception) -> list[str]:
+        found = await controller_doctor({**base, WORKSPACES: answer}).check(snapshot)
+        assert found is not None
+        return sorted(str(f.check) for f in found)
+
+    assert await checks({"items": parts["workspaces"]}) == ["kaito-workspace-cannot-use-spot"]
+    # Without KAITO (404) and when forbidden: no Workspace finding; the StatefulSet's own check.
+    for answer in (NotFound("no CRD", status=404), Forbidden("no", status=403)):
+        assert await checks(answer) == ["workload-cannot-use-spot"]
+
+
+class Pages:
+    def __init__(self, answer: dict[str, Any] | Exception) -> None:
+        self.answer = answer
+
+    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        assert path == WORKSPACES
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "listed", "said"),
+    [
+        ({"items": [workspace()]}, 1, False),
+        (NotFound("no CRD", status=404), 0, False),  # no KAITO: nothing to say
+        (Forbidden("forbidden", status=403), None, True),
+    ],
+)
+async def test_the_plugin_reads_workspaces_and_says_when_it_may_not(
+    answer: dict[str, Any] | Exception, listed: int | None, said: bool
+) -> None:
+    problems: list[str] = []
+    got = await gather_workspaces(cast(Any, Pages(answer)), problems)
+    assert (None if got is None else len(got)) == listed
+    assert problems == (
+        ["cannot list KAITO Workspaces (forbidden): the Workspace check is skipped"] if said else []
+    )
+
+
+def test_the_plugins_doctor_reports_the_workspace() -> None:
+    parts, _ = DOCTOR_CASES["an older KAITO (or not set to azure), a VMSS spot pool"]
+    gathered = raw(nodes=parts["nodes"], statefulsets=parts["statefulsets"],
+                   workspaces=parts["workspaces"])  # fmt: skip
+    view = build_view(gathered, now=NOW, namespace=None)
+    assert Check.WORKSPACE_NOT_ON_SPOT in {f.check for f in plugin_doctor.findings_of(view)}
+    unread = build_view(replace(gathered, workspaces=None), now=NOW, namespace=None)
+    assert Check.WORKSPACE_NOT_ON_SPOT not in {f.check for f in plugin_doctor.findings_of(unread)}
