@@ -41,6 +41,7 @@ from rebalancer_sim.disruption import DisruptionController
 from rebalancer_sim.garbage import GarbageCollector
 from rebalancer_sim.hpa import HorizontalPodAutoscalers
 from rebalancer_sim.imds import EmulatedEvent, ImdsEmulator
+from rebalancer_sim.karpenter import Karpenter
 from rebalancer_sim.kubelet import Kubelets, NodeLifecycle
 from rebalancer_sim.npd import CONDITION_TYPES, NodeProblemDetector
 from rebalancer_sim.objects import Obj
@@ -139,6 +140,7 @@ class ClusterEmulator:
             delay_seconds=settings.node_auto_drain_delay_seconds,
             retry_seconds=settings.node_auto_drain_retry_seconds,
         )
+        self.karpenter = Karpenter(self.cloud, self.scheduler, scenario.sizes())
         self.hpas = HorizontalPodAutoscalers(self.store, sync_seconds=settings.hpa_sync_seconds)
         self.owners = WorkloadOwners(self.store)
         self._loops: list[Callable[[], int]] = [
@@ -154,6 +156,7 @@ class ClusterEmulator:
             self.device_plugins.reconcile,
             self.disruption.reconcile,
             self.autoscaler.reconcile,
+            self.karpenter.reconcile,
             self.hpas.reconcile,
             self.owners.reconcile,
         ]
@@ -173,6 +176,8 @@ class ClusterEmulator:
     # ---- scenario ----------------------------------------------------------------------------
 
     def _load(self) -> None:
+        for nodepool in self.scenario.nodepools:
+            self.store.create(R.NODEPOOLS, nodepool.manifest(self.scenario.cluster.region))
         for pool in self.scenario.pools:
             self.cloud.add_pool(pool)
             for _ in range(pool.count):

@@ -145,6 +145,30 @@ ALL: tuple[ResourceType, ...] = (
         categories=("api-extensions",),
     ),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
+    # Karpenter's kinds (AKS node auto-provisioning), as its CRDs serve them; karpenter.py
+    # launches NodeClaims and their Nodes for the NodePools.
+    ResourceType(
+        "karpenter.sh",
+        "v1",
+        "nodepools",
+        "NodePool",
+        False,
+        ("np",),
+        ("status",),
+        has_generation=True,
+        categories=("karpenter",),
+    ),
+    ResourceType(
+        "karpenter.sh",
+        "v1",
+        "nodeclaims",
+        "NodeClaim",
+        False,
+        ("nc",),
+        ("status",),
+        has_generation=True,
+        categories=("karpenter",),
+    ),
 )
 
 BY_KEY: dict[str, ResourceType] = {r.key: r for r in ALL}
@@ -167,6 +191,8 @@ LEASES = BY_KEY["leases.coordination.k8s.io"]
 HPAS = BY_KEY["horizontalpodautoscalers.autoscaling"]
 EVENTS_V1 = BY_KEY["events.events.k8s.io"]
 MUTATING_WEBHOOKS = BY_KEY["mutatingwebhookconfigurations.admissionregistration.k8s.io"]
+NODEPOOLS = BY_KEY["nodepools.karpenter.sh"]
+NODECLAIMS = BY_KEY["nodeclaims.karpenter.sh"]
 
 GROUPS: dict[str, list[str]] = {}
 for _r in ALL:

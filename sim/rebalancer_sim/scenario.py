@@ -45,6 +45,22 @@ Format (every key but `name` under a pool or workload is optional)::
         spotCapacity: 3              # spot VMs Azure can give now (omit: unlimited)
         taints: ["team=ml:NoSchedule"]
         labels: {team: ml}
+    nodePools:                       # Karpenter NodePools (karpenter.sh/v1, karpenter.py): no
+                                     # node at start; NodeClaims launched for pending pods
+      - name: gpu                    # nodes labelled karpenter.sh/nodepool=gpu
+        capacityTypes: [spot, on-demand]   # default [on-demand], Karpenter's
+        vmSize: Standard_NC24ads_A100_v4   # the size it launches (its instance-type requirement)
+        cpu: 24
+        memory: 220Gi
+        gpus: 1                      # also its karpenter.azure.com/sku-gpu-count requirement
+        zones: ["1", "2"]            # its topology.kubernetes.io/zone requirement
+        taints: ["sku=gpu:NoSchedule"]   # spec.template.spec.taints (Karpenter adds no spot taint)
+        labels: {team: ml}           # spec.template.metadata.labels
+        consolidateAfter: 30s        # spec.disruption.consolidateAfter; default Never
+        provisioningSeconds: 30      # NodeClaim -> Ready node
+        spotCapacity: 2              # spot VMs Azure can give it now (omit: unlimited)
+        pricePerHour: 3.67
+        spotPricePerHour: 0.98
     workloads:
       - name: inference
         namespace: default           # created if missing
@@ -107,6 +123,7 @@ from typing import Any
 
 import yaml
 
+from rebalancer_sim.karpenter import NodePoolSpec, SizeSpec, seconds
 from rebalancer_sim.pools import ClusterInfo, PoolSpec
 from rebalancer_sim.scheduling import parse_taint
 
@@ -291,6 +308,16 @@ class Scenario:
     pools: list[PoolSpec] = field(default_factory=list)
     workloads: list[WorkloadSpec] = field(default_factory=list)
     timeline: list[TimelineStep] = field(default_factory=list)
+    nodepools: list[NodePoolSpec] = field(default_factory=list)
+
+    def sizes(self) -> dict[str, SizeSpec]:
+        """The VM sizes a NodePool may launch: those its NodePools and pools describe."""
+        found = {
+            p.vm_size: SizeSpec(p.vm_size, p.cpu, p.memory, p.gpus, p.max_pods,
+                                p.price_per_hour, p.spot_price_per_hour)
+            for p in self.pools
+        }  # fmt: skip
+        return {**found, **{np.size.name: np.size for np in self.nodepools}}
 
 
 def _toleration(item: Any, where: str) -> dict[str, Any]:
@@ -355,6 +382,41 @@ def _pool(data: Any, index: int) -> PoolSpec:
     if pool.max_count is not None and pool.max_count < pool.count:
         raise ScenarioError(f"{where}: maxCount below count")
     return pool
+
+
+def _nodepool(data: Any, index: int) -> NodePoolSpec:
+    where = f"nodePools[{index}]"
+    if not isinstance(data, dict) or not data.get("name"):
+        raise ScenarioError(f"{where}: a NodePool needs a name")
+    data = dict(data)
+    name = str(data.pop("name"))
+    size = SizeSpec(
+        name=_take(data, "vmSize", str, "Standard_NC24ads_A100_v4", where),
+        cpu=_take(data, "cpu", _NUMBER, 24, where),
+        memory=str(_take(data, "memory", (str, int), "220Gi", where)),
+        gpus=_take(data, "gpus", int, 1, where),
+        max_pods=_take(data, "maxPods", int, 110, where),
+        price_per_hour=float(_take(data, "pricePerHour", _NUMBER, 0.0, where)),
+        spot_price_per_hour=_take(data, "spotPricePerHour", _NUMBER, None, where),
+    )
+    nodepool = NodePoolSpec(
+        name=name,
+        size=size,
+        capacity_types=[str(c) for c in _take(data, "capacityTypes", list, ["on-demand"], where)],
+        zones=[str(z) for z in _take(data, "zones", list, ["1"], where)],
+        taints=[str(t) for t in _take(data, "taints", list, [], where)],
+        labels={str(k): str(v) for k, v in _take(data, "labels", dict, {}, where).items()},
+        consolidate_after=str(_take(data, "consolidateAfter", str, "Never", where)),
+        provisioning_seconds=float(_take(data, "provisioningSeconds", _NUMBER, 30.0, where)),
+        spot_capacity=_take(data, "spotCapacity", int, None, where),
+    )
+    if data:
+        raise ScenarioError(f"{where}: unknown keys {sorted(data)}")
+    if not nodepool.capacity_types or not set(nodepool.capacity_types) <= {"spot", "on-demand"}:
+        raise ScenarioError(f"{where}.capacityTypes: spot and/or on-demand")
+    if nodepool.consolidate_after != "Never" and seconds(nodepool.consolidate_after) is None:
+        raise ScenarioError(f"{where}.consolidateAfter: a duration (30s, 5m) or Never")
+    return nodepool
 
 
 def _workload(data: Any, index: int) -> WorkloadSpec:
@@ -514,6 +576,7 @@ def parse_scenario(data: Any) -> Scenario:
         ),
         pools=[_pool(p, i) for i, p in enumerate(data.pop("pools", None) or [])],
         workloads=[_workload(w, i) for i, w in enumerate(data.pop("workloads", None) or [])],
+        nodepools=[_nodepool(n, i) for i, n in enumerate(data.pop("nodePools", None) or [])],
         timeline=sorted(
             (_step(s, i) for i, s in enumerate(data.pop("timeline", None) or [])),
             key=lambda step: step.at,
@@ -529,6 +592,9 @@ def parse_scenario(data: Any) -> Scenario:
     names = [p.name for p in scenario.pools]
     if len(set(names)) != len(names):
         raise ScenarioError("pools: names must be unique")
+    nodepool_names = [n.name for n in scenario.nodepools]
+    if len(set(nodepool_names)) != len(nodepool_names):
+        raise ScenarioError("nodePools: names must be unique")
     return scenario
 
 
