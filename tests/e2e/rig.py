@@ -170,17 +170,18 @@ class ProcessRig:
         self.processes[name] = process
         return process
 
-    def start_agent(self, node_name: str) -> None:
+    def start_agent(self, node_name: str, **env: str) -> None:
         self.spawn(
             f"agent-{node_name}",
             ["agent"],
             NODE_NAME=node_name,
             REBALANCER_IMDS_URL=self.imds_url_for(node_name),
+            **env,
         )
 
-    def start_agents(self, pool: str = "gpuspot") -> None:
+    def start_agents(self, pool: str = "gpuspot", **env: str) -> None:
         for node_name in self.pool_nodes(pool):
-            self.start_agent(node_name)
+            self.start_agent(node_name, **env)
 
     def start_controller(self, name: str = "controller-0", **env: str) -> None:
         self.spawn(name, ["controller"], REBALANCER_IDENTITY=name, **env)
