@@ -492,11 +492,12 @@ class ControllerSettings(CommonSettings):
         "times; 0 turns it off.",
     )
     target_spot_price_share: float = Field(
-        0.2,
-        gt=0,
+        0.0,
+        ge=0,
         le=1,
         description="Availability targets: spot's price as a share of on-demand's, to compare "
-        "plans by cost.",
+        "plans by cost; 0: the price table's for the VM size of the workload's spot nodes "
+        "(bundled prices, the Retail Prices API, REBALANCER_PRICES_FILE), 0.2 where it has none.",
     )
     return_enabled: bool = Field(True, description="Move replicas back to spot when it is safe.")
     return_quiet_seconds: float = Field(

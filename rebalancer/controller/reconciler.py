@@ -456,6 +456,7 @@ class Controller:
             risks=self.assessor.risks(
                 nodes.values(), history, now=now, monotonic=self.clock.monotonic()
             ),
+            prices=self.prices.table,
         )
 
     async def reconcile(self) -> None:

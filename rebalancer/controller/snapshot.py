@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 
+from rebalancer.azure.prices import PriceTable
 from rebalancer.controller.history import History
 from rebalancer.controller.model import HoldInfo, NodeInfo, PodInfo, ScalerInfo, WorkloadInfo
 from rebalancer.controller.risk import LEVELS, GroupKey, Risk
@@ -32,6 +33,8 @@ class Snapshot:
     scalers: Mapping[PodKey, ScalerInfo] = field(default_factory=dict)  # HPAs, by (ns, name)
     # The eviction risk of each spot group as last assessed (the recorder, every few seconds).
     risks: Mapping[GroupKey, Risk] = field(default_factory=dict)
+    # The controller's prices (bundled, the Retail Prices API, an operator's file); None: none.
+    prices: PriceTable | None = None
 
     def level_of(self, node: NodeInfo) -> str:
         """The risk level of a spot node's pool and zone (its riskiest VM size); "" unknown."""

@@ -61,6 +61,7 @@ TARGET_LOW, TARGET_HIGH = 50.0, 99.999
 MAX_TARGET_REPLICAS = 100
 
 MAX_GROUPS = 16  # pairs of at most this many groups: 120, well under a millisecond
+DEFAULT_SPOT_PRICE_SHARE = 0.2  # A100 spot is 12-17 % of on-demand in the bundled table
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,9 @@ class TargetSettings:
     # A replacement on on-demand: a node (5 min) plus the model's load (90 s), less the 30 s
     # notice during which the old replica still serves.
     recovery_seconds: float = 360.0
-    spot_price_share: float = 0.2  # spot's price as a share of on-demand's (A100: 12-17 %)
+    # Spot's price as a share of on-demand's; 0: the price table's for the workload's spot
+    # nodes (`target_plan.spot_share`), DEFAULT_SPOT_PRICE_SHARE where it has none.
+    spot_price_share: float = 0.0
     wave_rate_per_hour: float = 0.05  # waves of Preempts in the cluster, before its own record
     wave_weight_hours: float = 24.0  # how many hours of experience that prior counts for
     hit_share: float = 0.3  # the share of waves that hit a group, before the record
@@ -307,7 +310,7 @@ def decide(
     up (giving it up would leave no node to grow old)."""
     budget = 1.0 - target / 100.0
     t = settings.recovery_seconds / 3600.0
-    price = settings.spot_price_share
+    price = settings.spot_price_share or DEFAULT_SPOT_PRICE_SHARE
     floor = min(needed, min_on_demand)
     best: tuple[float, int, int, float] | None = None  # (cost, spot, on-demand, U)
     if groups:

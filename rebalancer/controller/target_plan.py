@@ -24,6 +24,7 @@ from datetime import datetime
 
 from rebalancer import names
 from rebalancer.controller.actions import Action, Evict, SetDeletionCost, SetSpare, WorkloadBasis
+from rebalancer.controller.cost import region_of
 from rebalancer.controller.model import PodInfo, WorkloadInfo
 from rebalancer.controller.placement import spot_groups
 from rebalancer.controller.policy import Policy
@@ -91,6 +92,27 @@ def _alive(pods: list[PodInfo]) -> list[PodInfo]:
     return [p for p in pods if not p.deleting and not p.finished]
 
 
+def spot_share(snapshot: Snapshot, zones: Mapping[str, tuple[str, ...]]) -> float | None:
+    """Spot's price as a share of on-demand's for the VM sizes of the workload's accepted spot
+    groups (`zones`: zone -> pools), from the controller's price table: the mean over the
+    groups that have a spot node, each priced by its VM size and region. None: no such node, or
+    the table prices none of them (the plan then takes DEFAULT_SPOT_PRICE_SHARE)."""
+    if snapshot.prices is None:
+        return None
+    wanted = {(pool, zone) for zone, pools in zones.items() for pool in pools}
+    shares: dict[tuple[str, str], float] = {}
+    for node in snapshot.nodes.values():
+        where = (node.pool, node.zone)
+        if not node.spot or where not in wanted or where in shares:
+            continue
+        region = region_of(node.labels)
+        spot = snapshot.prices.price(node.sku, region, spot=True)
+        on_demand = snapshot.prices.price(node.sku, region, spot=False)
+        if spot and on_demand:
+            shares[where] = min(1.0, spot / on_demand)
+    return sum(shares.values()) / len(shares) if shares else None
+
+
 def plan_target(
     snapshot: Snapshot,
     workload: WorkloadInfo,
@@ -142,6 +164,8 @@ def plan_target(
         settings=settings,
     )
     fresh = aged(seen, held_hours(snapshot), settings)
+    if not settings.spot_price_share:
+        settings = replace(settings, spot_price_share=spot_share(snapshot, zones) or 0.0)
     owner = _account(
         Spare(base, 0, reverted), record, below=sum(1 for p in pods if p.ready) < base,
         now=snapshot.now,

@@ -105,7 +105,11 @@ async def test_a_target_gets_its_spares_and_its_fallback_and_gives_the_fallback_
     # The spot nodes here are minutes old: fresh capacity would keep one on-demand replica
     # for up to an hour (`target.aged`, checked in unit, loop and simulate tests); off here,
     # where what is tested is the fallback given back on the real control plane.
-    rig.start_controller(**webhook.controller_env, REBALANCER_TARGET_FRESH_SECONDS="0")
+    rig.start_controller(
+        **webhook.controller_env,
+        REBALANCER_TARGET_FRESH_SECONDS="0",
+        REBALANCER_TARGET_SPOT_PRICE_SHARE="0.2",  # the derivation's, not the price table's
+    )
     configuration = (
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
         + webhook.configuration

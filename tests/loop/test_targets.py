@@ -52,6 +52,9 @@ from tests.loop.world import World
 pytestmark = pytest.mark.looptime
 
 SPOT_POOL, OD_POOL = "gpuspot", "gpuondemand"
+# The derivations take spot at 0.2 of on-demand: set, not the price table's (bundled A100 in
+# eastus: 0.13), so that they read with round numbers.
+PRICED = {"target_spot_price_share": 0.2}
 E1, E2 = "A123BC45-0000-0000-0000-000000000001", "A123BC45-0000-0000-0000-000000000002"
 
 
@@ -111,7 +114,7 @@ def events(api: FakeApi, reason: str) -> list[dict[str, Any]]:
 
 async def test_a_fresh_target_scales_to_the_plan_and_says_why() -> None:
     api = three_zones({"eastus-1": ["spot-1a"], "eastus-2": ["spot-2a"], "eastus-3": ["spot-3a"]})
-    async with running(api) as controller:
+    async with running(api, **PRICED) as controller:
         await until(lambda: controller.elector.is_leader, within=10, what="leading")
         await until(lambda: replicas(api) != 3, within=10, what="the plan applied")
         await asyncio.sleep(10)  # ten passes more: the plan holds, nothing else is written
@@ -189,7 +192,7 @@ async def test_on_demand_goes_once_spot_is_ready_lowest_cost_first() -> None:
     )
     playing = asyncio.create_task(world.run())
     try:
-        async with running(api) as controller:
+        async with running(api, **PRICED) as controller:
             await until(lambda: controller.elector.is_leader, within=10, what="leading")
             await until(lambda: replicas(api) == 7, within=200, what="scaled down to the plan")
             await asyncio.sleep(20)
@@ -381,7 +384,7 @@ async def test_a_wave_across_two_zones_keeps_on_demand_before_any_further_notice
     world = Admitting(api, load_seconds=10, provision_seconds=60)
     playing = None
     try:
-        async with running(api) as controller:
+        async with running(api, **PRICED) as controller:
             world.review = controller.webhook.answer
             playing = asyncio.create_task(world.run())
             await until(lambda: controller.elector.is_leader, within=10, what="leading")
@@ -472,7 +475,7 @@ async def test_new_spot_replicas_go_to_the_zones_below_their_share() -> None:
     )
     playing = None
     try:
-        async with running(api) as controller:
+        async with running(api, **PRICED) as controller:
             world.review = controller.webhook.answer
             playing = asyncio.create_task(world.run())
             await until(lambda: controller.elector.is_leader, within=10, what="leading")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from rebalancer import names
+from rebalancer.azure.prices import Price, PriceTable
 from rebalancer.controller.actions import Evict, SetDeletionCost, SetSpare
 from rebalancer.controller.history import Entry, History
 from rebalancer.controller.placement import Group, Where, affinity_patch, choose
@@ -29,6 +30,7 @@ from rebalancer.controller.target import (
     rates,
     waves,
 )
+from rebalancer.controller.target_plan import spot_share
 from rebalancer.timefmt import iso
 from tests.unit.test_planner import NOW, deployment, node_json, of_type, pod, snapshot
 
@@ -443,7 +445,7 @@ def test_the_controllers_settings_reach_the_targets_model() -> None:
     assert (default.recovery_seconds, default.fresh_hours, default.spot_price_share) == (
         360.0,
         1.0,
-        0.2,
+        0.0,  # from the price table
     )
     chosen = ControllerSettings(
         target_recovery_seconds=120, target_fresh_seconds=0, target_spot_price_share=0.15
@@ -456,3 +458,44 @@ def test_the_controllers_settings_reach_the_targets_model() -> None:
     )
     with pytest.raises(ValueError, match="target_fresh_seconds"):
         ControllerSettings(target_fresh_seconds=-1)
+
+
+def priced(spot_share: float) -> PriceTable:
+    """A table with the test nodes' VM size in eastus, spot at `spot_share` of on-demand."""
+    key = ("standard_nc24ads_a100_v4", "eastus")
+    return PriceTable({key: Price(on_demand=4.0, spot=4.0 * spot_share)}, "file")
+
+
+def test_spots_price_share_comes_from_the_price_table_for_the_spot_nodes_size() -> None:
+    nodes = three_zone_nodes((1, 1, 1), 0)
+    zones = {"eastus-1": ("spotgpu",), "eastus-2": ("spotgpu",), "eastus-3": ("spotgpu",)}
+    state = snapshot(nodes, [], [deployment(3, annotations=TARGET)], history=FRESH)
+    assert spot_share(replace(state, prices=priced(0.15)), zones) == pytest.approx(0.15)
+    assert spot_share(replace(state, prices=priced(0.15)), {"eastus-9": ("spotgpu",)}) is None
+    assert spot_share(state, zones) is None  # no table
+    unknown = PriceTable({}, "file")
+    assert spot_share(replace(state, prices=unknown), zones) is None
+
+
+def test_dear_spot_makes_the_plan_keep_on_demand_instead_of_spares() -> None:
+    """Priors alone, three zones (as in the tests above), in on-demand replicas' cost at spot's
+    share s: 7 on spot (7s) and 4 on spot with 1 on-demand (4s + 1) both keep 99.910 %, all 3
+    on on-demand cost 3. At s = 0.15: 1.05 < 1.6 < 3, 7 on spot; at 0.5: 3 < 3.5 (and the 3
+    on-demand only tie), 4 on spot and 1 on-demand; at 0.8: 3 < 4.2 < 5.6, all on-demand."""
+    nodes = three_zone_nodes((1, 1, 1), 1)
+    pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes[:3])]
+    state = snapshot(nodes, pods, [deployment(3, annotations=TARGET)], history=FRESH)
+
+    def planned(share: float, settings: Settings | None = None) -> tuple[int | None, str]:
+        (action,) = of_type(
+            plan(replace(state, prices=priced(share)), settings or Settings()).actions, SetSpare
+        )
+        assert action.record is not None and action.why is not None
+        return action.record.spot, action.why.split(":")[0]
+
+    assert planned(0.15) == (7, "7 on spot over 3 groups in 3 zone(s) + 0 on-demand (4 spare)")
+    assert planned(0.5) == (4, "4 on spot over 3 groups in 3 zone(s) + 1 on-demand (2 spare)")
+    assert planned(0.8) == (0, "3 on on-demand")
+    # A share the operator sets wins over the table.
+    own = replace(Settings(), target=replace(Settings().target, spot_price_share=0.15))
+    assert planned(0.8, own)[0] == 7
