@@ -7,7 +7,6 @@ tests/virtual/test_controller.py, on virtual time.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import signal
 import time
 from pathlib import Path
@@ -16,47 +15,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from rebalancer import names
-from rebalancer.config import ControllerSettings
 from tests.e2e.rig import Rig, running, sampling, scenario
 
 pytestmark = pytest.mark.e2e
 
-DEADLINE_TAINT = f"{names.PREFIX}/evicting"
-# The controller deletes what is left this long before a deadline; what the processes may add
-# to a failover per replica (agent poll, watch, surge, emulator ticks).
-MARGIN = float(ControllerSettings.model_fields["deadline_margin_seconds"].default)
-REACTION = 4.0
-
 
 def _deadline_of(rig: Rig, event_id: str) -> float:
     return rig.cluster.imds.events[event_id].not_before.timestamp()
-
-
-# The shape of the emulator's gpuondemand nodes, as an operator would declare it.
-GPU_ON_DEMAND_POOL = {
-    "name": "gpuondemand",
-    "spot": False,
-    "gpus": 1,
-    "labels": {"kubernetes.azure.com/agentpool": "gpuondemand"},
-    "taints": ["sku=gpu:NoSchedule"],
-}
-
-
-def _audit(writes: list[tuple[str, str, str]]) -> Any:
-    """A `prepare` that records every write the API server receives: (method, path, agent)."""
-
-    def prepare(cluster: Any) -> None:
-        handle = cluster.api._handle
-
-        async def recorded(request: web.Request) -> web.StreamResponse:
-            if request.method in ("POST", "PUT", "PATCH", "DELETE"):
-                writes.append((request.method, request.path, request.headers.get("User-Agent", "")))
-            return await handle(request)
-
-        cluster.api._handle = recorded
-
-    return prepare
 
 
 FAST_LEASE = {
@@ -97,21 +62,6 @@ async def test_the_other_replica_finishes_when_the_leader_dies_mid_drain(tmp_pat
         # The killed leader's Surge Event may be lost with it (SIGKILL: nothing is flushed).
         assert len(rig.events("SpotRebalancerSurge")) <= 1
         assert rig.min_ready[("inference", "llm")] == 3
-
-
-def _flaky_api(cluster: Any) -> None:
-    """Fail a third of the writes with 500 and drop every watch now and then."""
-    handle = cluster.api._handle  # the emulator's request handler, wrapped before it serves
-    counter = itertools.count()
-
-    async def flaky(request: web.Request) -> web.StreamResponse:
-        if request.method in ("POST", "PUT", "PATCH", "DELETE") and next(counter) % 3 == 0:
-            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                    "message": "injected", "reason": "InternalError", "code": 500}  # fmt: skip
-            return web.json_response(body, status=500)
-        return await handle(request)
-
-    cluster.api._handle = flaky
 
 
 async def test_a_paused_leader_writes_nothing_after_its_lease_may_have_expired(

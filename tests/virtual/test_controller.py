@@ -434,13 +434,6 @@ async def test_dry_run_writes_nothing(tmp_path: Path) -> None:
         assert "would act (dry run)" in rig.log("controller-0")
 
 
-FAST_LEASE = {
-    "REBALANCER_LEASE_DURATION_SECONDS": "4",
-    "REBALANCER_RENEW_DEADLINE_SECONDS": "3",
-    "REBALANCER_RETRY_PERIOD_SECONDS": "1",
-}
-
-
 async def test_a_restart_between_surge_and_scale_down_leaves_nothing_over_scaled(
     tmp_path: Path,
 ) -> None:
