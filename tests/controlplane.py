@@ -98,7 +98,7 @@ class ControlPlane:
         return path
 
 
-def _run(script: str, *args: str, what: str) -> str:
+def run_script(script: str, *args: str, what: str) -> str:
     result = subprocess.run(
         ["bash", str(SCRIPTS / script), *args],
         capture_output=True,
@@ -116,9 +116,13 @@ def _run(script: str, *args: str, what: str) -> str:
 
 
 def start(state: Path) -> ControlPlane:
-    """Build what is missing (a no-op once built), start the cluster into `state`."""
-    _run("build.sh", what="building the control plane from Go modules")
-    _run("start.sh", str(state), what="starting the control plane")
+    """Build what is missing (a no-op once built), start the cluster into `state`. Karpenter
+    is built by the tests that run it (`tests/k8s/karpenter.py`), so that the rest need not wait
+    for it (scripts/test builds it beside them)."""
+    run_script(
+        "build.sh", "etcd", "kubernetes", "kwok", what="building the control plane from Go modules"
+    )
+    run_script("start.sh", str(state), what="starting the control plane")
     env = dict(
         line.removeprefix("export ").split("=", 1)
         for line in (state / "env").read_text().splitlines()
