@@ -52,7 +52,7 @@ are filled to `--nodes` and the trace starts.
 
 Measured over the window, for each run, with the simulator's own measuring code
 (`rebalancer.simulate.engine.RunResult` over `Sample`s taken every 0.1 s, as
-`tests/e2e/test_simulate_faithful.py` does): availability (the fraction of time with all
+`tests/virtual/test_simulate_faithful.py` does): availability (the fraction of time with all
 replicas Ready), the lowest Ready count, the deficit in replica-seconds, cost (every GPU VM
 billed at the bundled prices from its request until it is gone: idle spot nodes too, the same
 in every run), the share of Ready replica-time served from on-demand; and how many of our
