@@ -43,9 +43,7 @@ export GOFLAGS="-modcacherw -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOL
 command -v go >/dev/null || { echo "build.sh: go is not installed" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 
-# Lowest priority unless BUILD_NICE says otherwise (scripts/test builds Karpenter beside tests
-# that mostly wait on their clusters, at normal priority, so that it is not starved).
-NICE=(nice -n "${BUILD_NICE:-19}")
+NICE=(nice -n 19)
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG" >&2; }
 
