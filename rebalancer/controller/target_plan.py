@@ -108,8 +108,9 @@ def spot_share(snapshot: Snapshot, zones: Mapping[str, tuple[str, ...]]) -> floa
         region = region_of(node.labels)
         spot = snapshot.prices.price(node.sku, region, spot=True)
         on_demand = snapshot.prices.price(node.sku, region, spot=False)
-        if spot and on_demand:
-            shares[where] = min(1.0, spot / on_demand)
+        share = spot / on_demand if spot and on_demand else math.nan
+        if math.isfinite(share) and share > 0:  # a table may say NaN or less than nothing
+            shares[where] = min(1.0, share)
     return sum(shares.values()) / len(shares) if shares else None
 
 

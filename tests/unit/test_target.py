@@ -5,6 +5,7 @@ on-demand, a prior of 0.05 waves an hour each hitting a group with share 0.3).""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -475,6 +476,12 @@ def test_spots_price_share_comes_from_the_price_table_for_the_spot_nodes_size() 
     assert spot_share(state, zones) is None  # no table
     unknown = PriceTable({}, "file")
     assert spot_share(replace(state, prices=unknown), zones) is None
+    key = ("standard_nc24ads_a100_v4", "eastus")
+    for spot, on_demand in ((math.nan, 4.0), (-1.0, 4.0), (1.0, -4.0), (math.inf, 4.0)):
+        odd = PriceTable({key: Price(on_demand=on_demand, spot=spot)}, "file")
+        assert spot_share(replace(state, prices=odd), zones) is None, (spot, on_demand)
+    dearer = PriceTable({key: Price(on_demand=4.0, spot=9.0)}, "file")
+    assert spot_share(replace(state, prices=dearer), zones) == 1.0
 
 
 def test_dear_spot_makes_the_plan_keep_on_demand_instead_of_spares() -> None:
