@@ -3,11 +3,7 @@ put back exactly when the surge ends."""
 
 from __future__ import annotations
 
-from rebalancer.controller.actions import (
-    Action,
-    Bound,
-    ScaleUp,
-)
+from rebalancer.controller.actions import Action, Bound, ScaleUp
 from rebalancer.controller.contain import Containment, about
 from rebalancer.controller.model import ScalerInfo
 from rebalancer.controller.planning.proposal import Proposal

@@ -7,11 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from rebalancer import names
-from rebalancer.controller.actions import (
-    Action,
-    EndCooldown,
-    StartCooldown,
-)
+from rebalancer.controller.actions import Action, EndCooldown, StartCooldown
 from rebalancer.controller.contain import Containment, about
 from rebalancer.controller.planning.eviction_history import preempt_counts
 from rebalancer.controller.planning.proposal import Proposal
@@ -19,10 +15,7 @@ from rebalancer.controller.planning.settings import Settings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.notices import Notice
 from rebalancer.timefmt import parse_iso
-from rebalancer.vocabulary import (
-    MANUAL,
-    EventType,
-)
+from rebalancer.vocabulary import MANUAL, EventType
 
 # Cool-down taints written per pass: a wave's cordons and surges (planned in the next pass) must
 # never queue behind them for the request budget.

@@ -5,15 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rebalancer import names
-from rebalancer.controller.actions import (
-    Action,
-    Cordon,
-    Restore,
-)
+from rebalancer.controller.actions import Action, Cordon, Restore
 from rebalancer.controller.contain import Containment, on_node
-from rebalancer.controller.model import (
-    NodeInfo,
-)
+from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planning.proposal import Proposal
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.notices import Notice

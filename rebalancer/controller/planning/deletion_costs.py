@@ -4,21 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rebalancer.controller.actions import (
-    Action,
-    SetDeletionCost,
-)
+from rebalancer.controller.actions import Action, SetDeletionCost
 from rebalancer.controller.contain import Containment, about
 from rebalancer.controller.planning.proposal import Proposal
 from rebalancer.controller.planning.selection import targeted
-from rebalancer.controller.returns import (
-    pods_in_play,
-)
+from rebalancer.controller.returns import pods_in_play
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.notices import Notice
-from rebalancer.vocabulary import (
-    Reason,
-)
+from rebalancer.vocabulary import Reason
 
 
 def restore_deletion_costs(

@@ -6,20 +6,10 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from rebalancer import names
-from rebalancer.controller.actions import (
-    Action,
-    Delete,
-    Evict,
-    MarkDrained,
-)
+from rebalancer.controller.actions import Action, Delete, Evict, MarkDrained
 from rebalancer.controller.contain import Containment, on_node
-from rebalancer.controller.model import (
-    PodInfo,
-)
-from rebalancer.controller.planning.notices import (
-    deadline_near,
-    grace_for,
-)
+from rebalancer.controller.model import PodInfo
+from rebalancer.controller.planning.notices import deadline_near, grace_for
 from rebalancer.controller.planning.proposal import Proposal
 from rebalancer.controller.planning.selection import doomed
 from rebalancer.controller.planning.settings import Settings

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rebalancer.controller.actions import (
-    Action,
-    RecordHistory,
-)
+from rebalancer.controller.actions import Action, RecordHistory
 from rebalancer.controller.contain import Containment, about
 from rebalancer.controller.history import WINDOWS, Entry
 from rebalancer.controller.planning.proposal import Proposal
 from rebalancer.controller.planning.settings import Settings
 from rebalancer.controller.snapshot import Snapshot
-from rebalancer.vocabulary import (
-    MANUAL,
-)
+from rebalancer.vocabulary import MANUAL
 
 
 def new_entries(snapshot: Snapshot) -> list[Entry]:

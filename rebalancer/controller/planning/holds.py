@@ -4,24 +4,14 @@ no one else evicts the replicas that still serve."""
 from __future__ import annotations
 
 from rebalancer import names
-from rebalancer.controller.actions import (
-    Action,
-    Hold,
-    Release,
-    ScaleUp,
-)
+from rebalancer.controller.actions import Action, Hold, Release, ScaleUp
 from rebalancer.controller.contain import Containment, about
-from rebalancer.controller.model import (
-    NodeInfo,
-    WorkloadInfo,
-)
+from rebalancer.controller.model import NodeInfo, WorkloadInfo
 from rebalancer.controller.planning.proposal import Proposal
 from rebalancer.controller.planning.selection import managed
 from rebalancer.controller.planning.settings import Settings
 from rebalancer.controller.snapshot import Snapshot
-from rebalancer.vocabulary import (
-    Reason,
-)
+from rebalancer.vocabulary import Reason
 
 
 def holds(

@@ -5,19 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from rebalancer.controller.contain import Containment, on_node
-from rebalancer.controller.model import (
-    NodeInfo,
-    PodInfo,
-)
+from rebalancer.controller.model import NodeInfo, PodInfo
 from rebalancer.controller.planning.selection import labels_match
 from rebalancer.controller.planning.settings import Settings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.notices import Notice
 from rebalancer.timefmt import parse_iso
-from rebalancer.vocabulary import (
-    NoticePolicy,
-    Source,
-)
+from rebalancer.vocabulary import NoticePolicy, Source
 
 
 def active_notices(

@@ -4,15 +4,9 @@ in force (policy.py)."""
 from __future__ import annotations
 
 from rebalancer import names
-from rebalancer.controller.actions import (
-    Action,
-    RecordPolicy,
-    WorkloadBasis,
-)
+from rebalancer.controller.actions import Action, RecordPolicy, WorkloadBasis
 from rebalancer.controller.contain import Containment, on_workload
-from rebalancer.controller.model import (
-    WorkloadInfo,
-)
+from rebalancer.controller.model import WorkloadInfo
 from rebalancer.controller.planning.proposal import Proposal
 from rebalancer.controller.policy import Policy as PlacementPolicy
 from rebalancer.controller.policy import declared, in_force

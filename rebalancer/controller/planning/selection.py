@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rebalancer.controller.model import (
-    PodInfo,
-    WorkloadInfo,
-)
+from rebalancer.controller.model import PodInfo, WorkloadInfo
 from rebalancer.controller.planning.settings import Settings
 from rebalancer.controller.policy import in_force
 

@@ -7,14 +7,9 @@ from dataclasses import dataclass, field
 
 from rebalancer import names
 from rebalancer.controller.pools import Pool
-from rebalancer.controller.returns import (
-    ReturnSettings,
-)
+from rebalancer.controller.returns import ReturnSettings
 from rebalancer.controller.target import TargetSettings
-from rebalancer.vocabulary import (
-    DEFAULT_EVENT_POLICY,
-    NoticePolicy,
-)
+from rebalancer.vocabulary import DEFAULT_EVENT_POLICY, NoticePolicy
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,7 @@
 from __future__ import annotations
 
 from rebalancer import names
-from rebalancer.controller.actions import (
-    Action,
-    SetSpare,
-    WorkloadBasis,
-)
+from rebalancer.controller.actions import Action, SetSpare, WorkloadBasis
 from rebalancer.controller.contain import Containment, on_workload
 from rebalancer.controller.model import WorkloadInfo
 from rebalancer.controller.planning.proposal import Proposal
@@ -18,9 +14,7 @@ from rebalancer.controller.policy import in_force
 from rebalancer.controller.records import Spare
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
 from rebalancer.controller.target_plan import plan_target
-from rebalancer.vocabulary import (
-    Reason,
-)
+from rebalancer.vocabulary import Reason
 
 
 def spares_absorb(snapshot: Snapshot, workload: WorkloadInfo, doomed: tuple[str, ...]) -> bool:

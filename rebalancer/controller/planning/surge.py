@@ -41,18 +41,11 @@ from rebalancer.controller.planning.settings import Settings
 from rebalancer.controller.planning.spares import spares_absorb
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
 from rebalancer.controller.records import Surge
-from rebalancer.controller.returns import (
-    LOWEST,
-    active_record,
-    lower_cost,
-)
+from rebalancer.controller.returns import LOWEST, active_record, lower_cost
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
 from rebalancer.notices import Notice
 from rebalancer.timefmt import iso
-from rebalancer.vocabulary import (
-    NoticePolicy,
-    Reason,
-)
+from rebalancer.vocabulary import NoticePolicy, Reason
 
 
 def surges(
