@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
-from rebalancer.config import AgentSettings, ControllerSettings
+from rebalancer.config import AgentSettings, setting_fields
+from rebalancer.controller.settings import ControllerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS_DOC = ROOT / "docs" / "settings.md"
@@ -61,7 +62,7 @@ def _variables(name: str, field: FieldInfo) -> str:
 
 def settings_table(cls: type[Any]) -> str:
     rows = ["| variable | flag | default | meaning |", "|---|---|---|---|"]
-    for name, field in cls.model_fields.items():
+    for name, field in setting_fields(cls).items():
         description = (field.description or "").replace("|", "\\|")
         flag = f"`--{name.replace('_', '-')}`"
         rows.append(f"| {_variables(name, field)} | {flag} | {_default(field)} | {description} |")

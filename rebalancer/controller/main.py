@@ -9,8 +9,8 @@ from typing import Any
 
 from rebalancer import __version__
 from rebalancer.clock import Clock, SystemClock
-from rebalancer.config import ControllerSettings
 from rebalancer.controller.reconciler import Controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.http import serving
 from rebalancer.kube.client import KubeClient
 from rebalancer.logging import get_logger, setup_logging

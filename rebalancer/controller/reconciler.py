@@ -29,7 +29,6 @@ from rebalancer.azure.retail_prices import RetailPricesClient
 from rebalancer.azure.risk_data import EvictionRates, PlacementScores
 from rebalancer.azure.risk_feeds import RiskFeed, eviction_rate_feed, placement_score_feed
 from rebalancer.clock import Clock
-from rebalancer.config import ControllerSettings
 from rebalancer.controller.accounting import Accountant
 from rebalancer.controller.actions import Action
 from rebalancer.controller.admission import View
@@ -49,16 +48,11 @@ from rebalancer.controller.model import (
 )
 from rebalancer.controller.nodepool_source import NodePoolSource
 from rebalancer.controller.notifier import Notifier
-from rebalancer.controller.options import (
-    notify_retry_policy,
-    planner_settings,
-    retry_policy,
-    risk_settings,
-    with_nodepools,
-)
+from rebalancer.controller.options import notify_retry_policy, retry_policy, with_nodepools
 from rebalancer.controller.planner import plan
 from rebalancer.controller.record_key import UNLOADED, RecordKey
 from rebalancer.controller.recorder import Recorder
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.webhook import PlacementWebhook, serve
 from rebalancer.controller.webhook_server import Limits
@@ -173,7 +167,7 @@ class Controller:
                 sealer=lambda: self.record_key.sealer,
                 log=log,
             )
-        self.planner_settings = planner_settings(settings)
+        self.planner_settings = settings.planner
         retail = RetailPricesClient(base_url=settings.prices_api_url)
         self.prices = PriceBook(
             file=settings.prices_file,
@@ -204,11 +198,11 @@ class Controller:
             metrics=metrics, events=None if settings.dry_run else self.events,
             accountant=accountant, clock=clock, log=log, dry_run=settings.dry_run,
             risk_data=self._risk_data,
-            deadline_margin_seconds=settings.deadline_margin_seconds,
+            deadline_margin_seconds=settings.planner.deadline_margin_seconds,
             notify=self.notifier.offer if self.notifier else None,
         )  # fmt: skip
         self.assessor = RiskAssessor(
-            risk_settings(settings), self._risk_data,
+            settings.risk, self._risk_data,
             interval_seconds=settings.cost_interval_seconds,
         )  # fmt: skip
         self.doctor = Doctor(

@@ -22,7 +22,8 @@ their writes (`build`, `patch`, `applies_to`, `body`, `configmap`); `rebalancer.
 `preferred_weight`; `rebalancer.controller.risk`: `assess`, `RiskSettings`, `Risk`, `GroupKey`;
 `rebalancer.controller.admission`: `View`, `review`; `rebalancer.controller.policy`: `parse`,
 `PolicyError`; `rebalancer.names`; `rebalancer.vocabulary`: `Policy`, `Reason`;
-`rebalancer.notices`: `Notice`, `Source`.
+`rebalancer.notices`: `Notice`, `Source`; `rebalancer.controller.settings`: `ControllerSettings`
+(the scenario's values of the controller's settings, validated as the controller does).
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from rebalancer import names
+from rebalancer.config import describe_error
 from rebalancer.controller.actions import (
     Action,
     Bound,
@@ -66,6 +70,7 @@ from rebalancer.controller.scheduling import (
     unmet_placement,
     untolerated,
 )
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.target import TargetSettings, parse_target
 from rebalancer.names import (
@@ -85,6 +90,7 @@ from rebalancer.names import (
 from rebalancer.notices import Notice
 from rebalancer.simulate import InputError
 from rebalancer.simulate.merge_patch import merge_patch
+from rebalancer.simulate.workload import CONTROLLER_SETTINGS
 from rebalancer.vocabulary import EventType, Reason, Source
 from rebalancer.vocabulary import NoticePolicy as EventPolicy
 
@@ -106,26 +112,26 @@ EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 NUDGE_SECONDS = 0.001
 
 
+def controller_settings(scenario: Scenario) -> ControllerSettings:
+    """The controller's settings with the scenario's values of them (same names, REBALANCER_...;
+    None: the default), validated as the controller validates them. Never the environment."""
+    values = {
+        name: getattr(scenario, name)
+        for name in CONTROLLER_SETTINGS
+        if getattr(scenario, name) is not None
+    }
+    try:
+        return ControllerSettings.model_validate(values)
+    except ValidationError as error:
+        raise InputError(describe_error(error)) from None
+
+
 def failover_settings(world: World) -> Settings:
     """Today's product with its defaults, or the scenario's values of the controller's
     settings: fail over make-before-break, return to spot. The pools are declared
     (REBALANCER_POOLS), as the README asks for autoscaled pools."""
-    scenario = world.scenario
-    defaults = Settings()
-    returns = defaults.returns
-    return Settings(
-        deadline_margin_seconds=_or(
-            scenario.deadline_margin_seconds, defaults.deadline_margin_seconds
-        ),
-        cooldown_seconds=_or(scenario.cooldown_seconds, defaults.cooldown_seconds),
-        returns=ReturnSettings(
-            quiet_seconds=_or(scenario.return_quiet_seconds, returns.quiet_seconds),
-            pending_timeout_seconds=_or(
-                scenario.return_pending_timeout_seconds, returns.pending_timeout_seconds
-            ),
-        ),
-        declared_pools=declared_pools(world),
-    )
+    planner = controller_settings(world.scenario).planner
+    return replace(planner, declared_pools=declared_pools(world))
 
 
 def target_settings(world: World, prices: Prices) -> Settings:
@@ -157,22 +163,16 @@ def availability_target(text: str, *, where: str) -> str:
 def drain_settings(world: World) -> Settings:
     """The product configured as a plain handler: Preempt -> cordon and drain, no cool-down
     taints that steer placement, no return to spot."""
-    defaults = Settings()
-    policies = dict(defaults.event_policy)
+    planner = controller_settings(world.scenario).planner
+    policies = dict(planner.event_policy)
     policies.update({EventType.PREEMPT: EventPolicy.DRAIN, EventType.TERMINATE: EventPolicy.DRAIN})
-    return Settings(
+    return replace(
+        planner,
         event_policy=policies,
-        deadline_margin_seconds=_or(
-            world.scenario.deadline_margin_seconds, defaults.deadline_margin_seconds
-        ),
         cooldown_seconds=0.0,
         returns=ReturnSettings(enabled=False),
         declared_pools=declared_pools(world),
     )
-
-
-def _or(value: float | None, default: float) -> float:
-    return default if value is None else value
 
 
 # ---- eviction-aware: the policy, the risk, the webhook -----------------------------------------
@@ -203,18 +203,11 @@ def placement_annotations(scenario: Scenario) -> dict[str, str]:
 def risk_settings(scenario: Scenario) -> RiskSettings:
     """The controller's risk model with its defaults, or the scenario's values of its settings
     (REBALANCER_RISK_...). No Azure data: the traces carry none, so the prior is the setting's."""
-    defaults = RiskSettings()
-    settings = RiskSettings(
-        default_prior_rate=_or(scenario.risk_prior_rate_per_hour, defaults.default_prior_rate),
-        prior_weight_hours=_or(scenario.risk_prior_weight_hours, defaults.prior_weight_hours),
-        half_life_seconds=_or(scenario.risk_history_half_life_seconds, defaults.half_life_seconds),
-        medium_rate=_or(scenario.risk_medium_rate_per_hour, defaults.medium_rate),
-        high_rate=_or(scenario.risk_high_rate_per_hour, defaults.high_rate),
-    )
-    if settings.high_rate < settings.medium_rate:
+    settings = controller_settings(scenario).risk
+    if settings.high_rate_per_hour < settings.medium_rate_per_hour:
         raise InputError(
-            f"riskHighRatePerHour {settings.high_rate} is below riskMediumRatePerHour "
-            f"{settings.medium_rate}"
+            f"riskHighRatePerHour {settings.high_rate_per_hour} is below riskMediumRatePerHour "
+            f"{settings.medium_rate_per_hour}"
         )
     return settings
 

@@ -12,11 +12,11 @@ from structlog.testing import capture_logs
 
 from rebalancer.azure.risk_data import EvictionRates, PlacementScores
 from rebalancer.clock import ManualClock
-from rebalancer.config import ControllerSettings
 from rebalancer.controller.history import History
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planner import plan
 from rebalancer.controller.reconciler import Controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.metrics import RISK_ERROR_REASONS, RISK_SOURCES, ControllerMetrics
 from tests.unit.test_risk import A100, T4, node, preempt
