@@ -9,6 +9,7 @@ from typing import Any
 
 from rebalancer import __version__
 from rebalancer.clock import Clock, SystemClock
+from rebalancer.controller import wiring
 from rebalancer.controller.reconciler import Controller
 from rebalancer.controller.settings import ControllerSettings
 from rebalancer.http import serving
@@ -57,6 +58,7 @@ async def serve_controller(
         clock=clock,
         log=log,
         identity=identity,
+        wire=wiring.wire,  # the parts around the loop: prices, risk feeds, doctor, webhook
     )
     try:
         async with serving(
