@@ -23,7 +23,7 @@ SETTINGS_DOC = ROOT / "docs" / "settings.md"
 HEADER = """\
 # Settings
 
-<!-- generated from rebalancer/config.py by scripts/render-chart-files; do not edit -->
+<!-- generated from the settings classes by scripts/render-chart-files; do not edit -->
 
 Each setting is an environment variable or a command-line flag of the same name; the flag wins.
 A value that does not validate stops the process at start with one line naming the setting (for
