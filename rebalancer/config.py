@@ -31,7 +31,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.exceptions import SettingsError
 
-from rebalancer.setting_groups import fields_of, flat_settings, group_prefix
+from rebalancer.setting_groups import flat_loc, flat_settings, nest
 from rebalancer.setting_values import (
     LABEL_VALUE_PATTERN,
     POOL_NAME_PATTERN,
@@ -235,48 +235,11 @@ def _default_shown(field: FieldInfo) -> FieldInfo:
     return shown
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-    """A nested settings value given whole, as the fields a flat setting may then change."""
-    if isinstance(value, dict):
-        return dict(value)
-    if value is None:
-        return {}
-    return {name: getattr(value, name) for name in fields_of(type(value))}
-
-
-def _nest(cls: type[BaseSettings], data: dict[str, Any]) -> dict[str, Any]:
-    """{'return_quiet_seconds': 5} -> {'planner': {'returns': {'quiet_seconds': 5}}}; a flat
-    value wins over the same setting given nested."""
-    nested = dict(data)
-    for name, (path, _) in flat_settings(cls).items():
-        if len(path) == 1 or name not in nested:
-            continue
-        value = nested.pop(name)
-        level = nested
-        for key in path[:-1]:
-            level[key] = _as_dict(level.get(key))
-            level = level[key]
-        level[path[-1]] = value
-    return nested
-
-
-def _flat_loc(cls: type[Any], loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
-    """('planner', 'returns', 'quiet_seconds') -> ('return_quiet_seconds',)."""
-    model, prefix = cls, ""
-    for depth, part in enumerate(loc):
-        field = fields_of(model).get(part) if isinstance(part, str) else None
-        inner = None if field is None else group_prefix(field)
-        if field is None or inner is None or not isinstance(field.annotation, type):
-            return loc if depth == 0 else (f"{prefix}{part}", *loc[depth + 1 :])
-        model, prefix = field.annotation, prefix + inner
-    return loc
-
-
 def _flat_error(cls: type[Any], error: ValidationError) -> ValidationError:
     details: list[InitErrorDetails] = []
     for line in error.errors():
         detail = InitErrorDetails(
-            type=line["type"], loc=_flat_loc(cls, line["loc"]), input=line["input"]
+            type=line["type"], loc=flat_loc(cls, line["loc"]), input=line["input"]
         )
         if "ctx" in line:
             detail["ctx"] = line["ctx"]
@@ -304,6 +267,6 @@ class NestedSettings(CommonSettings):
     @classmethod
     def _nested(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         try:
-            return handler(_nest(cls, data) if isinstance(data, dict) else data)
+            return handler(nest(cls, data) if isinstance(data, dict) else data)
         except ValidationError as error:
             raise _flat_error(cls, error) from None

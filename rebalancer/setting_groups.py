@@ -93,3 +93,40 @@ def flat_settings(cls: type[Any]) -> dict[str, tuple[tuple[str, ...], FieldInfo]
 
     walk(cls, "", (), top=True)
     return found
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """A nested settings value given whole, as the fields a flat setting may then change."""
+    if isinstance(value, dict):
+        return dict(value)
+    if value is None:
+        return {}
+    return {name: getattr(value, name) for name in fields_of(type(value))}
+
+
+def nest(cls: type[Any], data: dict[str, Any]) -> dict[str, Any]:
+    """{'return_quiet_seconds': 5} -> {'planner': {'returns': {'quiet_seconds': 5}}}; a flat
+    value wins over the same setting given nested."""
+    nested = dict(data)
+    for name, (path, _) in flat_settings(cls).items():
+        if len(path) == 1 or name not in nested:
+            continue
+        value = nested.pop(name)
+        level = nested
+        for key in path[:-1]:
+            level[key] = _as_dict(level.get(key))
+            level = level[key]
+        level[path[-1]] = value
+    return nested
+
+
+def flat_loc(cls: type[Any], loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """('planner', 'returns', 'quiet_seconds') -> ('return_quiet_seconds',)."""
+    model, prefix = cls, ""
+    for depth, part in enumerate(loc):
+        field = fields_of(model).get(part) if isinstance(part, str) else None
+        inner = None if field is None else group_prefix(field)
+        if field is None or inner is None or not isinstance(field.annotation, type):
+            return loc if depth == 0 else (f"{prefix}{part}", *loc[depth + 1 :])
+        model, prefix = field.annotation, prefix + inner
+    return loc

@@ -23,7 +23,7 @@ their writes (`build`, `patch`, `applies_to`, `body`, `configmap`); `rebalancer.
 `rebalancer.controller.admission`: `View`, `review`; `rebalancer.controller.policy`: `parse`,
 `PolicyError`; `rebalancer.names`; `rebalancer.vocabulary`: `Policy`, `Reason`;
 `rebalancer.notices`: `Notice`, `Source`; `rebalancer.controller.settings`: `ControllerSettings`
-(the scenario's values of the controller's settings, validated as the controller does).
+(where the scenario's values of the controller's settings nest).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from rebalancer import names
-from rebalancer.config import describe_error
 from rebalancer.controller.actions import (
     Action,
     Bound,
@@ -88,6 +87,7 @@ from rebalancer.names import (
     SURGE_ANNOTATION,
 )
 from rebalancer.notices import Notice
+from rebalancer.setting_groups import nest
 from rebalancer.simulate import InputError
 from rebalancer.simulate.merge_patch import merge_patch
 from rebalancer.simulate.workload import CONTROLLER_SETTINGS
@@ -112,25 +112,28 @@ EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 NUDGE_SECONDS = 0.001
 
 
-def controller_settings(scenario: Scenario) -> ControllerSettings:
-    """The controller's settings with the scenario's values of them (same names, REBALANCER_...;
-    None: the default), validated as the controller validates them. Never the environment."""
+def controller_settings(scenario: Scenario) -> tuple[Settings, RiskSettings]:
+    """The planner's and the risk model's settings with the scenario's values of them (the
+    controller's names, REBALANCER_...; None: the default), nested where the controller nests
+    them. Built from the types themselves: a ControllerSettings would read the environment."""
     values = {
         name: getattr(scenario, name)
         for name in CONTROLLER_SETTINGS
         if getattr(scenario, name) is not None
     }
+    nested = nest(ControllerSettings, values)
     try:
-        return ControllerSettings.model_validate(values)
+        return Settings(**nested.get("planner", {})), RiskSettings(**nested.get("risk", {}))
     except ValidationError as error:
-        raise InputError(describe_error(error)) from None
+        first = error.errors()[0]
+        raise InputError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
 
 
 def failover_settings(world: World) -> Settings:
     """Today's product with its defaults, or the scenario's values of the controller's
     settings: fail over make-before-break, return to spot. The pools are declared
     (REBALANCER_POOLS), as the README asks for autoscaled pools."""
-    planner = controller_settings(world.scenario).planner
+    planner, _ = controller_settings(world.scenario)
     return replace(planner, declared_pools=declared_pools(world))
 
 
@@ -163,7 +166,7 @@ def availability_target(text: str, *, where: str) -> str:
 def drain_settings(world: World) -> Settings:
     """The product configured as a plain handler: Preempt -> cordon and drain, no cool-down
     taints that steer placement, no return to spot."""
-    planner = controller_settings(world.scenario).planner
+    planner, _ = controller_settings(world.scenario)
     policies = dict(planner.event_policy)
     policies.update({EventType.PREEMPT: EventPolicy.DRAIN, EventType.TERMINATE: EventPolicy.DRAIN})
     return replace(
@@ -203,7 +206,7 @@ def placement_annotations(scenario: Scenario) -> dict[str, str]:
 def risk_settings(scenario: Scenario) -> RiskSettings:
     """The controller's risk model with its defaults, or the scenario's values of its settings
     (REBALANCER_RISK_...). No Azure data: the traces carry none, so the prior is the setting's."""
-    settings = controller_settings(scenario).risk
+    _, settings = controller_settings(scenario)
     if settings.high_rate_per_hour < settings.medium_rate_per_hour:
         raise InputError(
             f"riskHighRatePerHour {settings.high_rate_per_hour} is below riskMediumRatePerHour "
