@@ -2,7 +2,9 @@
 
 Every setting can come from the environment (`REBALANCER_<NAME>`) or a command-line flag of the
 same name (`--<name-with-dashes>`); a flag wins over the environment. A bad value stops the process
-with one line naming the setting (see `describe_error`).
+with one line naming the setting (see `describe_error`). The controller's settings
+(rebalancer.controller.settings) nest the planner's own settings types and are still named flat:
+`NestedSettings` below.
 """
 
 from __future__ import annotations
@@ -188,14 +190,15 @@ def describe_settings_error(error: SettingsError, prefix: str = "REBALANCER_") -
 # ---- settings that nest the types of the code that reads them ----------------------------------
 #
 # Why this shape: pydantic-settings reads a nested model from REBALANCER_RETURNS__QUIET_SECONDS
-# (`env_nested_delimiter`) and --returns.quiet-seconds; the names the chart, the docs and users
-# have always set are flat (REBALANCER_RETURN_QUIET_SECONDS, --return-quiet-seconds), the
-# planner's top-level settings have no prefix at all, and a "_" delimiter cannot tell a group
-# from a setting whose name has an underscore. Aliases on the planner's fields would put the
-# environment's names in the planner. So the class gets a flat view (`flat_model`): one field
-# per setting, the very field its type declares, which pydantic-settings' own env and CLI sources
-# read unchanged (their types, JSON decoding, errors and help); `NestedSettings` puts the flat
-# values where they nest before validating, and names a bad one flat again in the error.
+# (`env_nested_delimiter`) and --returns.quiet-seconds, while the names the chart, the docs and
+# users have always set are flat (REBALANCER_RETURN_QUIET_SECONDS, --return-quiet-seconds).
+# `env_nested_delimiter="_"` with `env_nested_max_split=1` comes closest, but needs a field
+# named `return` (an alias drops the env prefix), cannot nest the planner's own settings, which
+# have no prefix, and leaves the flags dotted; aliases on the planner's fields would put the
+# environment's names in the planner. So the class gets a flat view (`flat_model`): one field per
+# setting, the very field its type declares, which pydantic-settings' own env and CLI sources
+# read unchanged (types, JSON decoding, errors, --help); `NestedSettings` puts the flat values
+# where they nest before validating, and names a bad one flat again in the error.
 
 
 def setting_fields(cls: type[BaseSettings]) -> dict[str, FieldInfo]:
