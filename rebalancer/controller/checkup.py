@@ -1008,8 +1008,9 @@ def undeclared_nodepool_findings(
     setup: Setup, live: Mapping[str, Pool], no_fallback: Sequence[Finding]
 ) -> list[Finding]:
     """GPU NodePools that may launch on-demand, whose on-demand part has no node, is not declared,
-    and whose GPUs per node the controller cannot tell (no `sku-gpu-count` requirement, no node of
-    the NodePool showing them), reported when some workload has no on-demand fallback. The
+    and whose GPUs per node the controller cannot tell (no size it names is in Azure's size table,
+    `azure/gpu_sizes.py`, no `sku-gpu-count` requirement, no node of the NodePool showing them),
+    reported when some workload has no on-demand fallback. The
     controller reads the rest of the part from the NodePool (its taints, labels, zone), but a part
     of unknown GPUs takes no GPU replica, so the fail-over is blocked although Karpenter could
     launch the capacity (the NAP counterpart of `undeclared_pool_findings`)."""

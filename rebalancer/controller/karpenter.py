@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rebalancer import names, pool_kind
+from rebalancer.azure import gpu_sizes
 from rebalancer.controller.pools import Pool
 from rebalancer.controller.scheduling import Taint
 
@@ -29,7 +30,23 @@ GPU_REQUIREMENT_KEYS = (
 )
 # Azure N-series (NC, ND, NV): GPU VM sizes, by name or by karpenter.azure.com/sku-family "N".
 GPU_SIZE = re.compile(r"^standard_n[cdv]", re.IGNORECASE)
+GPU_SERIES = re.compile(r"^N[CDV]")
 GPU_COUNT_KEY = "karpenter.azure.com/sku-gpu-count"
+# Requirements that choose sizes by what they are: with one, the sizes a NodePool may launch are
+# the table's sizes its requirements admit (`gpu_sizes`), and their GPUs are its nodes' GPUs.
+SIZE_NAMING_KEYS = frozenset(
+    {
+        names.INSTANCE_TYPE_LABEL, gpu_sizes.SKU_NAME, gpu_sizes.SKU_FAMILY,
+        gpu_sizes.SKU_SERIES, gpu_sizes.SKU_GPU_NAME,
+    }
+)  # fmt: skip
+# What Karpenter's requirement operators mean for one size's label (absent: None).
+NUMERIC_OPERATORS = {
+    "Gt": lambda value, bound: value > bound,
+    "Lt": lambda value, bound: value < bound,
+    "Gte": lambda value, bound: value >= bound,
+    "Lte": lambda value, bound: value <= bound,
+}
 # The capacity types a NodePool's parts are made for: reserved capacity needs a reservation that a
 # NodePool's requirements do not show, so it is never a fail-over target here.
 PART_CAPACITY_TYPES = (pool_kind.SPOT, pool_kind.ON_DEMAND)
@@ -44,7 +61,8 @@ class NodePoolInfo:
     labels: Mapping[str, str]  # the template's labels, plus its single-valued In requirements
     requirements: tuple[Mapping[str, Any], ...] = field(default=())  # as the API has them
     gpu: bool = False  # its requirements admit GPU sizes only
-    # nvidia.com/gpu per node when its requirements name it (sku-gpu-count), else 0: unknown.
+    # nvidia.com/gpu per node when its requirements say it (the sizes it names, or sku-gpu-count),
+    # else 0: unknown.
     gpus: int = 0
     zones: tuple[str, ...] = ()  # the zones its requirements allow; (): any
     launches: bool = True  # not being deleted, and not reported not Ready by Karpenter
@@ -109,9 +127,14 @@ def _capacity_types(requirements: Sequence[Mapping[str, Any]]) -> tuple[str, ...
 
 
 def _gpu_count(requirements: Sequence[Mapping[str, Any]]) -> int:
-    """The GPUs a replica may ask for and still fit: the largest count an `In` allows (Karpenter
-    picks, among the sizes allowed, one that fits the pod), one more than a `Gt`'s bound (the
-    least it is sure of); 0 when no requirement names it."""
+    """The GPUs a replica may ask for and still fit a node of the NodePool; 0 when its
+    requirements do not say. A NodePool that names its sizes (instance types, a SKU name, family,
+    series or GPU name) has the GPUs of the sizes it admits (`_gpus_of_sizes`); else a
+    sku-gpu-count requirement says it: the largest count an `In` allows (Karpenter picks, among
+    the sizes allowed, one that fits the pod), one more than a `Gt`'s bound (the least it is sure
+    of: no table bounds an open range)."""
+    if any(r.get("key") in SIZE_NAMING_KEYS for r in requirements):
+        return _gpus_of_sizes(requirements)
     counts = []
     for requirement in requirements:
         if requirement.get("key") != GPU_COUNT_KEY:
@@ -123,6 +146,56 @@ def _gpu_count(requirements: Sequence[Mapping[str, Any]]) -> int:
         elif requirement.get("operator") == "Gt" and len(numbers) == 1:
             counts.append(numbers[0] + 1)
     return min(counts) if counts else 0
+
+
+def _gpus_of_sizes(requirements: Sequence[Mapping[str, Any]]) -> int:
+    """GPUs per node of a NodePool that names its sizes: of the GPU sizes Azure has
+    (`gpu_sizes.SIZES`), those every requirement on a size label admits, as Karpenter matches
+    them. Karpenter launches, for a pending replica, a size among them that fits it, so a
+    replica fits when the largest does. But when a requirement on another size property (memory,
+    storage, an operator not known here) may rule out some of them, the fewest: a fail-over must
+    not count on GPUs the sizes it may get lack. A size not in the table counts for nothing (0
+    when no size is known: unknown, as before)."""
+    judged = [r for r in requirements if r.get("key") in gpu_sizes.LABEL_KEYS]
+    undecided = any(_size_requirement_unjudged(r) for r in requirements)
+    counts = [
+        size.gpus
+        for size in gpu_sizes.SIZES
+        if all(_admits(r, size.labels) is not False for r in judged)
+    ]
+    if not counts:
+        return 0
+    return min(counts) if undecided else max(counts)
+
+
+def _admits(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool | None:
+    """Whether a node with `labels` meets the requirement (Karpenter's operators); None when the
+    operator is not one of them."""
+    key, operator = str(requirement.get("key")), requirement.get("operator")
+    values = [str(v) for v in requirement.get("values") or []]
+    value = labels.get(key)
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in NUMERIC_OPERATORS:
+        if value is None or not value.isdigit() or len(values) != 1 or not values[0].isdigit():
+            return False
+        return bool(NUMERIC_OPERATORS[operator](int(value), int(values[0])))
+    return None
+
+
+def _size_requirement_unjudged(requirement: Mapping[str, Any]) -> bool:
+    """A requirement on a property of the size that the table cannot judge: another sku label
+    (memory, storage, networking), or an operator Karpenter's own list lacks."""
+    key = str(requirement.get("key"))
+    if key in gpu_sizes.LABEL_KEYS:
+        return _admits(requirement, {}) is None
+    return key.startswith(("karpenter.azure.com/sku-", "kubernetes.azure.com/sku-"))
 
 
 def _zones(requirements: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
@@ -156,8 +229,10 @@ def _gpu_only(requirement: Mapping[str, Any]) -> bool:
         return operator in ("In", "Exists")
     if key == "karpenter.azure.com/sku-family":
         return operator == "In" and bool(values) and all(v.upper() == "N" for v in values)
-    if key == names.INSTANCE_TYPE_LABEL:
+    if key in (names.INSTANCE_TYPE_LABEL, gpu_sizes.SKU_NAME):
         return operator == "In" and bool(values) and all(GPU_SIZE.match(v) for v in values)
+    if key == gpu_sizes.SKU_SERIES:
+        return operator == "In" and bool(values) and all(GPU_SERIES.match(v) for v in values)
     return False
 
 

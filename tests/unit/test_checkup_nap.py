@@ -23,6 +23,8 @@ from tests.unit.test_plugin import ENV, NOW, controller, raw
 SPOT_TAINT = {"key": names.AKS_SPOT_LABEL, "value": "spot", "effect": "NoSchedule"}
 GPU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
 A100 = "Standard_NC24ads_A100_v4"
+# A third of an A10: a GPU size whose whole GPUs Azure's size table does not state (gpu_sizes.py).
+A10_THIRD = "Standard_NC8ads_A10_v4"
 
 
 def nodepool(
@@ -82,6 +84,9 @@ NAP_ONLY = [nap_node("nap-0", "gpu", "spot"), node("sys-0", "system", spot=False
 GPU_POOL_NAMING_ITS_COUNT = nodepool(
     "gpu", ["spot", "on-demand"], taints=[SPOT_TAINT, GPU_TAINT], gpus=1
 )
+UNSIZED_GPU_POOL = nodepool(
+    "gpu", ["spot", "on-demand"], taints=[SPOT_TAINT, GPU_TAINT], sizes=(A10_THIRD,)
+)
 DELETED_ON_DEMAND_POOL = nodepool("gpuod", ["on-demand"], taints=[GPU_TAINT], gpus=1)
 DELETED_ON_DEMAND_POOL["metadata"]["deletionTimestamp"] = "2026-08-01T00:00:00Z"
 
@@ -127,11 +132,19 @@ CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
         nap_world(declared=[]),  # its GPUs per node from its spot node
         [],
     ),
-    "the same before NAP has launched any node: GPUs per node unknown": (
+    "the same before NAP has launched any node, sizes naming no GPU count: GPUs unknown": (
+        nap_world(
+            declared=[],
+            nodes=[node("sys-0", "system", spot=False, gpus=0, taints=[], sku=D4)],
+            nodepools=[UNSIZED_GPU_POOL],
+        ),
+        [NO_FALLBACK, ("on-demand-pool-undeclared", "warning", "NodePool gpu")],
+    ),
+    "the same, its instance types in Azure's size table: GPUs per node from them": (
         nap_world(
             declared=[], nodes=[node("sys-0", "system", spot=False, gpus=0, taints=[], sku=D4)]
         ),
-        [NO_FALLBACK, ("on-demand-pool-undeclared", "warning", "NodePool gpu")],
+        [],
     ),
     "the same, the NodePool naming its GPU count": (
         nap_world(
@@ -143,7 +156,10 @@ CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
     ),
     "an on-demand GPU NodePool without node, GPUs per node unknown, undeclared": (
         nap_world(
-            nodepools=[SPOT_GPU_POOL, nodepool("gpuod", ["on-demand"], taints=[GPU_TAINT])],
+            nodepools=[
+                SPOT_GPU_POOL,
+                nodepool("gpuod", ["on-demand"], taints=[GPU_TAINT], sizes=(A10_THIRD,)),
+            ],
             declared=[],
         ),
         [NO_FALLBACK, ("on-demand-pool-undeclared", "warning", "NodePool gpuod")],
