@@ -52,6 +52,88 @@ NUMERIC_OPERATORS = {
 PART_CAPACITY_TYPES = (pool_kind.SPOT, pool_kind.ON_DEMAND)
 
 
+# Karpenter's disruption reasons a budget may name (karpenter.sh/v1 `DisruptionReason`).
+EMPTY, UNDERUTILIZED, DRIFTED = "Empty", "Underutilized", "Drifted"
+# How long the fix lets an emptied node stay: a warm node for the next fail-over, as long as AKS's
+# cluster autoscaler keeps one by default (`scale-down-unneeded-time`, docs/cost.md).
+EMPTY_NODE_GRACE = "10m"
+ZERO_NODES = re.compile(r"^0+%?$")
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """A NodePool's `spec.disruption`, with the CRD's defaults where a field is absent: what
+    decides whether Karpenter removes its nodes once they are empty."""
+
+    consolidation_policy: str = "WhenEmptyOrUnderutilized"
+    consolidate_after: str = "0s"  # a duration, or "Never": consolidation off
+    budgets: tuple[Mapping[str, Any], ...] = ({"nodes": "10%"},)
+
+    @classmethod
+    def from_json(cls, spec: Mapping[str, Any]) -> Disruption:
+        disruption = spec.get("disruption") or {}
+        budgets = disruption.get("budgets")
+        return cls(
+            consolidation_policy=str(
+                disruption.get("consolidationPolicy") or cls.consolidation_policy
+            ),
+            consolidate_after=str(disruption.get("consolidateAfter") or cls.consolidate_after),
+            budgets=cls.budgets
+            if budgets is None
+            else tuple(b for b in budgets if isinstance(b, dict)),
+        )
+
+    def keeps_empty_nodes(self) -> list[str]:
+        """Why Karpenter never removes an empty node of the NodePool, [] when it does: its
+        Emptiness method is off with `consolidateAfter: Never`, and a budget always active
+        (no schedule) that allows 0 nodes for the reason Empty stops it (Karpenter takes the most
+        restrictive active budget for each reason; a budget with no reasons covers them all)."""
+        why = []
+        if self.consolidate_after == "Never":
+            why.append("consolidateAfter: Never")
+        for budget in self.budgets:
+            if _blocks_empty(budget):
+                reasons = budget.get("reasons")
+                covered = ", ".join(str(r) for r in reasons) if reasons else "every reason"
+                why.append(f"budget nodes: {budget.get('nodes')!r} for {covered}, always active")
+        return why
+
+    def letting_empty_nodes_go(self) -> dict[str, Any]:
+        """The `spec.disruption` merge patch that lets Karpenter remove empty nodes and changes
+        nothing else it decides: consolidation back on for empty nodes only (WhenEmpty, so
+        underused nodes are still left alone, as `Never` left them), and each blocking budget
+        without Empty among its reasons (Underutilized and Drifted stay blocked; one that named
+        Empty alone goes). Budgets are a whole list: a merge patch replaces it."""
+        patch: dict[str, Any] = {}
+        if self.consolidate_after == "Never":
+            patch["consolidateAfter"] = EMPTY_NODE_GRACE
+            if self.consolidation_policy != "WhenEmpty":
+                patch["consolidationPolicy"] = "WhenEmpty"
+        if any(_blocks_empty(b) for b in self.budgets):
+            budgets = []
+            for budget in self.budgets:
+                if not _blocks_empty(budget):
+                    budgets.append(dict(budget))
+                    continue
+                kept = [r for r in budget.get("reasons") or [UNDERUTILIZED, DRIFTED] if r != EMPTY]
+                if kept:
+                    budgets.append({**budget, "reasons": kept})
+            patch["budgets"] = budgets
+        return patch
+
+
+def _blocks_empty(budget: Mapping[str, Any]) -> bool:
+    """An always-active budget that allows no node for the reason Empty. Reasons absent: every
+    reason; an empty list names none (Karpenter's `Reasons == nil` test)."""
+    reasons = budget.get("reasons")
+    return (
+        budget.get("schedule") is None
+        and budget.get("duration") is None
+        and bool(ZERO_NODES.match(str(budget.get("nodes", ""))))
+        and (reasons is None or EMPTY in reasons)
+    )
+
+
 @dataclass(frozen=True)
 class NodePoolInfo:
     name: str
@@ -66,6 +148,7 @@ class NodePoolInfo:
     gpus: int = 0
     zones: tuple[str, ...] = ()  # the zones its requirements allow; (): any
     launches: bool = True  # not being deleted, and not reported not Ready by Karpenter
+    disruption: Disruption = field(default_factory=Disruption)
 
     @property
     def spot_only(self) -> bool:
@@ -103,6 +186,7 @@ class NodePoolInfo:
             gpus=_gpu_count(requirements),
             zones=_zones(requirements),
             launches=not meta.get("deletionTimestamp") and _ready(obj) is not False,
+            disruption=Disruption.from_json(obj.get("spec") or {}),
         )
 
 
