@@ -417,11 +417,11 @@ class ControllerMetrics:
         self.webhook_owner_lookups = Counter(
             "rebalancer_webhook_owner_lookups_total",
             "Workloads of new pods the last pass's view did not show yet (a brand-new workload's "
-            "first pods), by result: informer (in the controller's live cache), fetched (one GET), "
-            "absent (no such Deployment or StatefulSet owning the pod, or one with records of "
-            "ours), failed (the GET failed), busy (too many GETs at once), timeout (not learnt "
-            "within the webhook's lookup bound); all but informer and fetched leave the pod "
-            "unplaced.",
+            "first pods), by result: informer (in the controller's live cache), fetched (one "
+            "list of its name), absent (no such Deployment or StatefulSet owning the pod, or one "
+            "with records of ours), failed (the list failed), busy (too many lookups at once), "
+            "timeout (not learnt within the webhook's lookup bound); all but informer and "
+            "fetched leave the pod unplaced.",
             ["result"],
             registry=r,
         )

@@ -76,7 +76,8 @@ async def serve_controller(
 
 def owner_lookup(controller: Controller, clock: Clock) -> OwnerLookup:
     """The webhook's lookup of workloads its view lacks: the live caches first (the watch has a
-    new Deployment before the next pass), then a GET through the controller's request budget."""
+    new Deployment before the next pass), then a list of its name through the controller's
+    request budget."""
     caches = {"Deployment": controller.deployments, "StatefulSet": controller.statefulsets}
     metrics = controller.metrics
     return OwnerLookup(

@@ -12,11 +12,11 @@ A Deployment counts only when its selector selects the pod, as the Deployment co
 guarantees for its own pods.
 
 Bounded so that admission never waits long or floods the API server: one lookup per workload at
-a time (a burst of a hundred pods makes one GET), its result remembered for `REMEMBER_SECONDS`
-(a workload not found too: a hostile pod naming a made-up owner costs one GET), at most
-`MAX_IN_FLIGHT` GETs at once (more pods are admitted unplaced, as before), and a caller's
-timeout (`webhook.LOOKUP_TIMEOUT_SECONDS`, well under the webhook's own). The GET is a list of
-the one name, which the controller's RBAC already grants. A workload carrying a
+a time (a burst of a hundred pods makes one request), its result remembered for `REMEMBER_SECONDS`
+(a workload not found too: a hostile pod naming a made-up owner costs one request), at most
+`MAX_IN_FLIGHT` requests at once (more pods are admitted unplaced, as before), and a caller's
+timeout (`webhook.LOOKUP_TIMEOUT_SECONDS`, well under the webhook's own). The request is a list
+of the one name, which the controller's RBAC already grants. A workload carrying a
 record of ours is not a new one: the view shows it, or soon will; it is left to the view, whose
 records are checked (seal.py).
 """
@@ -88,7 +88,7 @@ class OwnerLookup:
     async def workload_of(self, pod: Mapping[str, Any], namespace: str) -> WorkloadInfo | None:
         """The pod's Deployment or StatefulSet as the API has it now, or None: not one, not found,
         not its owner, carrying records of ours, or not learnt (busy, an error). The caller
-        bounds the wait; a cancelled wait leaves the GET to finish for the pods after it."""
+        bounds the wait; a cancelled wait leaves the request to finish for the pods after it."""
         key = owner_key(pod, namespace)
         if key is None:
             return None
@@ -108,7 +108,7 @@ class OwnerLookup:
         return workload
 
     def _known(self, key: WorkloadKey) -> tuple[bool, WorkloadInfo | None]:
-        """(whether it is known without a GET, the workload if there is one to use)."""
+        """(whether it is known without a request, the workload if there is one to use)."""
         live = self._live(key)
         if live is not None:
             self._on_result("informer")

@@ -3,11 +3,11 @@
 Decisions read the last planning pass's view (the informer caches every replica keeps warm):
 an answer costs a few dictionary lookups. The one exception is a pod whose workload the view
 does not show yet (a brand-new workload's first pods arrive before the next pass): its owner is
-looked up (`owner_lookup.py`: the live cache, else one GET shared by the burst) for at most
-`LOOKUP_TIMEOUT_SECONDS`, and the pod is admitted unplaced, as before, if it is not learnt by
-then. Pods placed here are counted from the
-webhook's own record until the caches show them (at most `RECENT_SECONDS`), so that a burst of
-creations from one ReplicaSet spreads instead of piling onto the group that looked emptiest.
+looked up (`owner_lookup.py`: the live cache, else one list of its name shared by the burst) for
+at most `LOOKUP_TIMEOUT_SECONDS`, and the pod is admitted unplaced, as before, if it is not
+learnt by then. Pods placed here are counted from the webhook's own record until the caches
+show them (at most `RECENT_SECONDS`), so that a burst of creations from one ReplicaSet spreads
+instead of piling onto the group that looked emptiest.
 Server-side dry runs are answered alike and recorded nowhere.
 """
 
