@@ -204,5 +204,6 @@ class Check(StrEnum):
     NO_ON_DEMAND_FALLBACK = "workload-no-on-demand-fallback"
     POOL_AT_ZERO_UNDECLARED = "on-demand-pool-undeclared"
     NODEPOOL_SPOT_ONLY = "nodepool-spot-only"
+    NODEPOOL_KEEPS_EMPTY_NODES = "nodepool-keeps-empty-nodes"
     FALLBACK_KEPT_IDLE = "on-demand-fallback-kept-idle"
     TARGET_NOT_ACTED_ON = "availability-target-not-acted-on"
