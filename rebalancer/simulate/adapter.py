@@ -34,7 +34,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -106,24 +106,26 @@ NAMESPACE = "inference"
 # Where the controller keeps its eviction history (`<lease name>-history`, the chart's default).
 HISTORY_CONFIGMAP = "spot-rebalancer-controller-history"
 
+T = TypeVar("T")
+
 # Virtual time 0 (the first tick of the traces) as the planner's wall clock.
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 # Past the planner's one strict "later than" (a return's pending timeout).
 NUDGE_SECONDS = 0.001
 
 
-def controller_settings(scenario: Scenario) -> tuple[Settings, RiskSettings]:
-    """The planner's and the risk model's settings with the scenario's values of them (the
-    controller's names, REBALANCER_...; None: the default), nested where the controller nests
-    them. Built from the types themselves: a ControllerSettings would read the environment."""
+def _nested_settings(scenario: Scenario, group: str, cls: type[T]) -> T:
+    """One of the controller's settings types (`planner`, `risk`) with the scenario's values of
+    its settings (the controller's names, REBALANCER_...; None: the default), nested where the
+    controller nests them. Built from the type itself: a ControllerSettings would read the
+    environment."""
     values = {
         name: getattr(scenario, name)
         for name in CONTROLLER_SETTINGS
         if getattr(scenario, name) is not None
     }
-    nested = nest(ControllerSettings, values)
     try:
-        return Settings(**nested.get("planner", {})), RiskSettings(**nested.get("risk", {}))
+        return cls(**nest(ControllerSettings, values).get(group, {}))
     except ValidationError as error:
         first = error.errors()[0]
         raise InputError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
@@ -133,7 +135,7 @@ def failover_settings(world: World) -> Settings:
     """Today's product with its defaults, or the scenario's values of the controller's
     settings: fail over make-before-break, return to spot. The pools are declared
     (REBALANCER_POOLS), as the README asks for autoscaled pools."""
-    planner, _ = controller_settings(world.scenario)
+    planner = _nested_settings(world.scenario, "planner", Settings)
     return replace(planner, declared_pools=declared_pools(world))
 
 
@@ -166,7 +168,7 @@ def availability_target(text: str, *, where: str) -> str:
 def drain_settings(world: World) -> Settings:
     """The product configured as a plain handler: Preempt -> cordon and drain, no cool-down
     taints that steer placement, no return to spot."""
-    planner, _ = controller_settings(world.scenario)
+    planner = _nested_settings(world.scenario, "planner", Settings)
     policies = dict(planner.event_policy)
     policies.update({EventType.PREEMPT: EventPolicy.DRAIN, EventType.TERMINATE: EventPolicy.DRAIN})
     return replace(
@@ -206,13 +208,16 @@ def placement_annotations(scenario: Scenario) -> dict[str, str]:
 def risk_settings(scenario: Scenario) -> RiskSettings:
     """The controller's risk model with its defaults, or the scenario's values of its settings
     (REBALANCER_RISK_...). No Azure data: the traces carry none, so the prior is the setting's."""
-    _, settings = controller_settings(scenario)
-    if settings.high_rate_per_hour < settings.medium_rate_per_hour:
-        raise InputError(
-            f"riskHighRatePerHour {settings.high_rate_per_hour} is below riskMediumRatePerHour "
-            f"{settings.medium_rate_per_hour}"
-        )
-    return settings
+    defaults = RiskSettings()
+    high = _or(scenario.risk_high_rate_per_hour, defaults.high_rate_per_hour)
+    medium = _or(scenario.risk_medium_rate_per_hour, defaults.medium_rate_per_hour)
+    if high < medium:
+        raise InputError(f"riskHighRatePerHour {high} is below riskMediumRatePerHour {medium}")
+    return _nested_settings(scenario, "risk", RiskSettings)
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def risks(
