@@ -59,6 +59,9 @@ DEFAULT_EVENT_POLICY: Final = {
     EventType.REBOOT: NoticePolicy.DRAIN,
     EventType.FREEZE: NoticePolicy.NONE,
 }
+# The default of the planner's deadline_margin_seconds, here so that the emulator's demo, which
+# may not import the controller, measures with the same margin.
+DEFAULT_DEADLINE_MARGIN_SECONDS: Final = 5.0
 
 
 class Reason(StrEnum):

@@ -9,9 +9,10 @@ from typing import Any
 
 from rebalancer import __version__
 from rebalancer.clock import Clock, SystemClock
-from rebalancer.config import ControllerSettings
+from rebalancer.controller import wiring
 from rebalancer.controller.owner_lookup import OwnerLookup
 from rebalancer.controller.reconciler import Controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.http import serving
 from rebalancer.kube.client import KubeClient
 from rebalancer.logging import get_logger, setup_logging
@@ -58,6 +59,7 @@ async def serve_controller(
         clock=clock,
         log=log,
         identity=identity,
+        wire=wiring.wire,  # the parts around the loop: prices, risk feeds, doctor, webhook
     )
     controller.webhook.lookup = owner_lookup(controller, clock)
     try:

@@ -190,7 +190,7 @@ _INTS = {
     "spare_replicas",
     "seed",
 }
-_CONTROLLER = {
+CONTROLLER_SETTINGS = {
     "deadline_margin_seconds",
     "cooldown_seconds",
     "return_quiet_seconds",
@@ -207,7 +207,7 @@ _FLOATS = {
     "max_node_provision_seconds",
     "initial_backoff_seconds",
     "max_backoff_seconds",
-    *_CONTROLLER,
+    *CONTROLLER_SETTINGS,
 }
 _STRINGS = {"vm_size", "region"}
 # The placement policy's words (rebalancer/controller/policy.py and risk.py; a test keeps these
@@ -238,7 +238,7 @@ def scenario_from(
             known = ", ".join(sorted(KEYS))
             raise InputError(f"{source}: unknown setting {key!r} (known: {known})")
         where = f"{source}: {key}"
-        if value is None and name in ("on_demand_limit", "gpus_per_node", *_CONTROLLER):
+        if value is None and name in ("on_demand_limit", "gpus_per_node", *CONTROLLER_SETTINGS):
             changes[name] = None
         elif name in _DISTRIBUTIONS:
             changes[name] = parse_distribution(value, what=where)
