@@ -20,8 +20,8 @@ Kept deliberately small; what it leaves out is listed in docs/simulate.md. The m
 - scheduler: taints and tolerations, nodeSelector and required node affinity, free GPUs;
   prefers nodes without untolerated PreferNoSchedule taints, then by preferred node affinity,
   then with fewer replicas of the same workload;
-- ReplicaSet: keeps each Deployment's replica count; scales down by upstream's ranks (unassigned,
-  not Ready, lower pod-deletion-cost, newer first);
+- ReplicaSet: keeps each Deployment's replica count; scales down in upstream's order, the rule
+  the emulator follows too (`rebalancer.upstream.replicaset`);
 - a pod is Ready `load_seconds` after it lands on a Ready node; deleted, it stops serving at once
   and frees its GPU after min(shutdown time, grace period); deleted again with a shorter grace,
   that one ends it (the API server shortens a graceful deletion, never lengthens it).
@@ -47,6 +47,7 @@ from rebalancer.simulate.adapter import (
 )
 from rebalancer.simulate.trace import SlotEvent, SlotTimeline
 from rebalancer.simulate.workload import Distribution, Scenario
+from rebalancer.upstream import replicaset as upstream
 
 SPOT_TAINT = Taint(names.AKS_SPOT_LABEL, "spot", "NoSchedule")
 SPOT_TOLERATION = {
@@ -492,26 +493,34 @@ class World:
                     self.admission(self, pod)
                 self.touch()
             if len(live) > deployment.replicas:
-                for pod in sorted(live, key=self._deletion_rank)[: len(live) - deployment.replicas]:
+                doomed = upstream.victims(
+                    live,
+                    len(live) - deployment.replicas,
+                    facts=self._scale_down_facts,
+                    related_nodes=(pod.node or "" for pod in live),
+                    now=self.now,
+                )
+                for pod in doomed:
                     on_demand = pod.node is not None and not self.nodes[pod.node].pool.spot
                     if on_demand and self.now >= 0:
                         self.counters.returns += 1
                     self.delete_pod(pod, self.scenario.grace_seconds)
 
-    def _deletion_rank(self, pod: Pod) -> tuple[int, int, int, float, float]:
-        """Upstream's ActivePodsWithRanks, the parts that matter here: first to go first."""
-        try:
-            cost = int(pod.deletion_cost or 0)
-        except ValueError:
-            cost = 0
+    def _scale_down_facts(self, pod: Pod) -> upstream.PodFacts:
+        """The pod as upstream's ReplicaSet controller sees it when it picks what to delete. A
+        pod runs from the moment it is bound (the model's load time is its readiness probe's)
+        and never restarts; one ReplicaSet per Deployment, so its pods are all the related ones.
+        """
         ready = self.pod_ready(pod)
-        ready_for = self.now - pod.ready_at if ready and pod.ready_at is not None else 0.0
-        return (
-            0 if pod.node is None else 1,
-            1 if ready else 0,
-            cost,
-            ready_for,
-            -pod.created,
+        costs = {} if pod.deletion_cost is None else {names.DELETION_COST: pod.deletion_cost}
+        return upstream.PodFacts(
+            uid=pod.uid,
+            node=pod.node or "",
+            phase="Pending" if pod.node is None else "Running",
+            ready=ready,
+            ready_since=pod.ready_at if ready else None,
+            deletion_cost=upstream.deletion_cost(costs),
+            created=pod.created,
         )
 
     # ---- scheduler -----------------------------------------------------------------------------

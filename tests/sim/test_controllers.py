@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from rebalancer.clock import ManualClock
+from rebalancer.names import DELETION_COST
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.disruption import evict
@@ -17,7 +18,6 @@ from rebalancer_sim.objects import condition_true, get_condition
 from rebalancer_sim.pools import PoolSpec, node_name
 from rebalancer_sim.scenario import ScenarioError, parse_scenario
 from rebalancer_sim.status import ApiError
-from rebalancer_sim.workloads import DELETION_COST
 
 from .conftest import GPU_TOLERATION, SPOT_TOLERATION, small_scenario
 
