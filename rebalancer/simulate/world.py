@@ -18,8 +18,9 @@ Kept deliberately small; what it leaves out is listed in docs/simulate.md. The m
 - admission: an optional mutating webhook (the controller's placement, through the adapter)
   that rewrites a new pod's node affinity, so a pod may carry its own spec, not its template's;
 - scheduler: taints and tolerations, nodeSelector and required node affinity, free GPUs;
-  prefers nodes without untolerated PreferNoSchedule taints, then by preferred node affinity,
-  then with fewer replicas of the same workload;
+  prefers nodes as the emulator's scheduler does (`rebalancer.upstream.scheduling`: without
+  untolerated PreferNoSchedule taints, then by preferred node affinity, then with fewer replicas
+  of the same workload); see "Two models of one cluster" below for what differs;
 - ReplicaSet: keeps each Deployment's replica count; scales down in upstream's order, the rule
   the emulator follows too (`rebalancer.upstream.replicaset`);
 - a pod is Ready `load_seconds` after it lands on a Ready node; deleted, it stops serving at once
@@ -48,6 +49,7 @@ from rebalancer.simulate.adapter import (
 from rebalancer.simulate.trace import SlotEvent, SlotTimeline
 from rebalancer.simulate.workload import Distribution, Scenario
 from rebalancer.upstream import replicaset as upstream
+from rebalancer.upstream.scheduling import node_preference
 
 SPOT_TAINT = Taint(names.AKS_SPOT_LABEL, "spot", "NoSchedule")
 SPOT_TOLERATION = {
@@ -571,11 +573,15 @@ class World:
                 for p in self.pods.values()
                 if p.node == node.name and p.deployment == deployment.name
             )
-            weight = preferred_weight(spec, node.labels)
-            candidates.append((soft, -weight, siblings, node.name, node))
+            preference = node_preference(
+                untolerated_prefer_no_schedule=soft,
+                preferred_affinity_weight=preferred_weight(spec, node.labels),
+                owner_pods_on_node=siblings,
+            )
+            candidates.append((preference, node.name, node))
         if not candidates:
             return None
-        return min(candidates, key=lambda c: c[:4])[4]
+        return min(candidates, key=lambda c: c[:2])[2]
 
     # ---- cluster autoscaler --------------------------------------------------------------------
 
