@@ -78,3 +78,52 @@ async def test_an_untolerated_prefer_no_schedule_taint_outweighs_a_preferred_nod
 
     node = await eventually(bound, within=15, message="the pod bound")
     assert node == plain["metadata"]["name"]
+
+
+async def test_a_required_term_without_requirements_matches_no_node_and_match_fields_pin_a_name(
+    backend: Backend,
+) -> None:
+    """Node affinity terms are ORed: an empty one matches nothing (not everything), a
+    `metadata.name` matchField matches the node of that name."""
+    shared = {"conformance.spot-rebalancer.io/pool": backend.namespace}
+    first = (await backend.create_node("first", run_pods=True, labels=shared))["metadata"]["name"]
+    second = (await backend.create_node("second", run_pods=True, labels=shared))["metadata"]["name"]
+    for name in (first, second):
+        await _ready_for_pods(backend, name)
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [second]}]}
+
+    def pod(name: str, terms: list[dict[str, Any]]) -> dict[str, Any]:
+        required = {"nodeSelectorTerms": terms}
+        return {
+            "metadata": {"name": name},
+            "spec": {
+                "containers": [{"name": "app", "image": "example/app:v1"}],
+                "nodeSelector": shared,
+                "tolerations": [
+                    {"key": CONFORMANCE_TAINT, "operator": "Equal", "value": backend.namespace}
+                ],
+                "affinity": {
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+                },
+            },
+        }
+
+    await backend.create("pods", pod("pinned", [{}, by_name]))
+    await backend.create("pods", pod("nowhere", [{}]))
+
+    async def outcome() -> tuple[str, str] | None:
+        pinned = await backend.ok("GET", backend.ns_path("pods", "pinned"))
+        nowhere = await backend.ok("GET", backend.ns_path("pods", "nowhere"))
+        scheduled = next(
+            (c for c in nowhere["status"].get("conditions") or [] if c["type"] == "PodScheduled"),
+            {},
+        )
+        node = pinned["spec"].get("nodeName")
+        if node and scheduled.get("reason") == "Unschedulable":
+            return str(node), str(nowhere["spec"].get("nodeName") or "")
+        return None
+
+    assert await eventually(outcome, within=15, message="one bound, one unschedulable") == (
+        second,
+        "",
+    )
