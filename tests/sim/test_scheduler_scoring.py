@@ -15,6 +15,7 @@ from .backend import CONFORMANCE_TAINT, Backend
 from .conftest import eventually
 
 MERGE = "application/merge-patch+json"
+POOL_LABEL = "conformance.spot-rebalancer.io/pool"  # this test's nodes
 
 
 async def _ready_for_pods(backend: Backend, name: str) -> dict[str, Any]:
@@ -29,10 +30,25 @@ async def _ready_for_pods(backend: Backend, name: str) -> dict[str, Any]:
     return result
 
 
+def _pod(backend: Backend, name: str, node_affinity: dict[str, Any]) -> dict[str, Any]:
+    """A pod for this test's nodes only (their label and taint), with this node affinity."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [{"name": "app", "image": "example/app:v1"}],
+            "nodeSelector": {POOL_LABEL: backend.namespace},
+            "tolerations": [
+                {"key": CONFORMANCE_TAINT, "operator": "Equal", "value": backend.namespace}
+            ],
+            "affinity": {"nodeAffinity": node_affinity},
+        },
+    }
+
+
 async def test_an_untolerated_prefer_no_schedule_taint_outweighs_a_preferred_node_affinity(
     backend: Backend,
 ) -> None:
-    shared = {"conformance.spot-rebalancer.io/pool": backend.namespace}
+    shared = {POOL_LABEL: backend.namespace}
     preferred_but_tainted = await backend.create_node(
         "preferred", run_pods=True, labels={**shared, "example.com/preferred": "yes"}
     )
@@ -53,24 +69,12 @@ async def test_an_untolerated_prefer_no_schedule_taint_outweighs_a_preferred_nod
     preference = {
         "matchExpressions": [{"key": "example.com/preferred", "operator": "In", "values": ["yes"]}]
     }
-    pod: dict[str, Any] = {
-        "metadata": {"name": "placed"},
-        "spec": {
-            "containers": [{"name": "app", "image": "example/app:v1"}],
-            "nodeSelector": shared,
-            "tolerations": [
-                {"key": CONFORMANCE_TAINT, "operator": "Equal", "value": backend.namespace}
-            ],
-            "affinity": {
-                "nodeAffinity": {
-                    "preferredDuringSchedulingIgnoredDuringExecution": [
-                        {"weight": 100, "preference": preference}
-                    ]
-                }
-            },
-        },
+    affinity = {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "preference": preference}
+        ]
     }
-    await backend.create("pods", pod)
+    await backend.create("pods", _pod(backend, "placed", affinity))
 
     async def bound() -> str:
         placed = await backend.ok("GET", backend.ns_path("pods", "placed"))
@@ -85,31 +89,20 @@ async def test_a_required_term_without_requirements_matches_no_node_and_match_fi
 ) -> None:
     """Node affinity terms are ORed: an empty one matches nothing (not everything), a
     `metadata.name` matchField matches the node of that name."""
-    shared = {"conformance.spot-rebalancer.io/pool": backend.namespace}
+    shared = {POOL_LABEL: backend.namespace}
     first = (await backend.create_node("first", run_pods=True, labels=shared))["metadata"]["name"]
     second = (await backend.create_node("second", run_pods=True, labels=shared))["metadata"]["name"]
     for name in (first, second):
         await _ready_for_pods(backend, name)
     by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [second]}]}
 
-    def pod(name: str, terms: list[dict[str, Any]]) -> dict[str, Any]:
-        required = {"nodeSelectorTerms": terms}
+    def required(*terms: dict[str, Any]) -> dict[str, Any]:
         return {
-            "metadata": {"name": name},
-            "spec": {
-                "containers": [{"name": "app", "image": "example/app:v1"}],
-                "nodeSelector": shared,
-                "tolerations": [
-                    {"key": CONFORMANCE_TAINT, "operator": "Equal", "value": backend.namespace}
-                ],
-                "affinity": {
-                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
-                },
-            },
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
         }
 
-    await backend.create("pods", pod("pinned", [{}, by_name]))
-    await backend.create("pods", pod("nowhere", [{}]))
+    await backend.create("pods", _pod(backend, "pinned", required({}, by_name)))
+    await backend.create("pods", _pod(backend, "nowhere", required({})))
 
     async def outcome() -> tuple[str, str] | None:
         pinned = await backend.ok("GET", backend.ns_path("pods", "pinned"))
