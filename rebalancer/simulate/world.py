@@ -687,7 +687,7 @@ class World:
 
 def _json(taints: Iterable[Taint]) -> list[dict[str, str]]:
     """Taints as the API writes them, for Kubernetes' matching rules."""
-    return [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints]
+    return [taint.as_json() for taint in taints]
 
 
 def _state(sample: Sample) -> tuple[int, float, int, int]:

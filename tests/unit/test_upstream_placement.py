@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from rebalancer.controller.scheduling import preferred_weight, unmet_placement
 from rebalancer.upstream.placement import (
     fits_node_selector_and_affinity,
     preferred_affinity_weight,
@@ -57,6 +58,7 @@ def _required(*terms: dict[str, Any]) -> dict[str, Any]:
 
 
 LABELS = {"pool": "spot1", "gpus": "4"}
+EXISTS = {"key": "pool", "operator": "Exists"}
 
 
 @pytest.mark.parametrize(
@@ -150,3 +152,27 @@ def test_preferred_weights_add_up_for_the_terms_that_match() -> None:
         "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
     }
     assert preferred_affinity_weight(spec, LABELS, "n1") == 90
+
+
+def test_the_controllers_pool_check_reads_node_affinity_by_the_same_rules() -> None:
+    """The controller judges a pool (no node name yet) by Kubernetes' rules: an empty required
+    term fits no pool, as the real scheduler places such a pod nowhere."""
+    assert unmet_placement(_required({}), LABELS) == [
+        "required node affinity (a term without expressions)"
+    ]
+    assert unmet_placement(_required({}, {"matchExpressions": [EXISTS]}), LABELS) == []
+    assert (
+        preferred_weight(
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 7, "preference": {}}
+                        ]
+                    }
+                }
+            },
+            LABELS,
+        )
+        == 0
+    )
