@@ -4,8 +4,9 @@
 Upstream: `Toleration.ToleratesTaint` (k8s.io/api core/v1), the scheduler's TaintToleration and
 NodeAffinity plugins (`component-helpers/scheduling/corev1/nodeaffinity`). The emulator's
 scheduler, DaemonSet controller and autoscaler and `rebalancer simulate`'s world filter nodes
-with these. The controller predicts placement with its own reading
-(`rebalancer.controller.scheduling`), which both test.
+with these; the controller judges which pools a workload fits with them
+(`rebalancer.controller.scheduling`). tests/sim/test_scheduler_scoring.py checks the edges
+against the real kube-scheduler.
 
 Objects are the API's JSON as plain mappings: a toleration or a taint `{"key", "value",
 "effect"}`, a pod spec, a node's labels and name.
