@@ -7,9 +7,10 @@ back), so a cordon is whatever the product's cordon patch makes it. When the
 planner's names change (the controller is being refactored: an eviction history is becoming
 part of the snapshot), only this module has to follow.
 
-The virtual scheduler takes its placement rules from here too, so the controller's matching code
-is also reached through this module only. So does the `eviction-aware` policy: the risk of each
-spot group assessed from the world's eviction history (the record the planner keeps, as the
+The virtual world's taints are the controller's `Taint`, from here (its scheduler matches them
+by Kubernetes' rules, `rebalancer.upstream.placement`, not by the controller's reading). The
+`eviction-aware` policy reaches the controller through here too: the risk of each spot group
+assessed from the world's eviction history (the record the planner keeps, as the
 controller keeps its history ConfigMap), and the admission webhook's answer for each new pod.
 
 Controller names used: `rebalancer.controller.planner`: `plan`, `Plan`, `Settings`;
@@ -18,8 +19,8 @@ Controller names used: `rebalancer.controller.planner`: `plan`, `Plan`, `Setting
 their writes (`build`, `patch`, `applies_to`, `body`, `configmap`); `rebalancer.controller.returns`:
 `ReturnSettings`; `rebalancer.controller.model`: `NodeInfo`, `PodInfo`, `WorkloadInfo`,
 `Owner`, `Surge`, `ReturnRecord`; `rebalancer.controller.pools`: `Pool`;
-`rebalancer.controller.scheduling`: `Taint`, `tolerates`, `untolerated`, `unmet_placement`,
-`preferred_weight`; `rebalancer.controller.risk`: `assess`, `RiskSettings`, `Risk`, `GroupKey`;
+`rebalancer.controller.scheduling`: `Taint`; `rebalancer.controller.risk`: `assess`,
+`RiskSettings`, `Risk`, `GroupKey`;
 `rebalancer.controller.admission`: `View`, `review`; `rebalancer.controller.policy`: `parse`,
 `PolicyError`; `rebalancer.names`; `rebalancer.vocabulary`: `Policy`, `Reason`;
 `rebalancer.notices`: `Notice`, `Source`; `rebalancer.controller.settings`: `ControllerSettings`
@@ -62,13 +63,7 @@ from rebalancer.controller.pools import Pool
 from rebalancer.controller.records import ReturnRecord, Surge
 from rebalancer.controller.returns import ReturnSettings
 from rebalancer.controller.risk import GroupKey, Risk, RiskSettings, assess
-from rebalancer.controller.scheduling import (
-    Taint,
-    preferred_weight,
-    tolerates,
-    unmet_placement,
-    untolerated,
-)
+from rebalancer.controller.scheduling import Taint
 from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.target import TargetSettings, parse_target
@@ -98,9 +93,8 @@ if TYPE_CHECKING:
     from rebalancer.simulate.workload import Prices, Scenario
     from rebalancer.simulate.world import Deployment, Node, Pod, World
 
-# The placement rules the controller itself uses (taints, tolerations, node affinity), for the
-# virtual scheduler and autoscaler.
-__all__ = ["Taint", "preferred_weight", "tolerates", "unmet_placement", "untolerated"]
+# The controller's taint, the world's too (its patches write them as the executor's do).
+__all__ = ["Taint"]
 
 NAMESPACE = "inference"
 # Where the controller keeps its eviction history (`<lease name>-history`, the chart's default).
