@@ -59,6 +59,28 @@ async def test_gpu_replicas_land_on_spot_and_become_ready_after_startup(make_clu
     assert status["observedGeneration"] == deployment["metadata"]["generation"]
 
 
+async def test_a_slow_nodes_startup_time_holds_its_pods_back(make_cluster: Make) -> None:
+    # One spot node pulls images from far away: 10 s for its pods, 2 s (the workload's) elsewhere.
+    cluster = make_cluster()
+    await cluster.advance(2.1)
+    slow = sorted(p["spec"]["nodeName"] for p in _pods(cluster, "inference"))[0]
+    node = json.loads(json.dumps(cluster.store.get(R.NODES, "", slow)))
+    node["metadata"].setdefault("annotations", {})["sim.spot-rebalancer.io/startup-seconds"] = "10"
+    cluster.store.update(R.NODES, node)
+    (lost,) = cluster.pods(node=slow)
+    cluster.store.delete(R.PODS, "default", lost["metadata"]["name"], grace_seconds=0)
+    cluster.step()  # its replacement lands on the one free spot node, the slow one
+    (replacement,) = cluster.pods(node=slow)
+    await cluster.advance(2.1)
+    assert len(_ready(cluster, "inference")) == 2
+    await cluster.advance(7.5)
+    assert len(_ready(cluster, "inference")) == 2
+    await cluster.advance(0.5)
+    assert [
+        p["metadata"]["name"] for p in cluster.pods(node=slow) if condition_true(p, "Ready")
+    ] == [replacement["metadata"]["name"]]
+
+
 async def test_pod_without_gpu_toleration_never_lands_on_a_gpu_node(make_cluster: Make) -> None:
     scenario = small_scenario(
         workloads=[
