@@ -5,10 +5,11 @@ after its startup time (pod annotation `sim.spot-rebalancer.io/startup-seconds`,
 default): a GPU inference replica that loads a model for minutes is modelled by that number, or
 by a range `low..high` from which each pod draws its own (a seeded generator: one scenario, one
 seed, the same draws in the same order); a Node with the same annotation is a slow node (an
-image pull from far away): its pods take at least that long. A terminating pod disappears after min(its grace
-period, its shutdown time: annotation `sim.spot-rebalancer.io/shutdown-seconds`, else the
-default), so `terminationGracePeriodSeconds` bounds a slow shutdown as it does upstream (the
-kubelet's SIGKILL), and a second delete with a shorter grace period cuts it. A node whose VM is
+image pull from far away): its pods take at least that long. A terminating pod disappears
+after min(its grace period, its shutdown time: annotation
+`sim.spot-rebalancer.io/shutdown-seconds`, else the default), so
+`terminationGracePeriodSeconds` bounds a slow shutdown as it does upstream (the kubelet's
+SIGKILL), and a second delete with a shorter grace period cuts it. A node whose VM is
 gone runs nothing: its pods stay as they are until the node is deleted (then pod GC removes
 them). A VM that comes back from a reboot restarts its pods: they load again (`restart_node`).
 

@@ -558,3 +558,25 @@ async def test_node_problem_detector_conditions_follow_the_event(make_cluster: M
     cleared = condition(third, "PreemptionScheduled")
     assert cleared is not None and cleared["status"] == "False"
     assert cleared["reason"] == "NoPreemptionScheduled"
+
+
+async def test_only_the_control_loops_named_run(make_cluster: Make) -> None:
+    # The kubelets alone: nobody makes a ReplicaSet or schedules, a pod bound by hand loads.
+    cluster = make_cluster(controllers={"kubelets"})
+    assert cluster.pods("default") == []
+    assert list(cluster.store.items(R.REPLICASETS)) == []
+    (node, *_) = cluster.nodes("gpuspot")
+    cluster.store.create(
+        R.PODS,
+        {
+            "metadata": {"name": "by-hand", "namespace": "default",
+                         "annotations": {"sim.spot-rebalancer.io/startup-seconds": "3"}},
+            "spec": {"nodeName": node["metadata"]["name"], "containers": [{"name": "c"}]},
+        },
+    )  # fmt: skip
+    await cluster.advance(2.9)
+    assert not condition_true(cluster.store.get(R.PODS, "default", "by-hand"), "Ready")
+    await cluster.advance(0.2)
+    assert condition_true(cluster.store.get(R.PODS, "default", "by-hand"), "Ready")
+    with pytest.raises(ValueError, match=r"no such control loop: kubelet$"):
+        make_cluster(controllers={"kubelet"})
