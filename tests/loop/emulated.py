@@ -17,12 +17,13 @@ import contextlib
 import copy
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
 
 from rebalancer import __version__
+from rebalancer.config import ControllerSettings
 from rebalancer.controller.reconciler import Controller
 from rebalancer.kube.client import KubeClient
 from rebalancer.metrics import ControllerMetrics
@@ -30,10 +31,52 @@ from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.resources import ResourceType
 from rebalancer_sim.scenario import parse_scenario
-from tests.loop.rig import CLOCK, NAMESPACE, START, settings
-from tests.tap import Tap
+from tests.tap import Request, Tap
 
 TICK = 0.05  # the emulator's loops run every TICK seconds of the clock
+START = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+NAMESPACE = "spot-rebalancer"
+
+
+class LoopClock:
+    """Wall and monotonic time from the event loop's (virtual) clock."""
+
+    def now(self) -> datetime:
+        return START + timedelta(seconds=asyncio.get_running_loop().time())
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+CLOCK = LoopClock()
+
+
+def settings(identity: str, **overrides: Any) -> ControllerSettings:
+    values: dict[str, Any] = {
+        "namespace": NAMESPACE,
+        "lease_name": "ctl",
+        "identity": identity,
+        "resync_seconds": 1.0,
+        "cooldown_seconds": 600.0,
+        "return_quiet_seconds": 120.0,
+        "cost_interval_seconds": 10.0,
+        **overrides,
+    }
+    return ControllerSettings(**values)
+
+
+def resource(plural: str | ResourceType) -> ResourceType:
+    """A resource type by its plural ("pods", "poddisruptionbudgets", ...)."""
+    if not isinstance(plural, str):
+        return plural
+    preferred = (R.NODES, R.PODS, R.DEPLOYMENTS, R.REPLICASETS, R.HPAS, R.PDBS, R.LEASES)
+    for kind in (*preferred, *R.ALL):
+        if kind.plural == plural:
+            return kind
+    raise KeyError(plural)
 
 
 class ClusterClock:
@@ -65,24 +108,43 @@ class Emulated:
     def store(self) -> Any:
         return self.cluster.store
 
-    def get(self, resource: ResourceType, namespace: str, name: str) -> dict[str, Any]:
-        obj = self.store.get(resource, namespace, name)
-        assert obj is not None, f"no {resource.plural} {namespace}/{name}"
-        return obj  # type: ignore[no-any-return]
+    def find(self, kind: str | ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.store.get(resource(kind), namespace, name)  # type: ignore[no-any-return]
+
+    def get(self, kind: str | ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.find(kind, namespace, name)
+        assert obj is not None, f"no {kind} {namespace}/{name}"
+        return obj
+
+    def put(self, kind: str | ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create an object as a cluster component would (not through the API: not tapped). An
+        owner reference written by name gets its owner's uid (a made-up one if there is no
+        such owner), as every reference the API server stores has one."""
+        return put(self.store, kind, obj)
 
     def edit(
-        self, resource: ResourceType, namespace: str, name: str, change: Callable[[Any], None]
+        self, kind: str | ResourceType, namespace: str, name: str, change: Callable[[Any], None]
     ) -> None:
         """Change an object as a cluster component would (not through the API: not tapped)."""
-        obj = copy.deepcopy(self.get(resource, namespace, name))
+        obj = copy.deepcopy(self.get(kind, namespace, name))
         change(obj)
-        self.store.update(resource, obj)
+        self.store.update(resource(kind), obj)
+
+    def remove(self, kind: str | ResourceType, namespace: str, name: str) -> None:
+        """Gone at once (no grace), as the pod GC or a node's end removes it."""
+        self.store.force_remove(resource(kind), namespace, name)
+
+    def written(
+        self, method: str = "", resource: str = "", *, ok: bool = True, who: str = ""
+    ) -> list[Request]:
+        """The controllers' writes the API server answered, in order (see `Tap.written`)."""
+        return self.tap.written(method, resource, ok=ok, who=who)
 
     def replicas(self, namespace: str = "ml", name: str = "llm") -> int:
         return int(self.get(R.DEPLOYMENTS, namespace, name)["spec"]["replicas"])
 
-    def annotations(self, resource: ResourceType, namespace: str, name: str) -> dict[str, str]:
-        return dict(self.get(resource, namespace, name)["metadata"].get("annotations") or {})
+    def annotations(self, kind: str | ResourceType, namespace: str, name: str) -> dict[str, str]:
+        return dict(self.get(kind, namespace, name)["metadata"].get("annotations") or {})
 
     def pods(self, namespace: str = "ml") -> list[dict[str, Any]]:
         """The pods of a namespace that are not being deleted."""
@@ -103,6 +165,16 @@ class Emulated:
         return bool(lease and (lease.get("spec") or {}).get("holderIdentity") == identity)
 
 
+def put(store: Any, kind: str | ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    namespace = obj["metadata"].get("namespace", "")
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if not ref.get("uid"):
+            owner = store.get(resource(ref["kind"].lower() + "s"), namespace, ref["name"])
+            ref["uid"] = owner["metadata"]["uid"] if owner else f"uid-{ref['name']}"
+            ref.setdefault("apiVersion", "apps/v1")
+    return store.create(resource(kind), obj)  # type: ignore[no-any-return]
+
+
 def ready(pod: dict[str, Any]) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -112,18 +184,24 @@ def ready(pod: dict[str, Any]) -> bool:
 
 @contextlib.asynccontextmanager
 async def emulated(
-    data: dict[str, Any],
+    data: dict[str, Any] | None,
     *,
-    loops: bool = True,
+    controllers: set[str] | None = None,
     aged: timedelta = timedelta(0),
     prepare: Callable[[ClusterEmulator], None] | None = None,
 ) -> AsyncIterator[Emulated]:
-    """The scenario `data` (tests/e2e/rig.py's format) emulated and served. `aged`: the cluster
-    was built that long before the test's start (its nodes are that old, its workloads have
-    been serving); `prepare` changes it before it serves."""
+    """The scenario `data` (tests/e2e/rig.py's format; None: an empty cluster) emulated and
+    served; `controllers`: the emulator's control loops that run (None: all). `aged`: the
+    cluster was built that long before the test's start (its nodes are that old, its workloads
+    have been serving); `prepare` builds or changes it before it serves."""
     clock = ClusterClock(offset=-aged)
     assert CLOCK.now() - START < timedelta(seconds=1), "build the cluster before anything runs"
-    cluster = ClusterEmulator(parse_scenario(data), clock=clock, tick_seconds=TICK)
+    cluster = ClusterEmulator(
+        parse_scenario(data) if data is not None else None,
+        clock=clock,
+        tick_seconds=TICK,
+        controllers=controllers,
+    )
     cluster.imds.rate_clock = CLOCK.monotonic
     if cluster.store.get(R.NAMESPACES, "", NAMESPACE) is None:
         cluster.store.create(R.NAMESPACES, {"metadata": {"name": NAMESPACE}})
@@ -131,7 +209,7 @@ async def emulated(
         prepare(cluster)
     clock.catch_up()
     tap = Tap().install(cluster)
-    await cluster.start(run_loops=loops)
+    await cluster.start()
     try:
         yield Emulated(cluster, tap)
     finally:
@@ -140,16 +218,18 @@ async def emulated(
 
 @contextlib.asynccontextmanager
 async def controlling(
-    em: Emulated, identity: str = "ctl-a", **overrides: Any
+    em: Emulated,
+    identity: str = "ctl-a",
+    *,
+    wrap: Callable[[KubeClient], Any] | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[Controller]:
-    """The real controller, as `rebalancer controller` builds it, on the emulator."""
-    client = await KubeClient.connect(
-        str(em.cluster.kubeconfig_path),
-        user_agent=f"spot-rebalancer/{__version__} (controller; {identity})",
-    )
+    """The real controller, as `rebalancer controller` builds it, on the emulator; `wrap`: what
+    stands between it and its client (a test's stand-in for a bug of ours)."""
+    client = await connect(em, identity)
     controller = Controller(
         settings=settings(identity, **overrides),
-        client=client,
+        client=client if wrap is None else wrap(client),
         metrics=ControllerMetrics(),
         clock=CLOCK,
         log=structlog.get_logger().bind(identity=identity),
@@ -165,3 +245,11 @@ async def controlling(
             await asyncio.wait_for(task, timeout=30)
         finally:
             await client.close()
+
+
+async def connect(em: Emulated, identity: str) -> KubeClient:
+    """A client of the emulator, named `identity` in its User-Agent (the tap's `who`)."""
+    return await KubeClient.connect(
+        str(em.cluster.kubeconfig_path),
+        user_agent=f"spot-rebalancer/{__version__} (controller; {identity})",
+    )
