@@ -19,12 +19,16 @@ Not a model of anything: the emulator answers every request the tap lets through
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import re
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from rebalancer_sim import resources as R
 from rebalancer_sim.apiserver import parse_path
 from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.status import ApiError
@@ -45,6 +49,7 @@ class Request:
     who: str  # the identity in the User-Agent's "(component; identity)", else its product
     path: str = ""
     query: dict[str, str] = field(default_factory=dict)
+    content_type: str = ""
 
     @property
     def write(self) -> bool:
@@ -74,14 +79,17 @@ class Fault:
     def matches(self, request: web.Request, who: str) -> bool:
         return (
             self.times > 0
-            and request.method == self.method
+            and (not self.method or request.method == self.method)
             and self.path_part in request.path
             and (not self.who or who == self.who)
         )
 
 
 REASONS = {
+    403: "Forbidden",
+    404: "NotFound",
     409: "Conflict",
+    422: "Invalid",
     429: "TooManyRequests",
     500: "InternalError",
     503: "ServiceUnavailable",
@@ -137,8 +145,8 @@ class Tap:
         return self
 
     async def _record(self, request: web.Request) -> Request:
-        """The request as seen; kept in `requests` when it is for an API object (discovery and
-        health checks are not) and a write, or reads are kept too."""
+        """The request as seen; kept in `requests` when it is a write, or reads are kept too
+        (every path: one the emulator does not serve, a CRD's, is answered 404 and kept)."""
         route = parse_path(request.path.rstrip("/"))
         body = None
         if request.method in WRITES and request.can_read_body:
@@ -146,24 +154,26 @@ class Tap:
                 body = await request.json()
             except ValueError:
                 body = None
-        resource = ""
+        resource, namespace, name = unserved(request.path)
         if route is not None:
             resource = route.resource.plural + (
                 f"/{route.subresource}" if route.subresource else ""
             )
+            namespace, name = route.namespace or "", route.name or ""
         seen = Request(
             method=request.method,
             resource=resource,
-            namespace=(route.namespace or "") if route else "",
-            name=(route.name or "") if route else "",
+            namespace=namespace,
+            name=name,
             body=body,
             status=0,
             at=asyncio.get_running_loop().time(),
             who=sender(request),
             path=request.path,
             query=dict(request.query),
+            content_type=request.content_type if request.method in WRITES else "",
         )
-        if route is not None and (seen.write or self.reads):
+        if seen.write or self.reads:
             self.requests.append(seen)
         return seen
 
@@ -182,8 +192,8 @@ class Tap:
         retry_after_seconds: int | None = None,
         who: str = "",
     ) -> None:
-        """Answer the next `times` requests of `method` whose path contains `path_part` with
-        `status` and a Status body, without applying them."""
+        """Answer the next `times` requests of `method` ("": any) whose path contains
+        `path_part` with `status` and a Status body, without applying them."""
         self.faults.append(
             Fault(
                 method,
@@ -230,9 +240,55 @@ class Tap:
         return [r for r in self.written(resource=resource, ok=False, who=who) if r.status >= 300]
 
 
+# /api/v1/[namespaces/<ns>/]<resource>[/<name>[/<subresource>]], the same under /apis/<g>/<v>.
+_PATH = re.compile(
+    r"^/(?:api/v1|apis/[^/]+/[^/]+)(?:/namespaces/(?P<namespace>[^/]+))?"
+    r"/(?P<resource>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"
+)
+
+
+def unserved(path: str) -> tuple[str, str, str]:
+    """(resource[/subresource], namespace, name) of a path by its shape alone ("" if none)."""
+    match = _PATH.match(path.rstrip("/"))
+    if match is None:
+        return "", "", ""
+    resource = match["resource"] + (f"/{match['sub']}" if match["sub"] else "")
+    return resource, match["namespace"] or "", match["name"] or ""
+
+
 def sender(request: web.Request) -> str:
     """`ctl-a` from `spot-rebalancer/0.1 (controller; ctl-a)`; else the agent's first word."""
     agent = request.headers.get("User-Agent", "")
     if "(" in agent and "; " in agent:
         return agent.rsplit("; ", 1)[-1].rstrip(")")
     return agent.split("/", 1)[0]
+
+
+@contextlib.asynccontextmanager
+async def api_server(
+    kubeconfig_dir: Path, *objects: tuple[Any, dict[str, Any]]
+) -> AsyncIterator[tuple[ClusterEmulator, Tap]]:
+    """The emulator's API server alone (no control loop runs: the test writes the objects as
+    other components would), holding `objects` ((resource type, object) pairs), tapped, served
+    on 127.0.0.1 with its kubeconfig in `kubeconfig_dir`: for tests of one client."""
+    cluster = ClusterEmulator(controllers=set())
+    for kind, obj in objects:
+        namespace = obj["metadata"].get("namespace")
+        if namespace and cluster.store.get(R.NAMESPACES, "", namespace) is None:
+            cluster.store.create(R.NAMESPACES, {"metadata": {"name": namespace}})
+        cluster.store.create(kind, obj)
+    tap = Tap().install(cluster)
+    await cluster.start(kubeconfig_dir=kubeconfig_dir, run_loops=False)
+    try:
+        yield cluster, tap
+    finally:
+        await cluster.stop()
+
+
+def node_condition(cluster: ClusterEmulator, node: str, type_: str) -> dict[str, Any] | None:
+    """The Node's condition of that type, as the API server has it (None: none)."""
+    obj = cluster.store.get(R.NODES, "", node) or {}
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition["type"] == type_:
+            return dict(condition)
+    return None
