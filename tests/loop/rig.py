@@ -34,6 +34,7 @@ from tests.loop.emulated import (  # noqa: F401  (the loop tests' vocabulary, fr
     put,
     settings,
 )
+from tests.tap import Request
 
 EVENT = "A123BC45-1234-5678-AB90-ABCDEF123456"
 SPOT_TAINTS = [
@@ -236,3 +237,20 @@ def azure_takes(em: Emulated, node_name: str) -> None:
     for gone in em.store.pods_on_node(node_name):
         em.store.force_remove(R.PODS, gone["metadata"]["namespace"], gone["metadata"]["name"])
     em.store.force_remove(R.NODES, "", node_name)
+
+
+def drained(em: Emulated, node_name: str) -> bool:
+    """The controller has marked the node drained for EVENT."""
+    return EVENT in annotations(em, "nodes", "", node_name).get(names.DRAINED_FOR_ANNOTATION, "")
+
+
+def vm_goes_at_cordon(em: Emulated, node_name: str) -> None:
+    """Azure takes the VM the moment the controller's first write to its Node is applied (a
+    notice too short to drain anything)."""
+
+    def gone_at_cordon(write: Request) -> None:
+        if write.ok and write.resource == "nodes" and write.name == node_name:
+            em.tap.after_write = None
+            azure_takes(em, node_name)
+
+    em.tap.after_write = gone_at_cordon

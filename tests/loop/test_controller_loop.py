@@ -29,12 +29,14 @@ from tests.loop.rig import (
     azure_takes,
     cancel,
     cluster,
+    drained,
     preempt,
     replicas,
     replicaset_scales,
     replicaset_scales_down,
     running,
     until,
+    vm_goes_at_cordon,
 )
 from tests.tap import Request
 
@@ -73,14 +75,7 @@ async def test_a_notice_is_cordoned_surged_replaced_and_drained_before_its_deadl
         await fail_over(em, load_seconds=10)
         await until(lambda: replicas(em) == 3, within=10, what="the scale-back")
         assert replicaset_scales_down(em) == "llm-a"  # the doomed pod, not the replacement
-        await until(
-            lambda: (
-                EVENT
-                in annotations(em, "nodes", "", "spot-0").get(names.DRAINED_FOR_ANNOTATION, "")
-            ),
-            within=5,
-            what="the drained mark",
-        )
+        await until(lambda: drained(em, "spot-0"), within=5, what="the drained mark")
     writes = em.written()
     cordon = first(writes, lambda w: w.resource == "nodes" and w.name == "spot-0")
     surge = first(writes, lambda w: w.resource == "deployments")
@@ -88,19 +83,19 @@ async def test_a_notice_is_cordoned_surged_replaced_and_drained_before_its_deadl
         writes,
         lambda w: w.resource == "pods" and names.DELETION_COST in str(w.body),
     )
-    drained = first(
+    marked = first(
         writes,
         lambda w: (
             w.name == "spot-0" and names.DRAINED_FOR_ANNOTATION in str(w.body.get("metadata") or {})
         ),
     )
-    assert cordon.at <= surge.at < lowered.at < drained.at
+    assert cordon.at <= surge.at < lowered.at < marked.at
     # Lowered only once the replacement was Ready (10 s of loading after the surge).
     assert lowered.at - surge.at >= 10
     # Surged once, scaled back once, the record dropped once its doomed pod was gone.
     assert replicas_written(em) == [4, 3, None]
     # Drained before Azure may take the VM.
-    assert CLOCK.now() - timedelta(seconds=CLOCK.monotonic() - drained.at) < not_before
+    assert CLOCK.now() - timedelta(seconds=CLOCK.monotonic() - marked.at) < not_before
     # The notice is in the history, and the rest of the pool is steered away from.
     history = em.get("configmaps", "spot-rebalancer", "ctl-history")
     assert EVENT in history["data"][names.HISTORY_KEY]
@@ -326,14 +321,7 @@ async def test_a_pdb_that_allows_nothing_is_asked_again_then_overridden_at_the_d
             not_before = preempt(em, "spot-0", seconds=30)
             await until(lambda: em.find("pods", "cache", "cache-0") is None, within=40, what="gone")
             deleted = em.written("DELETE", "pods")[0]
-            await until(
-                lambda: (
-                    EVENT
-                    in annotations(em, "nodes", "", "spot-0").get(names.DRAINED_FOR_ANNOTATION, "")
-                ),
-                within=5,
-                what="the drained mark",
-            )
+            await until(lambda: drained(em, "spot-0"), within=5, what="the drained mark")
             drained_at = CLOCK.now()
     evictions = refused(em, "pods/eviction")
     assert evictions and all(w.status == 429 for w in evictions)
@@ -560,12 +548,7 @@ async def test_a_missed_deadline_is_counted_with_its_reason(why: str) -> None:
             await until(lambda: controller.elector.is_leader, within=10, what="leading")
             if why == "late_notice":
                 # The VM goes the moment the node is cordoned: 3 s were never enough to drain it.
-                def gone_at_cordon(write: Request) -> None:
-                    if write.ok and write.resource == "nodes" and write.name == "spot-0":
-                        em.tap.after_write = None
-                        azure_takes(em, "spot-0")
-
-                em.tap.after_write = gone_at_cordon
+                vm_goes_at_cordon(em, "spot-0")
                 preempt(em, "spot-0", seconds=3)
             else:
                 preempt(em, "spot-0", seconds=30)

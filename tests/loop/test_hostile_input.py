@@ -15,8 +15,8 @@ from rebalancer import names
 from tests.loop.rig import (
     EVENT,
     Emulated,
-    annotations,
     cluster,
+    drained,
     pod,
     preempt,
     replicas,
@@ -34,10 +34,6 @@ def hostile_surge(record: str) -> Any:
         obj["metadata"].setdefault("annotations", {})[names.SURGE_ANNOTATION] = record
 
     return write
-
-
-def drained(em: Emulated, node: str) -> bool:
-    return EVENT in annotations(em, "nodes", "", node).get(names.DRAINED_FOR_ANNOTATION, "")
 
 
 @pytest.mark.parametrize(

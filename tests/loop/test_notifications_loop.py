@@ -9,8 +9,15 @@ import asyncio
 import pytest
 
 from rebalancer.controller.messages import Kind, Notification
-from tests.loop.rig import EVENT, azure_takes, cluster, preempt, running, until
-from tests.tap import Request
+from tests.loop.rig import (
+    EVENT,
+    azure_takes,
+    cluster,
+    preempt,
+    running,
+    until,
+    vm_goes_at_cordon,
+)
 
 pytestmark = pytest.mark.looptime
 
@@ -22,12 +29,7 @@ async def test_a_notice_and_its_missed_deadline_are_told_once() -> None:
         await until(lambda: controller.elector.is_leader, within=10, what="leading")
 
         # The VM goes the moment the node is cordoned: 3 s were never enough to drain it.
-        def gone_at_cordon(write: Request) -> None:
-            if write.ok and write.resource == "nodes" and write.name == "spot-0":
-                em.tap.after_write = None
-                azure_takes(em, "spot-0")
-
-        em.tap.after_write = gone_at_cordon
+        vm_goes_at_cordon(em, "spot-0")
         preempt(em, "spot-0", seconds=3)
         await until(
             lambda: any(n.kind is Kind.DEADLINE_MISSED for n in offered), within=5, what="missed"

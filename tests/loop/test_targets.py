@@ -34,7 +34,6 @@ import pytest
 
 from rebalancer import names
 from rebalancer.controller.returns import LOWEST
-from rebalancer.timefmt import iso
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.scenario import STARTUP_ANNOTATION
@@ -42,6 +41,7 @@ from tests.e2e.rig import register_placement_webhook
 from tests.helpers import free_port
 from tests.loop.emulated import Emulated, controlling, emulated
 from tests.loop.rig import CLOCK, NAMESPACE, until
+from tests.loop.rig import preempt as published
 from tests.tap import Request
 
 pytestmark = pytest.mark.looptime
@@ -171,20 +171,7 @@ def preempt(em: Emulated, node_name: str, *, seconds: float) -> str:
     """Azure schedules a Preempt of the node's VM (it goes at NotBefore: no agent acknowledges
     it), and our agent publishes it on the Node. Returns the event's id."""
     event = em.cluster.preempt(node_name, notice_seconds=seconds)
-    message = (
-        f"EventType=Preempt EventId={event.event_id} EventStatus=Scheduled "
-        f"NotBefore={iso(event.not_before)} Pending=1"
-    )
-
-    def publish(obj: dict[str, Any]) -> None:
-        conditions = [c for c in obj["status"]["conditions"] if c["type"] != names.CONDITION_TYPE]
-        conditions.append(
-            {"type": names.CONDITION_TYPE, "status": "True", "reason": "EventScheduled",
-             "message": message, "lastTransitionTime": iso(CLOCK.now())}
-        )  # fmt: skip
-        obj["status"]["conditions"] = conditions
-
-    em.edit(R.NODES, "", node_name, publish)
+    published(em, node_name, seconds=seconds, event_id=event.event_id)
     return event.event_id
 
 
