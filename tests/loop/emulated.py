@@ -33,7 +33,7 @@ from rebalancer_sim.resources import ResourceType
 from rebalancer_sim.scenario import parse_scenario
 from tests.tap import Request, Tap
 
-TICK = 0.05  # the emulator's loops run every TICK seconds of the clock
+TICK = 0.25  # the emulator's loops run every TICK seconds of the clock (the old loop world's step)
 START = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 NAMESPACE = "spot-rebalancer"
 
