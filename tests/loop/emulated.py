@@ -23,8 +23,9 @@ from typing import Any
 import structlog
 
 from rebalancer import __version__
-from rebalancer.config import ControllerSettings
+from rebalancer.controller.main import owner_lookup
 from rebalancer.controller.reconciler import Controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.kube.client import KubeClient
 from rebalancer.metrics import ControllerMetrics
 from rebalancer_sim import resources as R
@@ -235,6 +236,7 @@ async def controlling(
         log=structlog.get_logger().bind(identity=identity),
         identity=identity,
     )
+    controller.webhook.lookup = owner_lookup(controller, CLOCK)  # as serve_controller wires it
     stop = asyncio.Event()
     task = asyncio.create_task(controller.run(stop))
     try:
