@@ -222,14 +222,14 @@ def replicaset_scales(em: Emulated, *, new_pod: str, on: str, load_seconds: floa
 
 
 def replicaset_scales_down(em: Emulated) -> str:
-    """The ReplicaSet after a scale-back: the pod with the lowest deletion cost is deleted
-    (gracefully: the kubelet stops it)."""
-    victim = min(
-        em.pods("ml"),
-        key=lambda p: int((p["metadata"].get("annotations") or {}).get(names.DELETION_COST, "0")),
-    )
-    em.store.delete(R.PODS, "ml", victim["metadata"]["name"])
-    return str(victim["metadata"]["name"])
+    """The ReplicaSet after a scale-back by one: the emulator's ReplicaSet controller, asked
+    once, picks the pod by upstream's rule (`rebalancer.upstream.replicaset`: unscheduled, not
+    Ready, the lowest deletion cost, ...) and deletes it, gracefully (the kubelet stops it)."""
+    before = {p["metadata"]["name"] for p in em.pods("ml")}
+    em.edit("replicasets", "ml", "llm-rs", lambda rs: rs["spec"].update(replicas=len(before) - 1))
+    em.cluster.replicasets.sync(em.get("replicasets", "ml", "llm-rs"))
+    (victim,) = before - {p["metadata"]["name"] for p in em.pods("ml")}
+    return victim
 
 
 def azure_takes(em: Emulated, node_name: str) -> None:
