@@ -21,9 +21,11 @@ import time
 from pathlib import Path
 
 from rebalancer.node_signal import CONDITION_TYPE, parse_message
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.imds import ImdsEmulator
-from tests.fakes.kube import FakeNodeApi, write_kubeconfig
 from tests.helpers import free_port, serve
+from tests.tap import api_server, node_condition
 
 NODE = "aks-spot-12345678-vmss000000"
 VM = "aks-spot-12345678-vmss_0"
@@ -53,11 +55,13 @@ def percentile(values: list[float], fraction: float) -> float:
 
 async def main(events: int, soak_seconds: float, interval: float) -> None:
     imds = ImdsEmulator()
-    kube = FakeNodeApi()
-    kube.add_node(NODE, PROVIDER_ID)
+    node = {"metadata": {"name": NODE}, "spec": {"providerID": PROVIDER_ID}}
     with tempfile.TemporaryDirectory() as tmp:
-        async with serve(imds.app()) as imds_url, serve(kube.app()) as kube_url:
-            kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", kube_url)
+        async with (
+            serve(imds.app()) as imds_url,
+            api_server(Path(tmp), (R.NODES, node)) as (kube, _),
+        ):
+            kubeconfig = kube.kubeconfig_path
             env = {
                 **os.environ,
                 "NODE_NAME": NODE,
@@ -78,8 +82,8 @@ async def main(events: int, soak_seconds: float, interval: float) -> None:
                 process.wait(10)
 
 
-def condition_event(kube: FakeNodeApi) -> tuple[str, str]:
-    condition = kube.condition(NODE, CONDITION_TYPE) or {}
+def condition_event(kube: ClusterEmulator) -> tuple[str, str]:
+    condition = node_condition(kube, NODE, CONDITION_TYPE) or {}
     return condition.get("status", ""), parse_message(condition.get("message", "")).get(
         "EventId", ""
     )
@@ -96,12 +100,12 @@ async def wait_until(predicate: object, timeout: float = 10.0) -> None:
 async def measure(
     process: subprocess.Popen[bytes],
     imds: ImdsEmulator,
-    kube: FakeNodeApi,
+    kube: ClusterEmulator,
     events: int,
     soak_seconds: float,
     interval: float,
 ) -> None:
-    await wait_until(lambda: kube.condition(NODE, CONDITION_TYPE) is not None, 30)
+    await wait_until(lambda: node_condition(kube, NODE, CONDITION_TYPE) is not None, 30)
     latencies = []
     for _ in range(events):
         event = imds.schedule("Preempt", [VM], notice_seconds=30)

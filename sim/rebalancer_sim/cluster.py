@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,12 @@ class ClusterEmulator:
         tick_seconds: float = 0.1,
         history_size: int = DEFAULT_HISTORY,
         bookmark_interval_seconds: float = 60.0,  # upstream's watch cache: about once a minute
+        controllers: Collection[str] | None = None,
     ) -> None:
+        """`controllers`: the names of the control loops to run (None: all), for a test that
+        plays the others itself by writing to the store, as they would: e.g. `{"kubelets",
+        "disruption"}` keeps pods loading and stopping and budgets counted while the test is the
+        ReplicaSet, the scheduler and Azure."""
         if scenario is None:
             scenario = Scenario(name="empty")
         elif not isinstance(scenario, Scenario):
@@ -143,27 +148,35 @@ class ClusterEmulator:
         self.karpenter = Karpenter(self.cloud, self.scheduler, scenario.sizes())
         self.hpas = HorizontalPodAutoscalers(self.store, sync_seconds=settings.hpa_sync_seconds)
         self.owners = WorkloadOwners(self.store)
-        self._loops: list[Callable[[], int]] = [
-            self.cloud.reconcile,
-            self.node_lifecycle.reconcile,
-            self.garbage.reconcile,
-            self.deployments.reconcile,
-            self.replicasets.reconcile,
-            self.statefulsets.reconcile,
-            self.daemonsets.reconcile,
-            self.scheduler.reconcile,
-            self.kubelets.reconcile,
-            self.device_plugins.reconcile,
-            self.disruption.reconcile,
-            self.autoscaler.reconcile,
-            self.karpenter.reconcile,
-            self.hpas.reconcile,
-            self.owners.reconcile,
-        ]
-        if settings.node_auto_drain:
-            self._loops.insert(1, self.auto_drain.reconcile)
-        if settings.node_problem_detector_seconds > 0:
-            self._loops.append(self.node_problem_detector.reconcile)
+        loops: dict[str, Callable[[], int]] = {
+            "cloud": self.cloud.reconcile,
+            "auto_drain": self.auto_drain.reconcile,
+            "node_lifecycle": self.node_lifecycle.reconcile,
+            "garbage": self.garbage.reconcile,
+            "deployments": self.deployments.reconcile,
+            "replicasets": self.replicasets.reconcile,
+            "statefulsets": self.statefulsets.reconcile,
+            "daemonsets": self.daemonsets.reconcile,
+            "scheduler": self.scheduler.reconcile,
+            "kubelets": self.kubelets.reconcile,
+            "device_plugins": self.device_plugins.reconcile,
+            "disruption": self.disruption.reconcile,
+            "autoscaler": self.autoscaler.reconcile,
+            "karpenter": self.karpenter.reconcile,
+            "hpas": self.hpas.reconcile,
+            "owners": self.owners.reconcile,
+            "node_problem_detector": self.node_problem_detector.reconcile,
+        }
+        if not settings.node_auto_drain:
+            del loops["auto_drain"]
+        if settings.node_problem_detector_seconds <= 0:
+            del loops["node_problem_detector"]
+        if controllers is not None:
+            unknown = set(controllers) - set(loops) - {"auto_drain", "node_problem_detector"}
+            if unknown:
+                raise ValueError(f"no such control loop: {', '.join(sorted(unknown))}")
+            loops = {name: loop for name, loop in loops.items() if name in controllers}
+        self._loops: list[Callable[[], int]] = list(loops.values())
         self._timeline = list(scenario.timeline)
         self._timeline_events: dict[str, list[EmulatedEvent]] = {}
         self.started_at = self.clock.now().timestamp()

@@ -4,10 +4,12 @@ Kubelet: a pod bound to a node whose VM runs becomes Running after `start_second
 after its startup time (pod annotation `sim.spot-rebalancer.io/startup-seconds`, else the
 default): a GPU inference replica that loads a model for minutes is modelled by that number, or
 by a range `low..high` from which each pod draws its own (a seeded generator: one scenario, one
-seed, the same draws in the same order). A terminating pod disappears after min(its grace
-period, its shutdown time: annotation `sim.spot-rebalancer.io/shutdown-seconds`, else the
-default), so `terminationGracePeriodSeconds` bounds a slow shutdown as it does upstream (the
-kubelet's SIGKILL), and a second delete with a shorter grace period cuts it. A node whose VM is
+seed, the same draws in the same order); a Node with the same annotation is a slow node (an
+image pull from far away): its pods take at least that long. A terminating pod disappears
+after min(its grace period, its shutdown time: annotation
+`sim.spot-rebalancer.io/shutdown-seconds`, else the default), so
+`terminationGracePeriodSeconds` bounds a slow shutdown as it does upstream (the kubelet's
+SIGKILL), and a second delete with a shorter grace period cuts it. A node whose VM is
 gone runs nothing: its pods stay as they are until the node is deleted (then pod GC removes
 them). A VM that comes back from a reboot restarts its pods: they load again (`restart_node`).
 
@@ -119,8 +121,16 @@ class Kubelets:
             and not condition_true(pod, "Ready")
             and (old is None or pod_phase(old) != "Running")
         ):
-            startup = _seconds(pod, STARTUP_ANNOTATION, self.startup_seconds, self._draw)
+            startup = self._startup(pod)
             self._at(self._now() + (0.0 if self.warm else startup), key)
+
+    def _startup(self, pod: Obj) -> float:
+        """Running to Ready: the pod's startup time, or its node's when the Node carries the
+        same annotation (a slow node: an image pull from far away, a slow disk), whichever is
+        longer."""
+        own = _seconds(pod, STARTUP_ANNOTATION, self.startup_seconds, self._draw)
+        node = self.store.get(R.NODES, "", pod.get("spec", {}).get("nodeName") or "")
+        return max(own, _seconds(node, STARTUP_ANNOTATION, 0.0)) if node is not None else own
 
     def restart_node(self, node_name: str) -> int:
         """The node's VM is back from a reboot: its running pods start over (not Ready, then
@@ -142,8 +152,7 @@ class Kubelets:
                     )
                 status["conditions"] = conditions
                 self.store.update(R.PODS, dict(pod, status=status))
-                startup = _seconds(pod, STARTUP_ANNOTATION, self.startup_seconds, self._draw)
-                self._at(self._now() + startup, key)
+                self._at(self._now() + self._startup(pod), key)
             else:
                 continue
             restarted += 1

@@ -1,14 +1,13 @@
 """Each component's RBAC grants exactly the API calls it makes: no more, no fewer.
 
 The set of calls is not written down by hand: the real agent loop runs a whole notice against the
-fake API server (tests/fakes/kube.py records every request) - start, Preempt seen and published,
+cluster emulator's API server (its tap, tests/tap.py, records every request) - start, Preempt seen and published,
 the controller's drained mark, acknowledgement, the event starting and ending, a restart - and
 each recorded (method, path) is mapped to the RBAC (apiGroup, resource, verb) it needs. A new call
 in rebalancer/kube without a rule (forbidden in a real cluster), or a rule no call needs, fails.
 
 The controller likewise: the real `Controller` (informers, leader election, planner, executor)
-runs in-process against the cluster emulator, whose request handler is wrapped to record every
-request, through a cancelled drain request and then a Preempt of every spot node (surge, scale
+runs in-process against the cluster emulator, tapped to record every request, through a cancelled drain request and then a Preempt of every spot node (surge, scale
 back, blocked fail-over, PDB-blocked eviction, deletion at the deadline, drained marks, cool-down
 start and end, a Node patch that conflicts and is read afresh, Lease create, renewals and
 release). Lease calls must equal the Role in the release namespace; every other call the
@@ -19,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import itertools
 import re
 import uuid
 from collections.abc import Callable
@@ -30,7 +28,6 @@ from typing import Any
 
 import pytest
 import structlog
-from aiohttp import web
 
 from rebalancer import names
 from rebalancer.agent.agent import Agent
@@ -50,8 +47,8 @@ from rebalancer_sim.imds import ImdsEmulator
 from rebalancer_sim.scenario import parse_scenario
 from tests.chart.conftest import Tools, of_component, one
 from tests.e2e.rig import ready
-from tests.fakes.kube import FakeNodeApi, Recorded, write_kubeconfig
 from tests.helpers import free_port, serve, wait_for
+from tests.tap import Tap, api_server, node_condition
 
 pytestmark = pytest.mark.chart
 
@@ -72,13 +69,13 @@ _PATH = re.compile(
 )
 
 
-def permission(request: Recorded, query: dict[str, str] | None = None) -> Permission:
+def permission(method: str, path: str, query: dict[str, str] | None = None) -> Permission:
     """The RBAC permission one API request needs (as the API server's authorizer sees it)."""
-    match = _PATH.match(request.path)
-    assert match, f"not a Kubernetes resource path: {request.path}"
+    match = _PATH.match(path)
+    assert match, f"not a Kubernetes resource path: {path}"
     resource = match["resource"] + (f"/{match['sub']}" if match["sub"] else "")
-    verb = _VERBS[request.method]
-    if request.method == "GET" and match["name"] is None:
+    verb = _VERBS[method]
+    if method == "GET" and match["name"] is None:
         verb = "watch" if (query or {}).get("watch") in ("true", "True", "1") else "list"
     return (match["group"] or "", resource, verb)
 
@@ -103,15 +100,20 @@ def rule_permissions(
     return granted
 
 
-async def recorded_agent_calls(tmp_path: Path) -> tuple[list[Recorded], ImdsEmulator]:
-    """Run the real agent loop through one whole notice and return every API request it made."""
+async def recorded_agent_calls(
+    tmp_path: Path,
+) -> tuple[list[tuple[str, str, dict[str, str]]], ImdsEmulator]:
+    """Run the real agent loop through one whole notice and return every API request it made
+    ((method, path, query) as the server saw them)."""
     clock = ManualClock()
     imds = ImdsEmulator(clock=clock)
-    kube = FakeNodeApi()
-    kube.add_node(NODE, PROVIDER_ID)
     closers: list[Any] = []
-    async with serve(imds.app()) as imds_url, serve(kube.app()) as kube_url:
-        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube_url)
+    node = {"metadata": {"name": NODE}, "spec": {"providerID": PROVIDER_ID}}
+    async with (
+        serve(imds.app()) as imds_url,
+        api_server(tmp_path, (R.NODES, node)) as (kube, tap),
+    ):
+        kubeconfig = kube.kubeconfig_path
 
         async def start_agent() -> Agent:
             settings = AgentSettings(node_name=NODE, imds_url=f"{imds_url}/vms/{VM}")
@@ -134,7 +136,7 @@ async def recorded_agent_calls(tmp_path: Path) -> tuple[list[Recorded], ImdsEmul
             await agent.tick()  # nothing scheduled: NoScheduledEvents written
             event = imds.schedule("Preempt", [VM], notice_seconds=30)
             await agent.tick()  # seen and published
-            kube.nodes[NODE]["metadata"]["annotations"][DRAINED_FOR_ANNOTATION] = event.event_id
+            _set_node(kube, NODE, lambda n: _annotate(n, DRAINED_FOR_ANNOTATION, event.event_id))
             await agent.tick()  # drained mark read, acknowledged to Azure
             clock.advance(1)
             await agent.tick()  # Started
@@ -147,13 +149,13 @@ async def recorded_agent_calls(tmp_path: Path) -> tuple[list[Recorded], ImdsEmul
                 await closer.close()
     # The scenario really went through every stage, or the recording would be incomplete.
     assert imds.events[event.event_id].acknowledged_by == [VM]
-    assert kube.condition(NODE, CONDITION_TYPE)["reason"] == "EventCompleted"  # type: ignore[index]
-    return kube.requests, imds
+    assert node_condition(kube, NODE, CONDITION_TYPE)["reason"] == "EventCompleted"  # type: ignore[index]
+    return [(r.method, r.path, r.query) for r in tap.requests], imds
 
 
 async def test_cluster_role_is_exactly_what_the_agent_calls(tools: Tools, tmp_path: Path) -> None:
     requests, _ = await recorded_agent_calls(tmp_path)
-    needed = {permission(request) for request in requests}
+    needed = {permission(*request) for request in requests}
     for scenario in ([], ["-f", str(Path(__file__).parent / "values-everything.yaml")]):
         granted = rule_permissions(of_component(tools.template(*scenario), "ClusterRole", "agent"))
         assert granted == needed
@@ -204,7 +206,7 @@ def test_binding_names_the_agents_service_account(tools: Tools) -> None:
 def test_request_to_permission_mapping(
     method: str, path: str, query: dict[str, str] | None, expected: Permission
 ) -> None:
-    assert permission(Recorded(method, path, "", None), query) == expected
+    assert permission(method, path, query) == expected
 
 
 # ---- the controller ----------------------------------------------------------------------------
@@ -273,6 +275,10 @@ def _set_node(
     cluster.store.update(R.NODES, node)
 
 
+def _annotate(node: dict[str, Any], key: str, value: str) -> None:
+    node["metadata"].setdefault("annotations", {})[key] = value
+
+
 def _npd_preempt(node: dict[str, Any], event_id: str, not_before: datetime) -> None:
     """The condition AKS's node-problem-detector writes for a spot eviction."""
     when = not_before.astimezone(UTC).strftime("%a, %d %b %Y %H:%M:%S GMT")
@@ -305,27 +311,11 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
             },
         },
     )
-    recorded: list[tuple[str, str, dict[str, str]]] = []
-    handle = cluster.api._handle  # wrapped before start(), which routes every request to it
-
-    node_patches = itertools.count()
-
-    async def recording(request: web.Request) -> web.StreamResponse:
-        recorded.append((request.method, request.path, dict(request.query)))
-        if (
-            request.method == "PATCH"
-            and request.path.startswith("/api/v1/nodes/")
-            and next(node_patches) == 0
-        ):
-            # The controller patches Nodes from its cache and reads one only after a conflict
-            # (another writer got there first): make the first patch conflict, so that path and
-            # the permission it needs are in the recording too.
-            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409,
-                    "reason": "Conflict", "message": "the object has been modified"}  # fmt: skip
-            return web.json_response(body, status=409)
-        return await handle(request)
-
-    cluster.api._handle = recording  # type: ignore[method-assign]
+    tap = Tap().install(cluster)  # before start(), which routes every request to it
+    # The controller patches Nodes from its cache and reads one only after a conflict (another
+    # writer got there first): make the first patch conflict, so that path and the permission
+    # it needs are in the recording too.
+    tap.fail("PATCH", "/api/v1/nodes/", 409, times=1, message="the object has been modified")
     # The admission webhook's configuration, as the chart installs it (its selector matches no
     # pod here: only the certificate's calls are recorded, the emulator never calls it).
     cluster.store.create(
@@ -507,6 +497,7 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
         ), action
     lease = cluster.store.get(R.LEASES, RELEASE_NAMESPACE, settings.lease_name)
     assert lease is not None and lease["spec"]["holderIdentity"] == ""  # released
+    recorded = [(r.method, r.path, r.query) for r in tap.requests]
     return ControllerRun(requests=recorded, lease_namespace=RELEASE_NAMESPACE)
 
 
@@ -533,14 +524,10 @@ async def test_controller_rbac_is_exactly_what_the_controller_calls(
         return "/leases" in path or "/configmaps" in path or "/secrets" in path
 
     lease_calls = {
-        permission(Recorded(method, path, "", None), query)
-        for method, path, query in run.requests
-        if own(path)
+        permission(method, path, query) for method, path, query in run.requests if own(path)
     }
     cluster_calls = {
-        permission(Recorded(method, path, "", None), query)
-        for method, path, query in run.requests
-        if not own(path)
+        permission(method, path, query) for method, path, query in run.requests if not own(path)
     }
     # Leader election and the eviction history stay in the release namespace: a Role there
     # suffices, no ClusterRole rule.

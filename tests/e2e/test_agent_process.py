@@ -15,9 +15,11 @@ import aiohttp
 import pytest
 
 from rebalancer.node_signal import CONDITION_TYPE, parse_message
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.imds import ImdsEmulator
-from tests.fakes.kube import FakeNodeApi, write_kubeconfig
 from tests.helpers import free_port, serve, wait_for
+from tests.tap import api_server, node_condition
 
 pytestmark = pytest.mark.e2e
 
@@ -56,16 +58,17 @@ def test_bad_setting_from_the_environment() -> None:
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[tuple[ImdsEmulator, FakeNodeApi, str, Path]]:
+async def cluster(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[ImdsEmulator, ClusterEmulator, str, Path]]:
     imds = ImdsEmulator()
-    kube = FakeNodeApi()
-    kube.add_node(NODE, PROVIDER_ID)
-    async with serve(imds.app()) as imds_url, serve(kube.app()) as kube_url:
-        yield imds, kube, imds_url, write_kubeconfig(tmp_path / "kubeconfig", kube_url)
+    node = {"metadata": {"name": NODE}, "spec": {"providerID": PROVIDER_ID}}
+    async with serve(imds.app()) as imds_url, api_server(tmp_path, (R.NODES, node)) as (kube, _):
+        yield imds, kube, imds_url, kube.kubeconfig_path
 
 
 async def test_agent_process_publishes_a_preempt_and_stops_on_sigterm(
-    cluster: tuple[ImdsEmulator, FakeNodeApi, str, Path],
+    cluster: tuple[ImdsEmulator, ClusterEmulator, str, Path],
 ) -> None:
     imds, kube, imds_url, kubeconfig = cluster
     port = free_port()
@@ -102,13 +105,13 @@ async def test_agent_process_publishes_a_preempt_and_stops_on_sigterm(
             seen_at = time.monotonic()
 
             def published() -> bool:
-                condition = kube.condition(NODE, CONDITION_TYPE)
+                condition = node_condition(kube, NODE, CONDITION_TYPE)
                 return condition is not None and condition["status"] == "True"
 
             await wait_for(published, timeout=5, what="the Preempt on the Node")
             latency = time.monotonic() - seen_at
             assert latency < 2.0, f"published after {latency:.2f}s with 1 s polling"
-            condition = kube.condition(NODE, CONDITION_TYPE)
+            condition = node_condition(kube, NODE, CONDITION_TYPE)
             assert condition is not None
             assert parse_message(condition["message"])["EventId"] == event.event_id
 

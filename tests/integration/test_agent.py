@@ -1,13 +1,18 @@
-"""The agent's loop against the IMDS emulator and a Kubernetes API, both over real HTTP."""
+"""The agent's loop against the IMDS emulator and a Kubernetes API (the cluster emulator's, its
+control loops off: the test writes the Node as others would), both over real HTTP; the API
+server's side of each request from the tap (tests/tap.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -34,9 +39,11 @@ from rebalancer.node_signal import (
     parse_message,
     stamp,
 )
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.imds import ImdsEmulator
-from tests.fakes.kube import FakeNodeApi, write_kubeconfig
 from tests.helpers import serve
+from tests.tap import Tap, api_server
 
 NODE = "aks-gpu-12345678-vmss000003"
 VM = "aks-gpu-12345678-vmss_3"
@@ -67,7 +74,8 @@ class JumpClock(ManualClock):
 class Rig:
     clock: JumpClock
     imds: ImdsEmulator
-    kube: FakeNodeApi
+    cluster: ClusterEmulator
+    tap: Tap
     imds_url: str
     kubeconfig: Path
     clients: list[object]
@@ -94,28 +102,54 @@ class Rig:
         assert await agent._initialize()
         return agent
 
+    def node(self) -> dict[str, Any]:
+        """The Node as the API server has it now."""
+        return self.cluster.store.must_get(R.NODES, "", NODE)  # type: ignore[no-any-return]
+
+    @contextlib.contextmanager
+    def editing(self) -> Iterator[dict[str, Any]]:
+        """Change the Node as another component would (not through the API: not tapped)."""
+        node = copy.deepcopy(self.node())
+        node["metadata"].setdefault("annotations", {})
+        node["metadata"].setdefault("labels", {})
+        yield node
+        self.cluster.store.update(R.NODES, node)
+
+    def annotate(self, key: str, value: str) -> None:
+        with self.editing() as node:
+            node["metadata"]["annotations"][key] = value
+
+    def annotations(self) -> dict[str, str]:
+        return dict(self.node()["metadata"].get("annotations") or {})
+
+    def kube_condition(self, type_: str) -> dict[str, Any] | None:
+        for condition in self.node()["status"].get("conditions") or []:
+            if condition["type"] == type_:
+                return dict(condition)
+        return None
+
     def condition(self) -> dict[str, str]:
-        condition = self.kube.condition(NODE, CONDITION_TYPE)
+        condition = self.kube_condition(CONDITION_TYPE)
         assert condition is not None, "no condition written"
         return condition
 
     def annotation(self) -> NodeEvents:
-        return NodeEvents.from_json(
-            self.kube.nodes[NODE]["metadata"]["annotations"][EVENTS_ANNOTATION]
-        )
+        return NodeEvents.from_json(self.annotations()[EVENTS_ANNOTATION])
 
     def writes(self) -> int:
-        return sum(1 for r in self.kube.requests if r.method == "PATCH")
+        return sum(1 for r in self.tap.requests if r.method == "PATCH")
 
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     clock = JumpClock()
     imds = ImdsEmulator(clock=clock)
-    kube = FakeNodeApi()
-    kube.add_node(NODE, PROVIDER_ID)
-    async with serve(imds.app()) as imds_url, serve(kube.app()) as kube_url:
-        rig = Rig(clock, imds, kube, imds_url, write_kubeconfig(tmp_path / "kc", kube_url), [])
+    node = {"metadata": {"name": NODE}, "spec": {"providerID": PROVIDER_ID}}
+    async with (
+        serve(imds.app()) as imds_url,
+        api_server(tmp_path, (R.NODES, node)) as (cluster, tap),
+    ):
+        rig = Rig(clock, imds, cluster, tap, imds_url, cluster.kubeconfig_path, [])
         yield rig
         for client in rig.clients:
             await client.close()  # type: ignore[attr-defined]
@@ -157,15 +191,16 @@ async def test_preempt_is_published_once(rig: Rig) -> None:
 
 async def test_only_this_vms_condition_and_annotation_are_touched(rig: Rig) -> None:
     npd = {"type": "PreemptionScheduled", "status": "False", "reason": "NoPreemption"}
-    rig.kube.nodes[NODE]["status"]["conditions"].append(npd)
-    rig.kube.nodes[NODE]["metadata"]["annotations"]["someone/else"] = "keep"
+    with rig.editing() as node:
+        node["status"]["conditions"] = [npd]
+        node["metadata"]["annotations"]["someone/else"] = "keep"
     agent = await rig.agent()
     rig.imds.schedule("Preempt", ["another-vm_1"])  # same placement group, not us
     await agent.tick()
-    assert rig.kube.condition(NODE, "PreemptionScheduled") == npd
-    assert rig.kube.nodes[NODE]["metadata"]["annotations"]["someone/else"] == "keep"
+    assert rig.kube_condition("PreemptionScheduled") == npd
+    assert rig.annotations()["someone/else"] == "keep"
     assert rig.condition()["reason"] == "NoScheduledEvents"
-    status_patches = [r for r in rig.kube.requests if r.path.endswith("/status")]
+    status_patches = [r for r in rig.tap.requests if r.path.endswith("/status")]
     assert status_patches[0].content_type == "application/strategic-merge-patch+json"
     assert [c["type"] for c in status_patches[0].body["status"]["conditions"]] == [CONDITION_TYPE]
 
@@ -216,7 +251,7 @@ async def test_acknowledges_only_after_the_drained_mark(rig: Rig) -> None:
     await agent.tick()
     assert rig.imds.events[event.event_id].acknowledged_by == []
 
-    rig.kube.nodes[NODE]["metadata"]["annotations"][DRAINED_FOR_ANNOTATION] = event.event_id.lower()
+    rig.annotate(DRAINED_FOR_ANNOTATION, event.event_id.lower())
     await agent.tick()
     assert rig.imds.events[event.event_id].acknowledged_by == [VM]
     assert (
@@ -238,7 +273,7 @@ async def test_an_acknowledged_redeploy_is_on_the_node_before_the_vm_goes(rig: R
     which never came, and the restarted agent reported the Redeploy cancelled."""
     agent = await rig.agent()
     event = rig.imds.schedule("Redeploy", [VM], notice_seconds=60, started_seconds=5)
-    rig.kube.nodes[NODE]["metadata"]["annotations"][DRAINED_FOR_ANNOTATION] = event.event_id
+    rig.annotate(DRAINED_FOR_ANNOTATION, event.event_id)
     await agent.tick()  # seen, published, acknowledged: Azure starts it and the VM goes off
     assert rig.imds.events[event.event_id].acknowledged_by == [VM]
     rig.clock.advance(6)  # back on its new host; the event is gone
@@ -260,7 +295,7 @@ async def test_events_that_are_never_acknowledged(
 ) -> None:
     agent = await rig.agent(**settings)
     event = rig.imds.schedule(event_type, resources)
-    rig.kube.nodes[NODE]["metadata"]["annotations"][DRAINED_FOR_ANNOTATION] = event.event_id
+    rig.annotate(DRAINED_FOR_ANNOTATION, event.event_id)
     await agent.tick()
     await agent.tick()
     assert rig.imds.events[event.event_id].acknowledged_by == []
@@ -270,11 +305,11 @@ async def test_events_that_are_never_acknowledged(
 async def test_api_errors_lose_nothing(rig: Rig, status: int) -> None:
     agent = await rig.agent()
     event = rig.imds.schedule("Preempt", [VM])
-    rig.kube.failures = [status, status]
+    rig.tap.fail("", f"/nodes/{NODE}", status, times=2)
     await agent.tick()  # the annotation, then the condition: both fail, each counted
     assert not agent.readiness().ok and "cannot write the Node" in agent.readiness().reason
     assert sample(agent, "rebalancer_agent_node_writes_total", outcome="error") == 2
-    assert rig.kube.condition(NODE, CONDITION_TYPE) is None
+    assert rig.kube_condition(CONDITION_TYPE) is None
     await agent.tick()
     assert rig.condition()["status"] == "True"
     assert parse_message(rig.condition()["message"])["EventId"] == event.event_id
@@ -321,7 +356,7 @@ async def test_restart_resumes_without_duplicates(rig: Rig) -> None:
     ids=["not-json", "deep-array", "deep-vm-name", "deep-event-id"],
 )
 async def test_malformed_annotation_at_start_is_skipped(rig: Rig, annotation: str) -> None:
-    rig.kube.nodes[NODE]["metadata"]["annotations"][EVENTS_ANNOTATION] = annotation
+    rig.annotate(EVENTS_ANNOTATION, annotation)
     event = rig.imds.schedule("Preempt", [VM])
     with structlog.testing.capture_logs() as logs:
         agent = await rig.agent()
@@ -339,7 +374,8 @@ async def test_malformed_annotation_at_start_is_skipped(rig: Rig, annotation: st
 async def test_vm_name_sources(rig: Rig) -> None:
     assert (await rig.agent()).vm_name == VM  # from providerID
     assert (await rig.agent(vm_name="override_1")).vm_name == "override_1"
-    rig.kube.nodes[NODE]["spec"]["providerID"] = ""
+    with rig.editing() as node:
+        node["spec"]["providerID"] = ""
     assert (await rig.agent()).vm_name == VM  # from IMDS instance metadata
 
 
@@ -412,7 +448,7 @@ async def test_persistent_429_keeps_polling_at_a_bounded_rate(rig: Rig) -> None:
         assert took <= budget + 0.25
         assert rig.imds.vms[VM].requests - requests_before <= 5 * max(1.0, took)
         assert not unhealthy and agent.liveness().ok
-        if rig.kube.condition(NODE, CONDITION_TYPE)["status"] == "True":  # type: ignore[index]
+        if rig.kube_condition(CONDITION_TYPE)["status"] == "True":  # type: ignore[index]
             published_at = rig.clock.monotonic()
         rig.clock.advance(1.0)  # the loop's poll interval
     assert event is not None and published_at is not None
@@ -457,7 +493,7 @@ async def test_a_preempt_with_an_odd_field_is_acted_on_at_once(
 ) -> None:
     agent = await rig.agent()
     real = rig.imds.schedule("Preempt", [VM])  # so an acknowledgement would be accepted
-    rig.kube.nodes[NODE]["metadata"]["annotations"][DRAINED_FOR_ANNOTATION] = real.event_id
+    rig.annotate(DRAINED_FOR_ANNOTATION, real.event_id)
     body = document(5, preempt(real.event_id, **{field: value}))
     polls = 3
     rig.imds.add_fault(VM, "garbage", count=polls, body=body)
@@ -498,7 +534,7 @@ async def test_200_pending_events_stay_under_the_annotation_limit(rig: Rig) -> N
         for index in range(count)
     ]
     await agent.tick()
-    raw = rig.kube.nodes[NODE]["metadata"]["annotations"][EVENTS_ANNOTATION]
+    raw = rig.annotations()[EVENTS_ANNOTATION]
     assert len(raw.encode()) <= 32 * 1024
     published = rig.annotation()
     kept = [event.event_id for event in published.events]
@@ -510,18 +546,18 @@ async def test_200_pending_events_stay_under_the_annotation_limit(rig: Rig) -> N
 
 
 async def test_condition_is_written_when_the_annotation_cannot_be(rig: Rig) -> None:
-    annotations = rig.kube.nodes[NODE]["metadata"]["annotations"]
-    annotations["someone.else/blob"] = "x" * (256 * 1024 - 100)  # the Node is nearly full
+    rig.annotate("someone.else/blob", "x" * (256 * 1024 - 100))  # the Node is nearly full
     agent = await rig.agent()
     event = rig.imds.schedule("Preempt", [VM])
     await agent.tick()
-    assert EVENTS_ANNOTATION not in annotations
+    assert EVENTS_ANNOTATION not in rig.annotations()
     assert parse_message(rig.condition()["message"])["EventId"] == event.event_id
     assert not agent.readiness().ok and "write_annotation" in agent.readiness().reason
     patches = rig.writes()
     await agent.tick()  # the annotation is tried again; the condition already says it all
     assert rig.writes() == patches + 1
-    del rig.kube.nodes[NODE]["metadata"]["annotations"]["someone.else/blob"]
+    with rig.editing() as node:
+        del node["metadata"]["annotations"]["someone.else/blob"]
     await agent.tick()
     assert rig.annotation().events[0].event_id == event.event_id
     assert agent.readiness().ok
@@ -530,7 +566,7 @@ async def test_condition_is_written_when_the_annotation_cannot_be(rig: Rig) -> N
 async def test_duplicate_event_ids_never_release_another_vm(rig: Rig) -> None:
     agent = await rig.agent()
     real = rig.imds.schedule("Preempt", [VM])
-    rig.kube.nodes[NODE]["metadata"]["annotations"][DRAINED_FOR_ANNOTATION] = real.event_id
+    rig.annotate(DRAINED_FOR_ANNOTATION, real.event_id)
     body = document(
         4,
         preempt(real.event_id, Resources=[VM, "other-vm_9"]),
@@ -558,15 +594,17 @@ async def test_a_preempt_behind_a_refused_annotation_reaches_the_controller(rig:
     """A Freeze is published; then the Node's annotations fill up (someone else's 256 KiB) and a
     Preempt comes: the API refuses the annotation (422), the condition is written with a newer
     stamp, and the controller reads the Preempt from it, not the stale Freeze, and cordons."""
-    labels = rig.kube.nodes[NODE]["metadata"]["labels"]
-    labels[names.AKS_SPOT_LABEL] = "spot"  # a node that runs our agent, as the planner checks
+    with rig.editing() as node:  # a node that runs our agent, as the planner checks
+        node["metadata"]["labels"][names.AKS_SPOT_LABEL] = "spot"
     agent = await rig.agent()
     freeze = rig.imds.schedule("Freeze", [VM])
     await agent.tick()
     assert [e.event_id for e in rig.annotation().events] == [freeze.event_id]
 
-    annotations = rig.kube.nodes[NODE]["metadata"]["annotations"]
-    annotations["someone.else/blob"] = "x" * (256 * 1024 - len(annotations[EVENTS_ANNOTATION]))
+    # Full to the byte: 256 KiB of keys and values (the limit), so any growth is refused.
+    used = sum(len(k.encode()) + len(v.encode()) for k, v in rig.annotations().items())
+    blob = "someone.else/blob"
+    rig.annotate(blob, "x" * (256 * 1024 - used - len(blob)))
     rig.clock.advance(1)
     preempt = rig.imds.schedule("Preempt", [VM])
     with structlog.testing.capture_logs() as logs:
@@ -577,7 +615,7 @@ async def test_a_preempt_behind_a_refused_annotation_reaches_the_controller(rig:
     assert parse_message(rig.condition()["message"])["EventId"] == preempt.event_id
 
     # The controller, reading this Node as the API serves it.
-    node = NodeInfo.from_json(rig.kube.nodes[NODE])
+    node = NodeInfo.from_json(rig.node())
     assert [(n.event_type, n.event_id) for n in node.notices] == [
         ("Preempt", preempt.event_id.upper())
     ]
@@ -604,13 +642,12 @@ async def test_annotation_and_condition_carry_one_stamp_and_a_restart_never_stam
 
     # An earlier run's stamps from a clock that was ahead (it stepped back since).
     ahead = first + timedelta(days=1)
-    node = rig.kube.nodes[NODE]
-    node["metadata"]["annotations"][EVENTS_ANNOTATION] = replace(
-        rig.annotation(), published_at=ahead
-    ).to_json()
-    for condition in node["status"]["conditions"]:
-        if condition["type"] == CONDITION_TYPE:
-            condition["message"] = condition["message"].replace(stamp(first), stamp(ahead))
+    earlier = replace(rig.annotation(), published_at=ahead).to_json()
+    with rig.editing() as node:
+        node["metadata"]["annotations"][EVENTS_ANNOTATION] = earlier
+        for condition in node["status"]["conditions"]:
+            if condition["type"] == CONDITION_TYPE:
+                condition["message"] = condition["message"].replace(stamp(first), stamp(ahead))
     restarted = await rig.agent()
     rig.clock.advance(5)
     rig.imds.cancel(event.event_id)

@@ -1,30 +1,41 @@
-"""A small AKS GPU cluster in the fake API, and the whole controller running against it.
+"""A small AKS GPU cluster on the emulator, and the whole controller running against it.
 
-The controller is the real one (informers, leader election, planner, executor, recorder); only
-our `KubeClient` is replaced (tests/fakes/api.py) and time is the event loop's, virtual (looptime):
-a minute of model loading passes in milliseconds. The test plays the ReplicaSet, the scheduler
-and Azure, one step at a time, and reads the writes the controller made, in order.
+The controller is the real one (informers, leader election, planner, executor, recorder, its
+`KubeClient`), the cluster the emulator's store served on 127.0.0.1 (tests/loop/emulated.py),
+and time is the event loop's, virtual (looptime): a minute of model loading passes in
+milliseconds. Of the emulator's controllers only the kubelets (pods load for their startup
+time and stop after their grace) and the disruption controller (budgets counted, evictions
+refused as upstream refuses them) run: the test plays the ReplicaSet, the scheduler and Azure,
+one step at a time, and reads the writes the controller made, in order, from the tap.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
-
-import structlog
 
 from rebalancer import names
 from rebalancer.controller.reconciler import Controller
-from rebalancer.controller.settings import ControllerSettings
-from rebalancer.metrics import ControllerMetrics
 from rebalancer.timefmt import iso
-from tests.fakes.api import FakeApi
+from rebalancer_sim import resources as R
+from rebalancer_sim.cluster import ClusterEmulator
+from rebalancer_sim.scenario import STARTUP_ANNOTATION
+from tests.loop.emulated import (  # noqa: F401  (the loop tests' vocabulary, from one place)
+    CLOCK,
+    NAMESPACE,
+    START,
+    Emulated,
+    LoopClock,
+    controlling,
+    emulated,
+    put,
+    settings,
+)
+from tests.tap import Request
 
-START = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
-NAMESPACE = "spot-rebalancer"
 EVENT = "A123BC45-1234-5678-AB90-ABCDEF123456"
 SPOT_TAINTS = [
     {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "effect": "NoSchedule"}
@@ -33,22 +44,6 @@ TOLERATIONS = [
     {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot",
      "effect": "NoSchedule"},
 ]  # fmt: skip
-
-
-class LoopClock:
-    """Wall and monotonic time from the event loop's (virtual) clock."""
-
-    def now(self) -> datetime:
-        return START + timedelta(seconds=asyncio.get_running_loop().time())
-
-    def monotonic(self) -> float:
-        return asyncio.get_running_loop().time()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds))
-
-
-CLOCK = LoopClock()
 
 
 def node(name: str, pool: str, *, spot: bool) -> dict[str, Any]:
@@ -93,49 +88,69 @@ def pod(name: str, node_name: str, *, ready: bool = True, owner: str = "llm-rs")
     }
 
 
-def cluster() -> FakeApi:
-    """Three spot GPU nodes and two on-demand ones; `llm` has replicas on spot-0, spot-1, od-0."""
-    api = FakeApi()
-    api.put_object("nodes", node("spot-0", "gpuspot", spot=True))
-    api.put_object("nodes", node("spot-1", "gpuspot", spot=True))
-    api.put_object("nodes", node("spot-2", "gpuspot", spot=True))
-    api.put_object("nodes", node("od-0", "gpuondemand", spot=False))
-    api.put_object("nodes", node("od-1", "gpuondemand", spot=False))
-    api.put_object(
-        "deployments",
-        {
-            "metadata": {"namespace": "ml", "name": "llm", "annotations": {}},
-            "spec": {
-                "replicas": 3,
-                "selector": {"matchLabels": {"app": "llm"}},
-                "template": {
-                    "spec": {
-                        "tolerations": TOLERATIONS,
-                        "containers": [
-                            {"name": "c", "resources": {"limits": {names.GPU_RESOURCE: "1"}}}
-                        ],
-                    }
+HAND_PLAYED = {"kubelets", "disruption"}  # the emulator's controllers that run here
+
+
+def cluster(**changes: Any) -> contextlib.AbstractAsyncContextManager[Emulated]:
+    """Three spot GPU nodes and two on-demand ones; `llm` has replicas on spot-0, spot-1, od-0.
+    `changes` go to `emulated`."""
+
+    def build(cluster: ClusterEmulator) -> None:
+        store = cluster.store
+        for namespace in ("ml", "cache", "team-b"):
+            store.create(R.NAMESPACES, {"metadata": {"name": namespace}})
+        for name, pool, spot in (
+            ("spot-0", "gpuspot", True), ("spot-1", "gpuspot", True), ("spot-2", "gpuspot", True),
+            ("od-0", "gpuondemand", False), ("od-1", "gpuondemand", False),
+        ):  # fmt: skip
+            store.create(R.NODES, node(name, pool, spot=spot))
+        deployment = store.create(
+            R.DEPLOYMENTS,
+            {
+                "metadata": {"namespace": "ml", "name": "llm", "annotations": {}},
+                "spec": {
+                    "replicas": 3,
+                    "selector": {"matchLabels": {"app": "llm"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "llm"}},
+                        "spec": {
+                            "tolerations": TOLERATIONS,
+                            "containers": [
+                                {"name": "c", "resources": {"limits": {names.GPU_RESOURCE: "1"}}}
+                            ],
+                        },
+                    },
                 },
+                "status": {"replicas": 3, "readyReplicas": 3},
             },
-            "status": {"readyReplicas": 3},
-        },
-    )
-    api.put_object(
-        "replicasets",
-        {
-            "metadata": {
-                "namespace": "ml",
-                "name": "llm-rs",
-                "ownerReferences": [{"kind": "Deployment", "name": "llm", "controller": True}],
-            }
-        },
-    )
-    for name, where in (("llm-a", "spot-0"), ("llm-b", "spot-1"), ("llm-c", "od-0")):
-        api.put_object("pods", pod(name, where))
-    return api
+        )
+        store.create(R.REPLICASETS, replicaset("llm-rs", deployment))
+        for name, where in (("llm-a", "spot-0"), ("llm-b", "spot-1"), ("llm-c", "od-0")):
+            put(store, "pods", pod(name, where))
+
+    return emulated(None, controllers=HAND_PLAYED, prepare=build, **changes)
 
 
-def preempt(api: FakeApi, node_name: str, *, seconds: float, event_id: str = EVENT) -> datetime:
+def replicaset(name: str, deployment: dict[str, Any]) -> dict[str, Any]:
+    meta = deployment["metadata"]
+    return {
+        "metadata": {
+            "namespace": meta["namespace"],
+            "name": name,
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"],
+                 "uid": meta["uid"], "controller": True}
+            ],
+        },
+        "spec": {
+            "replicas": deployment["spec"]["replicas"],
+            "selector": deployment["spec"]["selector"],
+            "template": deployment["spec"]["template"],
+        },
+    }  # fmt: skip
+
+
+def preempt(em: Emulated, node_name: str, *, seconds: float, event_id: str = EVENT) -> datetime:
     """Azure schedules a Preempt; the agent publishes it on the Node. Returns its NotBefore."""
     not_before = CLOCK.now() + timedelta(seconds=seconds)
     message = (
@@ -156,11 +171,11 @@ def preempt(api: FakeApi, node_name: str, *, seconds: float, event_id: str = EVE
         )
         obj["status"]["conditions"] = conditions
 
-    api.edit("nodes", "", node_name, publish)
+    em.edit("nodes", "", node_name, publish)
     return not_before
 
 
-def cancel(api: FakeApi, node_name: str, event_id: str = EVENT) -> None:
+def cancel(em: Emulated, node_name: str, event_id: str = EVENT) -> None:
     def withdraw(obj: dict[str, Any]) -> None:
         for condition in obj["status"]["conditions"]:
             if condition["type"] == names.CONDITION_TYPE:
@@ -170,41 +185,14 @@ def cancel(api: FakeApi, node_name: str, event_id: str = EVENT) -> None:
                     message=f"EventType=Preempt EventId={event_id} Outcome=cancelled",
                 )
 
-    api.edit("nodes", "", node_name, withdraw)
+    em.edit("nodes", "", node_name, withdraw)
 
 
-def settings(identity: str, **overrides: Any) -> ControllerSettings:
-    values: dict[str, Any] = {
-        "namespace": NAMESPACE,
-        "lease_name": "ctl",
-        "identity": identity,
-        "resync_seconds": 1.0,
-        "cooldown_seconds": 600.0,
-        "return_quiet_seconds": 120.0,
-        "cost_interval_seconds": 10.0,
-        **overrides,
-    }
-    return ControllerSettings(**values)
-
-
-@contextlib.asynccontextmanager
-async def running(api: Any, identity: str = "ctl-a", **overrides: Any) -> AsyncIterator[Controller]:
-    """The real controller against `api` (the fake API, or one process's `Killable` view)."""
-    controller = Controller(
-        settings=settings(identity, **overrides),
-        client=api,
-        metrics=ControllerMetrics(),
-        clock=CLOCK,
-        log=structlog.get_logger().bind(identity=identity),
-        identity=identity,
-    )
-    stop = asyncio.Event()
-    task = asyncio.create_task(controller.run(stop))
-    try:
-        yield controller
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=30)
+def running(
+    em: Emulated, identity: str = "ctl-a", *, client: Any = None, **overrides: Any
+) -> contextlib.AbstractAsyncContextManager[Controller]:
+    """The real controller on the emulator (`client`: a wrapper around its KubeClient)."""
+    return controlling(em, identity, wrap=client, **overrides)
 
 
 async def until(condition: Callable[[], Any], *, within: float, what: str) -> None:
@@ -217,40 +205,52 @@ async def until(condition: Callable[[], Any], *, within: float, what: str) -> No
         await asyncio.sleep(0.05)
 
 
-def replicas(api: FakeApi) -> int:
-    return int(api.get("deployments", "ml", "llm")["spec"]["replicas"])
+def replicas(em: Emulated) -> int:
+    return em.replicas()
 
 
-def annotations(api: FakeApi, resource: str, namespace: str, name: str) -> dict[str, str]:
-    return dict(api.get(resource, namespace, name)["metadata"].get("annotations") or {})
+def annotations(em: Emulated, resource: str, namespace: str, name: str) -> dict[str, str]:
+    return em.annotations(resource, namespace, name)
 
 
-def replicaset_scales(api: FakeApi, *, new_pod: str, on: str) -> None:
-    """The ReplicaSet after a surge: one new pod, scheduled, loading (not Ready)."""
-    api.put_object("pods", pod(new_pod, on, ready=False))
+def replicaset_scales(em: Emulated, *, new_pod: str, on: str, load_seconds: float) -> None:
+    """The ReplicaSet after a surge: one new pod, scheduled; it loads its model for
+    `load_seconds` (the kubelet makes it Ready then)."""
+    new = pod(new_pod, on, ready=False)
+    new["metadata"]["annotations"][STARTUP_ANNOTATION] = f"{load_seconds:g}"
+    em.put("pods", new)
 
 
-def becomes_ready(api: FakeApi, name: str) -> None:
-    def ready(obj: dict[str, Any]) -> None:
-        obj["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-
-    api.edit("pods", "ml", name, ready)
-
-
-def replicaset_scales_down(api: FakeApi) -> str:
-    """The ReplicaSet after a scale-back: the pod with the lowest deletion cost goes."""
-    pods = [obj for (res, ns, _), obj in api.objects.items() if res == "pods" and ns == "ml"]
-    victim = min(
-        pods,
-        key=lambda p: int((p["metadata"].get("annotations") or {}).get(names.DELETION_COST, "0")),
-    )
-    api.remove("pods", "ml", victim["metadata"]["name"])
-    return str(victim["metadata"]["name"])
+def replicaset_scales_down(em: Emulated) -> str:
+    """The ReplicaSet after a scale-back by one: the emulator's ReplicaSet controller, asked
+    once, picks the pod by upstream's rule (`rebalancer.upstream.replicaset`: unscheduled, not
+    Ready, the lowest deletion cost, ...) and deletes it, gracefully (the kubelet stops it)."""
+    before = {p["metadata"]["name"] for p in em.pods("ml")}
+    em.edit("replicasets", "ml", "llm-rs", lambda rs: rs["spec"].update(replicas=len(before) - 1))
+    em.cluster.replicasets.sync(em.get("replicasets", "ml", "llm-rs"))
+    (victim,) = before - {p["metadata"]["name"] for p in em.pods("ml")}
+    return victim
 
 
-def azure_takes(api: FakeApi, node_name: str) -> None:
-    """The VM is gone: its Node and whatever still ran there."""
-    for res, ns, name in list(api.objects):
-        if res == "pods" and api.objects[(res, ns, name)]["spec"].get("nodeName") == node_name:
-            api.remove(res, ns, name)
-    api.remove("nodes", "", node_name)
+def azure_takes(em: Emulated, node_name: str) -> None:
+    """The VM is gone: its Node, and whatever still ran there (pod GC)."""
+    for gone in em.store.pods_on_node(node_name):
+        em.store.force_remove(R.PODS, gone["metadata"]["namespace"], gone["metadata"]["name"])
+    em.store.force_remove(R.NODES, "", node_name)
+
+
+def drained(em: Emulated, node_name: str) -> bool:
+    """The controller has marked the node drained for EVENT."""
+    return EVENT in annotations(em, "nodes", "", node_name).get(names.DRAINED_FOR_ANNOTATION, "")
+
+
+def vm_goes_at_cordon(em: Emulated, node_name: str) -> None:
+    """Azure takes the VM the moment the controller's first write to its Node is applied (a
+    notice too short to drain anything)."""
+
+    def gone_at_cordon(write: Request) -> None:
+        if write.ok and write.resource == "nodes" and write.name == node_name:
+            em.tap.after_write = None
+            azure_takes(em, node_name)
+
+    em.tap.after_write = gone_at_cordon

@@ -1,4 +1,4 @@
-"""What the recorder hands the notifier, with the real controller loop on the fake API (virtual
+"""What the recorder hands the notifier, with the real controller loop on the emulator (virtual
 time): a notice acted on, a blocked fail-over and a missed deadline, each once though the loop
 sees them pass after pass. (Sending them: tests/unit/test_notify.py, tests/e2e.)"""
 
@@ -9,27 +9,28 @@ import asyncio
 import pytest
 
 from rebalancer.controller.messages import Kind, Notification
-from tests.fakes.api import Write
-from tests.loop.rig import EVENT, azure_takes, cluster, preempt, running, until
+from tests.loop.rig import (
+    EVENT,
+    azure_takes,
+    cluster,
+    preempt,
+    running,
+    until,
+    vm_goes_at_cordon,
+)
 
 pytestmark = pytest.mark.looptime
 
 
 async def test_a_notice_and_its_missed_deadline_are_told_once() -> None:
-    api = cluster()
     offered: list[Notification] = []
-    async with running(api) as controller:
+    async with cluster() as em, running(em) as controller:
         controller.recorder._notify = offered.append  # before its first pass
         await until(lambda: controller.elector.is_leader, within=10, what="leading")
 
         # The VM goes the moment the node is cordoned: 3 s were never enough to drain it.
-        def gone_at_cordon(write: Write) -> None:
-            if write.resource == "nodes" and write.name == "spot-0":
-                api.after_write = None
-                azure_takes(api, "spot-0")
-
-        api.after_write = gone_at_cordon
-        preempt(api, "spot-0", seconds=3)
+        vm_goes_at_cordon(em, "spot-0")
+        preempt(em, "spot-0", seconds=3)
         await until(
             lambda: any(n.kind is Kind.DEADLINE_MISSED for n in offered), within=5, what="missed"
         )
@@ -42,23 +43,20 @@ async def test_a_notice_and_its_missed_deadline_are_told_once() -> None:
 
 
 async def test_a_blocked_failover_is_told_once_per_workload_and_cause() -> None:
-    api = cluster()
-    for name in ("od-0", "od-1"):  # no on-demand pool left to fail over to
-        for res, ns, pod in list(api.objects):
-            if res == "pods" and api.objects[(res, ns, pod)]["spec"].get("nodeName") == name:
-                api.remove(res, ns, pod)
-        api.remove("nodes", "", name)
     offered: list[Notification] = []
-    async with running(api) as controller:
-        controller.recorder._notify = offered.append
-        await until(lambda: controller.elector.is_leader, within=10, what="leading")
-        preempt(api, "spot-0", seconds=60)
-        await until(
-            lambda: any(n.kind is Kind.FAILOVER_BLOCKED for n in offered),
-            within=5,
-            what="the blocked fail-over told",
-        )
-        await asyncio.sleep(5)
+    async with cluster() as em:
+        for name in ("od-0", "od-1"):  # no on-demand pool left to fail over to
+            azure_takes(em, name)
+        async with running(em) as controller:
+            controller.recorder._notify = offered.append
+            await until(lambda: controller.elector.is_leader, within=10, what="leading")
+            preempt(em, "spot-0", seconds=60)
+            await until(
+                lambda: any(n.kind is Kind.FAILOVER_BLOCKED for n in offered),
+                within=5,
+                what="the blocked fail-over told",
+            )
+            await asyncio.sleep(5)
     blocked = [n for n in offered if n.kind is Kind.FAILOVER_BLOCKED]
     assert len(blocked) == 1
     assert blocked[0].facts["workload"] == "Deployment/ml/llm" and blocked[0].warning

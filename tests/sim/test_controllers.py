@@ -59,6 +59,28 @@ async def test_gpu_replicas_land_on_spot_and_become_ready_after_startup(make_clu
     assert status["observedGeneration"] == deployment["metadata"]["generation"]
 
 
+async def test_a_slow_nodes_startup_time_holds_its_pods_back(make_cluster: Make) -> None:
+    # One spot node pulls images from far away: 10 s for its pods, 2 s (the workload's) elsewhere.
+    cluster = make_cluster()
+    await cluster.advance(2.1)
+    slow = sorted(p["spec"]["nodeName"] for p in _pods(cluster, "inference"))[0]
+    node = json.loads(json.dumps(cluster.store.get(R.NODES, "", slow)))
+    node["metadata"].setdefault("annotations", {})["sim.spot-rebalancer.io/startup-seconds"] = "10"
+    cluster.store.update(R.NODES, node)
+    (lost,) = cluster.pods(node=slow)
+    cluster.store.delete(R.PODS, "default", lost["metadata"]["name"], grace_seconds=0)
+    cluster.step()  # its replacement lands on the one free spot node, the slow one
+    (replacement,) = cluster.pods(node=slow)
+    await cluster.advance(2.1)
+    assert len(_ready(cluster, "inference")) == 2
+    await cluster.advance(7.5)
+    assert len(_ready(cluster, "inference")) == 2
+    await cluster.advance(0.5)
+    assert [
+        p["metadata"]["name"] for p in cluster.pods(node=slow) if condition_true(p, "Ready")
+    ] == [replacement["metadata"]["name"]]
+
+
 async def test_pod_without_gpu_toleration_never_lands_on_a_gpu_node(make_cluster: Make) -> None:
     scenario = small_scenario(
         workloads=[
@@ -536,6 +558,28 @@ async def test_node_problem_detector_conditions_follow_the_event(make_cluster: M
     cleared = condition(third, "PreemptionScheduled")
     assert cleared is not None and cleared["status"] == "False"
     assert cleared["reason"] == "NoPreemptionScheduled"
+
+
+async def test_only_the_control_loops_named_run(make_cluster: Make) -> None:
+    # The kubelets alone: nobody makes a ReplicaSet or schedules, a pod bound by hand loads.
+    cluster = make_cluster(controllers={"kubelets"})
+    assert cluster.pods("default") == []
+    assert list(cluster.store.items(R.REPLICASETS)) == []
+    (node, *_) = cluster.nodes("gpuspot")
+    cluster.store.create(
+        R.PODS,
+        {
+            "metadata": {"name": "by-hand", "namespace": "default",
+                         "annotations": {"sim.spot-rebalancer.io/startup-seconds": "3"}},
+            "spec": {"nodeName": node["metadata"]["name"], "containers": [{"name": "c"}]},
+        },
+    )  # fmt: skip
+    await cluster.advance(2.9)
+    assert not condition_true(cluster.store.get(R.PODS, "default", "by-hand"), "Ready")
+    await cluster.advance(0.2)
+    assert condition_true(cluster.store.get(R.PODS, "default", "by-hand"), "Ready")
+    with pytest.raises(ValueError, match=r"no such control loop: kubelet$"):
+        make_cluster(controllers={"kubelet"})
 
 
 def _replicaset_on(node: str, replicas: int) -> dict[str, Any]:

@@ -22,15 +22,14 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aiohttp import web
 
 from rebalancer import names
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
 from tests.e2e.rig import sampling, scenario
+from tests.tap import Request, Tap
 from tests.virtual.rig import VirtualRig, running
 
 pytestmark = pytest.mark.looptime
@@ -50,15 +49,6 @@ OURS = (
     names.ADDED_LB_EXCLUSION,
     names.DRAINED_FOR_ANNOTATION,
 )
-WRITES = ("POST", "PUT", "PATCH", "DELETE")
-
-
-@dataclass
-class Write:
-    who: str  # the controller's identity, from its User-Agent
-    method: str
-    path: str
-    body: Any
 
 
 @dataclass
@@ -67,7 +57,7 @@ class Chaos:
 
     kill_after: int | None  # the first controller's writes applied when it is killed
     rig: VirtualRig | None = None
-    writes: list[Write] = field(default_factory=list)
+    writes: list[Request] = field(default_factory=list)
     killed_after: int | None = None
     ready_at_kill: int | None = None
     fewest_ready: int | None = None
@@ -89,37 +79,26 @@ class Chaos:
         return sum(1 for w in self.writes if w.who == "ctl-a" and decision(w.path))
 
     def prepare(self, cluster: ClusterEmulator) -> None:
-        """Wrap the emulator's request handler (before it serves)."""
-        handle = cluster.api._handle
+        """Tap the emulator's API server (before it serves): a dead process is unreachable."""
+        tap = Tap(reads=False)
+        tap.cut = lambda request: request.who == "ctl-a" and self.killed_after is not None
+        tap.after_write = self.written
+        tap.install(cluster)
 
-        async def handler(request: web.Request) -> web.StreamResponse:
-            agent = request.headers.get("User-Agent", "")
-            who = agent.rsplit("; ", 1)[-1].rstrip(")") if "(controller; " in agent else ""
-            if who == "ctl-a" and self.killed_after is not None:
-                # Dead: nothing it sends arrives. The client sees the connection go.
-                raise web.HTTPServiceUnavailable(reason="the process is dead")
-            if request.method not in WRITES or not who or not self.counting:
-                return await handle(request)
-            body = None
-            if request.can_read_body:
-                try:
-                    body = await request.json()
-                except ValueError:
-                    body = None
-            response = await handle(request)
-            self.writes.append(Write(who, request.method, request.path, body))
-            self.note_ready()
-            if (
-                who == "ctl-a"
-                and self.kill_after is not None
-                and (self.first_writes() >= self.kill_after)
-            ):
-                self.killed_after = self.first_writes()
-                self.ready_at_kill = self.rig.ready_count() if self.rig else None
-                self.on_kill()
-            return response
-
-        cluster.api._handle = handler
+    def written(self, write: Request) -> None:
+        """A controller's write answered (before the answer leaves): the kill lands here."""
+        if not write.who.startswith("ctl-") or not self.counting:
+            return
+        self.writes.append(write)
+        self.note_ready()
+        if (
+            write.who == "ctl-a"
+            and self.kill_after is not None
+            and (self.first_writes() >= self.kill_after)
+        ):
+            self.killed_after = self.first_writes()
+            self.ready_at_kill = self.rig.ready_count() if self.rig else None
+            self.on_kill()
 
 
 Scenario = Callable[[VirtualRig], Awaitable[None]]
@@ -244,7 +223,7 @@ def kill_points(total: int, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(range(1, total + 1), min(KILLS, total)))
 
 
-def most_replicas(writes: list[Write]) -> int:
+def most_replicas(writes: list[Request]) -> int:
     counts = [
         int((w.body or {}).get("spec", {}).get("replicas") or 0)
         for w in writes
