@@ -19,10 +19,11 @@ from pydantic_settings.exceptions import SettingsError
 from rebalancer import __version__
 from rebalancer.config import (
     AgentSettings,
-    ControllerSettings,
     describe_error,
     describe_settings_error,
+    flat_model,
 )
+from rebalancer.controller.settings import ControllerSettings
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -38,8 +39,9 @@ def _settings_parser(
     subparsers: Any, name: str, settings_cls: type[BaseSettings], help_text: str
 ) -> CliSettingsSource[Any]:
     parser = subparsers.add_parser(name, help=help_text, description=help_text)
+    # The flags of the flat view (--return-quiet-seconds), not --planner.returns.quiet-seconds.
     return CliSettingsSource(
-        settings_cls, root_parser=parser, cli_kebab_case=True, cli_implicit_flags=True
+        flat_model(settings_cls), root_parser=parser, cli_kebab_case=True, cli_implicit_flags=True
     )
 
 

@@ -141,6 +141,7 @@ WEBHOOK_OUTCOMES = (
     "placed", "no_policy", "no_fit", "unknown_workload", "not_pod", "not_ready", "unreadable",
     "bad_request", "error",
 )  # fmt: skip
+WEBHOOK_OWNER_LOOKUPS = ("informer", "fetched", "absent", "failed", "busy", "timeout")
 WEBHOOK_TLS_ERRORS = ("api", "unreadable", "expiring", "no_configuration")
 WEBHOOK_CONNECTIONS_CLOSED = (
     "displaced", "over_cap", "handshake_timeout", "handshake_failed", "write_timeout",
@@ -413,6 +414,17 @@ class ControllerMetrics:
             ["outcome"],
             registry=r,
         )
+        self.webhook_owner_lookups = Counter(
+            "rebalancer_webhook_owner_lookups_total",
+            "Workloads of new pods the last pass's view did not show yet (a brand-new workload's "
+            "first pods), by result: informer (in the controller's live cache), fetched (one "
+            "list of its name), absent (no such Deployment or StatefulSet owning the pod, or one "
+            "with records of ours), failed (the list failed), busy (too many lookups at once), "
+            "timeout (not learnt within the webhook's lookup bound); all but informer and "
+            "fetched leave the pod unplaced.",
+            ["result"],
+            registry=r,
+        )
         self.webhook_seconds = Histogram(
             "rebalancer_webhook_review_seconds",
             "Time to answer one admission review, from the request read to the answer ready.",
@@ -475,6 +487,7 @@ class ControllerMetrics:
         # The rest (pools, workloads, reasons, actions) the controller initialises itself.
         initialise(self.webhook_reviews, WEBHOOK_OUTCOMES)
         initialise(self.webhook_tls_errors, WEBHOOK_TLS_ERRORS)
+        initialise(self.webhook_owner_lookups, WEBHOOK_OWNER_LOOKUPS)
         initialise(self.webhook_connections_closed, WEBHOOK_CONNECTIONS_CLOSED)
         initialise(self.webhook_requests_refused, WEBHOOK_REQUESTS_REFUSED)
         initialise(self.notice_lead_time, EVENT_TYPE_LABELS)

@@ -59,6 +59,9 @@ DEFAULT_EVENT_POLICY: Final = {
     EventType.REBOOT: NoticePolicy.DRAIN,
     EventType.FREEZE: NoticePolicy.NONE,
 }
+# The default of the planner's deadline_margin_seconds, here so that the emulator's demo, which
+# may not import the controller, measures with the same margin.
+DEFAULT_DEADLINE_MARGIN_SECONDS: Final = 5.0
 
 
 class Reason(StrEnum):
@@ -201,5 +204,6 @@ class Check(StrEnum):
     NO_ON_DEMAND_FALLBACK = "workload-no-on-demand-fallback"
     POOL_AT_ZERO_UNDECLARED = "on-demand-pool-undeclared"
     NODEPOOL_SPOT_ONLY = "nodepool-spot-only"
+    NODEPOOL_KEEPS_EMPTY_NODES = "nodepool-keeps-empty-nodes"
     FALLBACK_KEPT_IDLE = "on-demand-fallback-kept-idle"
     TARGET_NOT_ACTED_ON = "availability-target-not-acted-on"

@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 
-from rebalancer.config import AgentSettings, ControllerSettings
+from rebalancer.config import AgentSettings, setting_fields
+from rebalancer.controller.settings import ControllerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS_DOC = ROOT / "docs" / "settings.md"
@@ -22,7 +23,7 @@ SETTINGS_DOC = ROOT / "docs" / "settings.md"
 HEADER = """\
 # Settings
 
-<!-- generated from rebalancer/config.py by scripts/render-chart-files; do not edit -->
+<!-- generated from the settings classes by scripts/render-chart-files; do not edit -->
 
 Each setting is an environment variable or a command-line flag of the same name; the flag wins.
 A value that does not validate stops the process at start with one line naming the setting (for
@@ -61,7 +62,7 @@ def _variables(name: str, field: FieldInfo) -> str:
 
 def settings_table(cls: type[Any]) -> str:
     rows = ["| variable | flag | default | meaning |", "|---|---|---|---|"]
-    for name, field in cls.model_fields.items():
+    for name, field in setting_fields(cls).items():
         description = (field.description or "").replace("|", "\\|")
         flag = f"`--{name.replace('_', '-')}`"
         rows.append(f"| {_variables(name, field)} | {flag} | {_default(field)} | {description} |")

@@ -146,12 +146,15 @@ class View:
         matching = [
             w
             for w in workloads.values()
-            if w.kind == "Deployment" and w.namespace == namespace and _selects(w.selector, labels)
+            if w.kind == "Deployment"
+            and w.namespace == namespace
+            and matches_selector(w.selector, labels)
         ]
         return matching[0] if len(matching) == 1 else None
 
 
-def _selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+def matches_selector(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a Deployment's selector selects `labels` (an empty one selects nothing here)."""
     wanted = selector.get("matchLabels") or {}
     expressions = selector.get("matchExpressions") or []
     if not wanted and not expressions:
@@ -180,7 +183,15 @@ class Review:
 MAX_UID_LENGTH = 128
 
 
-def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review:
+def review(
+    body: Any,
+    view: View | None,
+    admitted: Iterable[Admitted],
+    *,
+    unseen: WorkloadInfo | None = None,
+) -> Review:
+    """The answer to one AdmissionReview. `unseen`: the pod's workload as the API has it, when
+    the view does not show it yet (`owner_lookup.py`: a brand-new workload's first pods)."""
     request = body.get("request") if isinstance(body, dict) else None
     uid = request.get("uid") if isinstance(request, dict) else None
     if not isinstance(request, dict) or not isinstance(uid, str) or len(uid) > MAX_UID_LENGTH:
@@ -204,7 +215,7 @@ def review(body: Any, view: View | None, admitted: Iterable[Admitted]) -> Review
         return allow("not_pod")
     if view is None:
         return allow("not_ready")
-    workload = view.workload_of(pod, str(request.get("namespace") or ""))
+    workload = view.workload_of(pod, str(request.get("namespace") or "")) or unseen
     if workload is None:
         return allow("unknown_workload")
     policy = in_force(workload.annotations).policy

@@ -26,7 +26,9 @@ pods; NVIDIA Dynamo's AKS spot guide exists to get the tolerations right):
 - under AKS node auto-provisioning (Karpenter NodePools): a GPU NodePool that may launch spot
   only while nothing else offers on-demand GPUs (no fail-over path), and a GPU NodePool whose
   spot nodes get a taint that no device plugin tolerates (judged from the NodePool, so before
-  any such node exists: NAP launches and consolidates them all the time);
+  any such node exists: NAP launches and consolidates them all the time), and a GPU NodePool
+  that may launch on-demand but whose empty nodes Karpenter never removes (`consolidateAfter:
+  Never`, or a budget of 0 nodes for Empty): the emptied fallback nodes stay paid for;
 - a KAITO Workspace whose pods tolerate the taints of no spot GPU capacity the cluster has (an
   older KAITO, KAITO set to another cloud provider, or spot capacity tainted otherwise than AKS's
   spot taint): reported on the Workspace, since that is where a template Workspace's tolerations
@@ -58,6 +60,7 @@ from rebalancer.controller.kaito import (
     workload_of,
 )
 from rebalancer.controller.karpenter import (
+    EMPTY_NODE_GRACE,
     GPU_COUNT_KEY,
     NodePoolInfo,
     nodepool_pools,
@@ -257,6 +260,7 @@ def diagnose(setup: Setup) -> list[Finding]:
         findings += idle_fallback_findings(setup.idle_spells, limit_seconds=limit)
     if setup.nodepools is not None:
         findings += spot_only_nodepool_findings(setup, live)
+        findings += empty_nodes_kept_findings(setup, live)
         if no_fallback:
             findings += undeclared_nodepool_findings(setup, live, no_fallback)
         if setup.daemonsets is not None:
@@ -965,6 +969,49 @@ def spot_only_nodepool_findings(setup: Setup, live: Mapping[str, Pool]) -> list[
     return findings
 
 
+def empty_nodes_kept_findings(setup: Setup, live: Mapping[str, Pool]) -> list[Finding]:
+    """GPU NodePools that may launch on-demand (fail-over targets) whose empty nodes Karpenter
+    never removes (`consolidateAfter: Never`, or an always-active budget of 0 nodes covering
+    Empty), while the controller manages workloads: every fail-over and scale-back that empties
+    an on-demand GPU node leaves it paid for, idle, until it expires. The NAP counterpart of
+    `idle_fallback_findings`, read from the NodePool instead of judged from evidence."""
+    if not setup.workloads:
+        return []
+    findings = []
+    for nodepool in _gpu_nodepools(setup, live):
+        why = nodepool.disruption.keeps_empty_nodes()
+        if pool_kind.ON_DEMAND not in nodepool.capacity_types or not why:
+            continue
+        document = {"spec": {"disruption": nodepool.disruption.letting_empty_nodes_go()}}
+        header = (
+            f"# NodePool {nodepool.name}'s disruption settings that let Karpenter remove its empty "
+            "nodes (a merge patch replaces the budgets list: every other budget kept).\n"
+            "# Underused nodes stay as they were: a blocked reason other than Empty stays "
+            f"blocked; consolidation turned back on is for empty nodes only (WhenEmpty), after "
+            f"{EMPTY_NODE_GRACE}.\n"
+        )
+        findings.append(
+            Finding(
+                Check.NODEPOOL_KEEPS_EMPTY_NODES,
+                WARNING,
+                _nodepool_ref(nodepool),
+                f"GPU NodePool {nodepool.name} may launch on-demand nodes, and Karpenter never "
+                f"removes its empty nodes ({'; '.join(why)})",
+                "An on-demand GPU node emptied when a replica returns to spot or a surge scales "
+                "back stays, paid for and idle, until it expires (expireAfter, 720h by default): "
+                "the return to spot saves nothing. Budgets and consolidateAfter limit only "
+                "Karpenter's own disruption; spares and replacements are kept from it by "
+                "karpenter.sh/do-not-disrupt on their pods, not by the NodePool.",
+                "Let Karpenter remove empty nodes: consolidation for empty nodes on, and Empty "
+                "out of the budgets that allow no node.",
+                yaml=header + yaml.safe_dump(document, sort_keys=False),
+                command=f"kubectl patch nodepool {nodepool.name} --type merge "
+                "--patch-file fix.yaml",
+            )
+        )
+    return findings
+
+
 def nodepool_device_plugin_findings(
     nodepools: Sequence[NodePoolInfo], daemonsets: Sequence[DaemonSetInfo]
 ) -> list[Finding]:
@@ -1008,8 +1055,9 @@ def undeclared_nodepool_findings(
     setup: Setup, live: Mapping[str, Pool], no_fallback: Sequence[Finding]
 ) -> list[Finding]:
     """GPU NodePools that may launch on-demand, whose on-demand part has no node, is not declared,
-    and whose GPUs per node the controller cannot tell (no `sku-gpu-count` requirement, no node of
-    the NodePool showing them), reported when some workload has no on-demand fallback. The
+    and whose GPUs per node the controller cannot tell (no size it names is in Azure's size table,
+    `azure/gpu_sizes.py`, no `sku-gpu-count` requirement, no node of the NodePool showing them),
+    reported when some workload has no on-demand fallback. The
     controller reads the rest of the part from the NodePool (its taints, labels, zone), but a part
     of unknown GPUs takes no GPU replica, so the fail-over is blocked although Karpenter could
     launch the capacity (the NAP counterpart of `undeclared_pool_findings`)."""

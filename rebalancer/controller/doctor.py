@@ -28,15 +28,14 @@ from collections.abc import Callable
 from typing import Any
 
 from rebalancer.clock import Clock
-from rebalancer.config import ControllerSettings
 from rebalancer.controller.catalogue import misconfigured
 from rebalancer.controller.checkup import Finding, diagnose, helm_upgrade_command, setup_of
 from rebalancer.controller.idle_nodes import IdleWatch
 from rebalancer.controller.kaito import WORKSPACES, WorkspaceInfo
 from rebalancer.controller.karpenter import NodePoolInfo
 from rebalancer.controller.model import DaemonSetInfo
-from rebalancer.controller.options import planner_settings
 from rebalancer.controller.recorder import tell
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.kube.client import Requester
 from rebalancer.kube.errors import KubeError, NotFound
@@ -70,7 +69,7 @@ class Doctor:
         """`leading()`: whether this replica may write now; `leadership`: set while it leads."""
         self._client = client
         self._leadership = leadership
-        self._planner = planner_settings(settings)
+        self._planner = settings.planner
         self._interval = settings.doctor_interval_seconds
         self._helm_upgrade = helm_upgrade_command(settings.helm_chart, settings.helm_chart_version)
         self._metrics = metrics

@@ -9,8 +9,10 @@ from typing import Any
 
 from rebalancer import __version__
 from rebalancer.clock import Clock, SystemClock
-from rebalancer.config import ControllerSettings
+from rebalancer.controller import wiring
+from rebalancer.controller.owner_lookup import OwnerLookup
 from rebalancer.controller.reconciler import Controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.http import serving
 from rebalancer.kube.client import KubeClient
 from rebalancer.logging import get_logger, setup_logging
@@ -57,7 +59,9 @@ async def serve_controller(
         clock=clock,
         log=log,
         identity=identity,
+        wire=wiring.wire,  # the parts around the loop: prices, risk feeds, doctor, webhook
     )
+    controller.webhook.lookup = owner_lookup(controller, clock)
     try:
         async with serving(
             registry=metrics.registry,
@@ -70,3 +74,17 @@ async def serve_controller(
             await controller.run(stop)
     finally:
         await client.close()
+
+
+def owner_lookup(controller: Controller, clock: Clock) -> OwnerLookup:
+    """The webhook's lookup of workloads its view lacks: the live caches first (the watch has a
+    new Deployment before the next pass), then a list of its name through the controller's
+    request budget."""
+    caches = {"Deployment": controller.deployments, "StatefulSet": controller.statefulsets}
+    metrics = controller.metrics
+    return OwnerLookup(
+        controller.gate,
+        live=lambda key: caches[key[0]].items.get((key[1], key[2])),
+        monotonic=clock.monotonic,
+        on_result=lambda result: metrics.webhook_owner_lookups.labels(result).inc(),
+    )

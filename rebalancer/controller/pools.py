@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rebalancer import names, pool_kind
-from rebalancer.config import PoolShape, parse_taint
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.scheduling import Taint, unmet_placement, untolerated
+from rebalancer.setting_values import PoolShape, parse_taint
 
 TRANSIENT_TAINT_PREFIXES = (
     "node.kubernetes.io/",

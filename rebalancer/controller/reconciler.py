@@ -9,7 +9,9 @@
 - measure: the `Recorder` turns the snapshot and each (action, outcome) into metrics, logs and
   Kubernetes Events, and hands notifications to the `Notifier` (its own task sends them).
 A pass runs whenever an informer sees a change, and at least every `resync_seconds`, once every
-cache has listed. Nothing here decides anything, and no error stops the loop.
+cache has listed. Nothing here decides anything, and no error stops the loop. What feeds the
+snapshot besides the caches (prices, Azure's risk data) and what runs beside the loop (the
+doctor, the placement webhook, notifications) is built in wiring.py and passed in.
 """
 
 from __future__ import annotations
@@ -21,24 +23,15 @@ from collections.abc import Callable
 from typing import Any
 
 from rebalancer import names
-from rebalancer.azure.arm import ArmClient, identity_token
-from rebalancer.azure.placement_scores import PlacementScoreClient
-from rebalancer.azure.price_book import PriceBook
-from rebalancer.azure.resource_graph import ResourceGraphClient
-from rebalancer.azure.retail_prices import RetailPricesClient
-from rebalancer.azure.risk_data import EvictionRates, PlacementScores
-from rebalancer.azure.risk_feeds import RiskFeed, eviction_rate_feed, placement_score_feed
 from rebalancer.clock import Clock
-from rebalancer.config import ControllerSettings
+from rebalancer.controller import wiring
 from rebalancer.controller.accounting import Accountant
 from rebalancer.controller.actions import Action
 from rebalancer.controller.admission import View
 from rebalancer.controller.assessor import RiskAssessor
 from rebalancer.controller.cost import region_of
-from rebalancer.controller.doctor import Doctor
 from rebalancer.controller.executor import DryRunExecutor, Executor, HistoryObject
 from rebalancer.controller.history import History, history_from_configmap
-from rebalancer.controller.messages import Kind, Target
 from rebalancer.controller.model import (
     HoldInfo,
     NodeInfo,
@@ -48,21 +41,13 @@ from rebalancer.controller.model import (
     replicaset_owner,
 )
 from rebalancer.controller.nodepool_source import NodePoolSource
-from rebalancer.controller.notifier import Notifier
-from rebalancer.controller.options import (
-    notify_retry_policy,
-    planner_settings,
-    retry_policy,
-    risk_settings,
-    with_nodepools,
-)
+from rebalancer.controller.options import retry_policy, with_nodepools
 from rebalancer.controller.planner import plan
 from rebalancer.controller.record_key import UNLOADED, RecordKey
 from rebalancer.controller.recorder import Recorder
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.snapshot import Snapshot
-from rebalancer.controller.webhook import PlacementWebhook, serve
-from rebalancer.controller.webhook_server import Limits
-from rebalancer.controller.webhook_tls import TlsKeeper, load_into, server_context, service_names
+from rebalancer.controller.wiring import Loop, Parts
 from rebalancer.http import Health
 from rebalancer.kube.client import Requester
 from rebalancer.kube.events import EventRecorder
@@ -90,9 +75,14 @@ class Controller:
         clock: Clock,
         log: Any,
         identity: str,
+        wire: Callable[[Loop], Parts] = wiring.wire,
     ) -> None:
+        """The loop's own parts: the Lease, the request gate, the informers, the executor and
+        the recorder. The rest is `wire`'s (wiring.py): what feeds the snapshot and what runs
+        beside the loop."""
         self.settings, self.metrics, self.clock, self.log = settings, metrics, clock, log
         self._wake = asyncio.Event()
+        self.view: View | None = None  # placement reads the last pass's view
         history = HistoryObject(settings.namespace, f"{settings.lease_name}-history")
         # The Lease's requests go straight to the client; everything else passes the gate: the
         # request budget, then, for a write, the fence, as it leaves.
@@ -155,7 +145,7 @@ class Controller:
             self.gate, log=log, on_change=self._wake.set,
             on_error=lambda kind: metrics.reconcile_errors.labels(kind).inc(),
         )  # fmt: skip
-        writer = Writer(self.gate)
+        self.writer = writer = Writer(self.gate)
         self.events = EventRecorder(writer, fence=self.elector.lease_fresh)
         self.record_key = RecordKey(
             writer, namespace=settings.namespace, secret=f"{settings.lease_name}-records",
@@ -173,110 +163,28 @@ class Controller:
                 sealer=lambda: self.record_key.sealer,
                 log=log,
             )
-        self.planner_settings = planner_settings(settings)
-        retail = RetailPricesClient(base_url=settings.prices_api_url)
-        self.prices = PriceBook(
-            file=settings.prices_file,
-            api=retail if settings.prices_api_enabled else None,
-            ttl_seconds=settings.prices_refresh_seconds,
-            clock=clock,
-            log=log,
-            on_failure=metrics.price_refresh_errors.inc,
-        )
+        self.planner_settings = settings.planner
+        self.parts = parts = wire(self)
+        self.prices, self.risk, self.doctor = parts.prices, parts.risk, parts.doctor
+        self.notifier = parts.notifier
+        self.webhook = parts.placement.webhook
         accountant = Accountant(
             metrics=metrics, book=self.prices, interval_seconds=settings.cost_interval_seconds
         )
-        self._init_risk_feeds()
-        self.notifier: Notifier | None = None
-        if settings.notify_webhook_url is not None:
-            self.notifier = Notifier(
-                url=settings.notify_webhook_url.get_secret_value(),
-                target=Target(settings.notify_target), metrics=metrics, clock=clock, log=log,
-                cluster=settings.notify_cluster_name,
-                kinds=[Kind(kind) for kind in settings.notify_on],
-                per_minute=settings.notify_rate_per_minute,
-                queue_size=settings.notify_queue_size,
-                timeout_seconds=settings.notify_timeout_seconds,
-                policy=notify_retry_policy(settings),
-                may_send=lambda: self.elector.is_leader,  # one replica tells, the one that acts
-            )  # fmt: skip
         self.recorder = Recorder(
             metrics=metrics, events=None if settings.dry_run else self.events,
             accountant=accountant, clock=clock, log=log, dry_run=settings.dry_run,
-            risk_data=self._risk_data,
-            deadline_margin_seconds=settings.deadline_margin_seconds,
+            risk_data=self.risk.data,
+            deadline_margin_seconds=settings.planner.deadline_margin_seconds,
             notify=self.notifier.offer if self.notifier else None,
         )  # fmt: skip
         self.assessor = RiskAssessor(
-            risk_settings(settings), self._risk_data,
+            settings.risk, self.risk.data,
             interval_seconds=settings.cost_interval_seconds,
-        )  # fmt: skip
-        self.doctor = Doctor(
-            client=self.gate, settings=settings, metrics=metrics, clock=clock, log=log,
-            events=None if settings.dry_run else self.events, leading=self.elector.may_write,
-            leadership=self.elector.leading,
         )  # fmt: skip
         self._last_pass = clock.monotonic()
         self.passes = 0
         self._dead_informers: set[str] = set()
-        self.view: View | None = None  # placement reads the last pass's view
-        self.webhook = PlacementWebhook(
-            lambda: self.view, metrics=metrics, now=clock.now, log=log,
-            limits=Limits.of(settings),
-        )  # fmt: skip
-        self.tls = TlsKeeper(
-            writer, namespace=settings.namespace, secret=settings.webhook_secret,
-            configuration=settings.webhook_configuration,
-            dns_names=service_names(settings.webhook_service, settings.namespace),
-            manage=not settings.webhook_cert_manager and not settings.dry_run,
-            may_write=self.elector.may_write, now=clock.now, log=log,
-            on_error=lambda reason: metrics.webhook_tls_errors.labels(reason).inc(),
-        )  # fmt: skip
-
-    def _init_risk_feeds(self) -> None:
-        """Azure's risk data, each source only when enabled; the token is asked for on the first
-        call, so a cluster that enables neither never needs Azure credentials."""
-        settings, metrics = self.settings, self.metrics
-        self._azure_tokens = identity_token(settings.azure_credential)
-        arm = ArmClient(
-            tokens=self._azure_tokens,
-            base_url=settings.azure_management_url,
-            timeout_seconds=settings.azure_timeout_seconds,
-            clock=self.clock,
-        )
-
-        def failed(source: str) -> Callable[[str], None]:
-            return lambda reason: metrics.risk_refresh_errors.labels(source, reason).inc()
-
-        common: dict[str, Any] = {
-            "retry_seconds": settings.risk_retry_seconds, "clock": self.clock, "log": self.log,
-        }  # fmt: skip
-        self.eviction_rates: RiskFeed[EvictionRates] | None = None
-        self.placement_scores: RiskFeed[PlacementScores] | None = None
-        if settings.risk_resource_graph_enabled:
-            self.eviction_rates = eviction_rate_feed(
-                ResourceGraphClient(arm).eviction_rates,
-                ttl_seconds=settings.risk_resource_graph_refresh_seconds,
-                on_failure=failed("resource_graph"),
-                **common,
-            )
-        if settings.risk_placement_score_enabled:
-            client = PlacementScoreClient(arm, subscription_id=settings.azure_subscription_id)
-            self.placement_scores = placement_score_feed(
-                client.scores,
-                ttl_seconds=settings.risk_placement_score_refresh_seconds,
-                on_failure=failed("placement_score"),
-                **common,
-            )
-        self.risk_feeds: list[RiskFeed[Any]] = [
-            f for f in (self.eviction_rates, self.placement_scores) if f is not None
-        ]
-
-    def _risk_data(self) -> tuple[EvictionRates | None, PlacementScores | None]:
-        return (
-            self.eviction_rates.data if self.eviction_rates else None,
-            self.placement_scores.data if self.placement_scores else None,
-        )
 
     def _risk_in_use(self) -> tuple[list[str], list[str]]:
         spot = [n for n in self.nodes.items.values() if n.spot]
@@ -329,10 +237,9 @@ class Controller:
             self.metrics.cache_synced.set(1)
             tasks.append(asyncio.create_task(self.prices.run(stop, self._prices_in_use)))
             tasks.append(asyncio.create_task(self.doctor.run(stop, self.snapshot)))
-            for feed in self.risk_feeds:
+            for feed in self.risk.feeds:
                 tasks.append(asyncio.create_task(feed.run(stop, self._risk_in_use)))
-            if self.settings.webhook_enabled:
-                tasks.append(asyncio.create_task(self._serve_webhook(stop)))
+            tasks.append(asyncio.create_task(self.parts.placement.run(stop)))
             self.log.info("caches synced", nodes=len(self.nodes.items), pods=len(self.pods.items))
             stopping = asyncio.ensure_future(stop.wait())
             while not stop.is_set():
@@ -354,8 +261,7 @@ class Controller:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            with contextlib.suppress(Exception):  # closing a credential must not hold the stop
-                await self._azure_tokens.close()
+            await self.risk.close()
             # Not cancelled: once the passes are over the elector releases the Lease by itself (a
             # cancel landing in that PUT would leave the other replica waiting a full lease
             # duration), and the recorder writes the Events still queued, within its own short
@@ -365,35 +271,6 @@ class Controller:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-
-    async def _serve_webhook(self, stop: asyncio.Event) -> None:
-        """Serve once there is a certificate; load each new one into the running server."""
-        settings = self.settings
-        context = None
-
-        def reload() -> None:
-            if context is not None and self.tls.material is not None:
-                load_into(context, self.tls.material)
-                self.log.info("webhook TLS: new certificate loaded")
-
-        keeping = asyncio.create_task(
-            self.tls.run(stop, settings.webhook_tls_check_seconds, reload)
-        )
-        runner = None
-        try:
-            while not self.tls.loaded.is_set() and not stop.is_set():
-                await sleep_or_stop(stop, 0.2)
-            if stop.is_set() or self.tls.material is None:
-                return
-            context = server_context(self.tls.material)
-            runner = await serve(self.webhook, settings.http_host, settings.webhook_port, context)
-            self.log.info("admission webhook serving", port=settings.webhook_port)
-            await stop.wait()
-        finally:
-            keeping.cancel()
-            await asyncio.gather(keeping, return_exceptions=True)
-            if runner is not None:
-                await runner.cleanup()
 
     async def _supervise(self, informer: Informer[Any], stop: asyncio.Event) -> None:
         """Run an informer; a crash (a bug, never an API error: it handles those) restarts it

@@ -28,9 +28,13 @@ replicas than desired) is never moved.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
+
+from pydantic import field_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from rebalancer import pool_kind
 from rebalancer.controller.actions import (
@@ -49,19 +53,40 @@ from rebalancer.controller.records import ReturnRecord
 from rebalancer.controller.scheduling import untolerated
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
 from rebalancer.names import COOLDOWN_UNTIL, RETURN_ANNOTATION, RETURN_BACKOFF_ANNOTATION
+from rebalancer.setting_groups import SETTINGS_CONFIG, setting
+from rebalancer.setting_values import parse_window
 from rebalancer.timefmt import iso, parse_iso
 from rebalancer.vocabulary import Reason
 
 LOWEST = "-2147483648"  # the lowest pod-deletion-cost: the ReplicaSet's first choice
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=SETTINGS_CONFIG)
 class ReturnSettings:
-    enabled: bool = True
-    quiet_seconds: float = 600.0
-    pending_timeout_seconds: float = 600.0
-    max_concurrent: int = 1
-    window: tuple[int, int] | None = None  # (start minute, end minute) of the UTC day
+    """The return to spot's settings (REBALANCER_RETURN_*)."""
+
+    enabled: bool = setting(True, description="Move replicas back to spot when it is safe.")
+    quiet_seconds: float = setting(
+        600.0, ge=0, description="A spot pool must be free of Preempt notices this long first."
+    )
+    pending_timeout_seconds: float = setting(
+        600.0, gt=0, description="Give a return up when the spot replica is not Ready by then."
+    )
+    max_concurrent: int = setting(1, ge=0, description="Returns in progress at once.")
+    window: str = setting(
+        "", description="Return only inside this UTC window, HH:MM-HH:MM; empty: any time."
+    )
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        parse_window(value)
+        return value
+
+    @cached_property
+    def window_minutes(self) -> tuple[int, int] | None:
+        """(start minute, end minute) of the UTC day; None: any time."""
+        return parse_window(self.window)
 
 
 def in_window(window: tuple[int, int] | None, now: datetime) -> bool:
@@ -111,7 +136,7 @@ def plan_returns(
             active_nodes,
             settings,
         )
-    if not settings.enabled or not in_window(settings.window, snapshot.now):
+    if not settings.enabled or not in_window(settings.window_minutes, snapshot.now):
         return actions
     for key, workload in sorted(snapshot.workloads.items()):
         if in_flight >= settings.max_concurrent:

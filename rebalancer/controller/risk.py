@@ -20,10 +20,10 @@ evicted within the next hour").
                  24 h retention), n = the group's nodes now, or the distinct nodes it lost in
                  the history if that is more (a group a wave has emptied still has an exposure)
     estimate   = (w * prior + D) / (w + E)      w = prior weight, in node-hours
-    level      = low below `medium_rate`, high from `high_rate`, medium between; once a group
-                 has a level, it moves only when the estimate clears the threshold between the
-                 two levels by `level_band` (10 %): up from `threshold * 1.1`, down below
-                 `threshold * 0.9` (hysteresis)
+    level      = low below `medium_rate_per_hour`, high from `high_rate_per_hour`, medium
+                 between; once a group has a level, it moves only when the estimate clears the
+                 threshold between the two levels by `level_band` (10 %): up from
+                 `threshold * 1.1`, down below `threshold * 0.9` (hysteresis)
 
 Why the hysteresis: the default prior (0.05) is the medium threshold itself, on purpose (an
 unknown size is assumed at the top of Azure's lowest bucket), so a quiet group sits exactly on
@@ -51,13 +51,18 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
+
+from pydantic import ValidationInfo, field_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from rebalancer.azure.risk_data import BUCKET_RATES, EvictionRates, PlacementScores, parse_bucket
 from rebalancer.controller.cost import region_of
 from rebalancer.controller.history import RETENTION, WINDOWS, Entry, History
 from rebalancer.controller.model import NodeInfo
+from rebalancer.setting_groups import SETTINGS_CONFIG, setting
 
 GroupKey = tuple[str, str, str]  # (pool, zone, sku) as the Nodes' labels spell them
 
@@ -73,17 +78,66 @@ PLACEMENT_FACTORS = {"High": 0.5, "Medium": 1.0, "Low": 2.0}
 PLACEMENT_VALUES = {"High": 3, "Medium": 2, "Low": 1}  # for a gauge; 0: no score
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=SETTINGS_CONFIG)
 class RiskSettings:
-    default_prior_rate: float = 0.05  # evictions per node-hour: the edge of Azure's lowest bucket
-    prior_rates: Mapping[str, float] = field(default_factory=dict)  # by VM size, lower case
-    prior_weight_hours: float = 24.0
-    half_life_seconds: float = 6 * 3600.0
-    medium_rate: float = 0.05
-    high_rate: float = 0.15
+    """The risk model's settings (REBALANCER_RISK_*); the feeds' own are the controller's."""
+
+    # The edge of Azure's lowest bucket.
+    prior_rate_per_hour: float = setting(
+        0.05,
+        ge=0,
+        le=1,
+        description="Eviction risk of a spot VM size without better data: evictions per "
+        "node-hour (0.05: the top of Azure's lowest bucket, 0-5 %).",
+    )
+    # By VM size as the user spells it; `priors` is by lower-case VM size.
+    prior_rates: dict[str, float] = setting(
+        default_factory=dict,
+        description="Priors per VM size, evictions per node-hour, as JSON: "
+        '{"Standard_NC24ads_A100_v4": 0.08}; Azure\'s bucket wins where it is fetched.',
+    )
+    prior_weight_hours: float = setting(
+        24.0,
+        ge=0,
+        description="Node-hours of experience the prior counts for against the eviction history.",
+    )
+    history_half_life_seconds: float = setting(
+        21600.0, gt=0, description="A Preempt in the history counts half after this long."
+    )
+    medium_rate_per_hour: float = setting(
+        0.05, gt=0, le=1, description="Risk level medium from this many evictions per node-hour."
+    )
+    high_rate_per_hour: float = setting(
+        0.15, gt=0, le=1, description="Risk level high from this many evictions per node-hour."
+    )
     level_band: float = 0.1  # hysteresis: a level changes when the rate clears a threshold by 10 %
-    resource_graph_max_age_seconds: float = 2 * 86400.0
-    placement_score_max_age_seconds: float = 3600.0
+    resource_graph_max_age_seconds: float = setting(
+        172800.0, gt=0, description="Use fetched eviction-rate buckets up to this old."
+    )
+    placement_score_max_age_seconds: float = setting(
+        3600.0, gt=0, description="Use fetched Spot Placement Scores up to this old."
+    )
+
+    @field_validator("prior_rates")
+    @classmethod
+    def _rates(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = sorted(sku for sku, rate in value.items() if not 0 <= rate <= 1 or not sku)
+        if bad:
+            raise ValueError(f"rates must be between 0 and 1 evictions per node-hour: {bad}")
+        return value
+
+    @field_validator("high_rate_per_hour")
+    @classmethod
+    def _levels(cls, value: float, info: ValidationInfo) -> float:
+        medium = info.data.get("medium_rate_per_hour")
+        if medium is not None and medium > value:
+            raise ValueError(f"below risk_medium_rate_per_hour ({medium})")
+        return value
+
+    @cached_property
+    def priors(self) -> dict[str, float]:
+        """`prior_rates` by lower-case VM size."""
+        return {sku.lower(): rate for sku, rate in self.prior_rates.items()}
 
 
 @dataclass(frozen=True)
@@ -134,12 +188,14 @@ class Risk:
 def level_of(rate: float, settings: RiskSettings, *, was: str | None = None) -> str:
     """The level of an estimate; with `was` (the group's level at the last assessment) the
     level moves only when the estimate clears the threshold it crosses by `level_band`."""
-    plain = _level(rate, settings.medium_rate, settings.high_rate)
+    plain = _level(rate, settings.medium_rate_per_hour, settings.high_rate_per_hour)
     if was not in LEVELS or plain == was:
         return plain
     up = LEVELS.index(plain) > LEVELS.index(was)
     factor = 1.0 + settings.level_band if up else 1.0 - settings.level_band
-    strict = _level(rate, settings.medium_rate * factor, settings.high_rate * factor)
+    strict = _level(
+        rate, settings.medium_rate_per_hour * factor, settings.high_rate_per_hour * factor
+    )
     # `strict` lies between `was` and `plain`: the furthest the estimate has clearly gone.
     pick = max if up else min
     return LEVELS[pick(LEVELS.index(strict), LEVELS.index(was))]
@@ -265,11 +321,11 @@ def _prior(
 ) -> tuple[float, RiskInput | None, RiskInput]:
     """(prior rate, the settings' reason when the prior comes from there, Resource Graph's)."""
     sku_key = sku.lower()
-    if sku_key in settings.prior_rates:
-        fallback = settings.prior_rates[sku_key]
+    if sku_key in settings.priors:
+        fallback = settings.priors[sku_key]
         said = f"{fallback:.3f} per node-hour for {sku} (settings)"
     else:
-        fallback = settings.default_prior_rate
+        fallback = settings.prior_rate_per_hour
         said = f"{fallback:.3f} per node-hour (default, settings)"
     if rates is None:
         graph = RiskInput(RESOURCE_GRAPH, "no data (disabled or not fetched yet)", used=False)
@@ -330,7 +386,7 @@ def _history(
     """(decayed Preempt count D, weighted node-hours watched E, the reason)."""
     if history.since is None:
         return 0.0, 0.0, RiskInput(HISTORY, "no record yet", used=False)
-    half_life_hours = settings.half_life_seconds / 3600.0
+    half_life_hours = settings.history_half_life_seconds / 3600.0
     tau = half_life_hours / math.log(2)
     preempts = [
         e

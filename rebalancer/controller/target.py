@@ -51,7 +51,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
 from rebalancer.controller.history import RETENTION, Entry
+from rebalancer.setting_groups import SETTINGS_CONFIG, setting
 from rebalancer.strict import shown
 
 TARGET_LOW, TARGET_HIGH = 50.0, 99.999
@@ -69,14 +72,28 @@ MISSED_PACE = 0.1
 RESERVE = 0.1  # A100 spot is 12-17 % of on-demand in the bundled table
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=SETTINGS_CONFIG)
 class TargetSettings:
+    """The availability targets' model (REBALANCER_TARGET_* are its settings)."""
+
     # A replacement on on-demand: a node (5 min) plus the model's load (90 s), less the 30 s
     # notice during which the old replica still serves.
-    recovery_seconds: float = 360.0
-    # Spot's price as a share of on-demand's; 0: the price table's for the workload's spot
-    # nodes (`target_plan.spot_share`), DEFAULT_SPOT_PRICE_SHARE where it has none.
-    spot_price_share: float = 0.0
+    recovery_seconds: float = setting(
+        360.0,
+        ge=0,
+        description="Availability targets: how long a lost spot replica is missing until its "
+        "replacement on on-demand is Ready (node provisioning + model load - notice).",
+    )
+    # 0: the price table's for the workload's spot nodes (`target_plan.spot_share`),
+    # DEFAULT_SPOT_PRICE_SHARE where it has none.
+    spot_price_share: float = setting(
+        0.0,
+        ge=0,
+        le=1,
+        description="Availability targets: spot's price as a share of on-demand's, to compare "
+        "plans by cost; 0: the price table's for the VM size of the workload's spot nodes "
+        "(bundled prices, the Retail Prices API, REBALANCER_PRICES_FILE), 0.2 where it has none.",
+    )
     wave_rate_per_hour: float = 0.05  # waves of Preempts in the cluster, before its own record
     wave_weight_hours: float = 24.0  # how many hours of experience that prior counts for
     hit_share: float = 0.3  # the share of waves that hit a group, before the record
@@ -85,8 +102,19 @@ class TargetSettings:
     wave_seconds: float = 600.0
     max_spares: int = 4
     # The cover holds spot capacity younger than this riskier (`aged`), up to `fresh_factor`.
-    fresh_hours: float = 1.0
+    fresh_seconds: float = setting(
+        3600.0,
+        ge=0,
+        le=86400,
+        description="Availability targets: spot capacity up for less than this (its oldest "
+        "Ready node) counts riskier in the on-demand cover, by this / its age, at most 4 "
+        "times; 0 turns it off.",
+    )
     fresh_factor: float = 4.0
+
+    @property
+    def fresh_hours(self) -> float:
+        return self.fresh_seconds / 3600.0
 
 
 def parse_target(text: str) -> float:

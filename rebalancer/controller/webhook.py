@@ -1,9 +1,13 @@
 """The mutating admission webhook on Pod creation, served over HTTPS by every replica.
 
-Decisions read the last planning pass's view (the informer caches every replica keeps warm),
-never the API: an answer costs a few dictionary lookups. Pods placed here are counted from the
-webhook's own record until the caches show them (at most `RECENT_SECONDS`), so that a burst of
-creations from one ReplicaSet spreads instead of piling onto the group that looked emptiest.
+Decisions read the last planning pass's view (the informer caches every replica keeps warm):
+an answer costs a few dictionary lookups. The one exception is a pod whose workload the view
+does not show yet (a brand-new workload's first pods arrive before the next pass): its owner is
+looked up (`owner_lookup.py`: the live cache, else one list of its name shared by the burst) for
+at most `LOOKUP_TIMEOUT_SECONDS`, and the pod is admitted unplaced, as before, if it is not
+learnt by then. Pods placed here are counted from the webhook's own record until the caches
+show them (at most `RECENT_SECONDS`), so that a burst of creations from one ReplicaSet spreads
+instead of piling onto the group that looked emptiest.
 Server-side dry runs are answered alike and recorded nowhere.
 """
 
@@ -21,11 +25,17 @@ from typing import Any
 from aiohttp import web
 
 from rebalancer.controller.admission import MAX_UID_LENGTH, Admitted, View, review
+from rebalancer.controller.model import WorkloadInfo
+from rebalancer.controller.owner_lookup import OwnerLookup
 from rebalancer.controller.webhook_server import Limits, serve_guarded
 from rebalancer.metrics import ControllerMetrics
 
 PATH = "/mutate-pods"
 RECENT_SECONDS = 30.0
+# How long a review may wait for the owner the view lacks: half the shortest timeout the chart
+# lets the API server give the webhook (`controller.webhook.timeoutSeconds`, 1 to 30 s, 2 by
+# default), so the answer is in time with room for the rest (the body, TLS, the network).
+LOOKUP_TIMEOUT_SECONDS = 0.5
 # Placements remembered at once: a burst of a few thousand pods fits; a flood of reviews keeps
 # the newest (issue 18: every cache of what others send is bounded).
 MAX_RECENT = 10_000
@@ -64,8 +74,12 @@ class PlacementWebhook:
         now: Callable[[], datetime],
         log: object,
         limits: Limits | None = None,
+        lookup: OwnerLookup | None = None,
+        lookup_timeout_seconds: float = LOOKUP_TIMEOUT_SECONDS,
     ) -> None:
         self._view = view
+        self.lookup = lookup  # None: a pod whose workload the view lacks goes unplaced
+        self.lookup_timeout_seconds = lookup_timeout_seconds
         self.metrics = metrics
         self._now = now
         self._log = log
@@ -104,7 +118,7 @@ class PlacementWebhook:
             self.metrics.webhook_requests_refused.labels(refused.reason).inc()
             return web.json_response({"error": refused.message}, status=refused.status)
         try:
-            answer = self.answer(body)
+            answer = self.answer(body, unseen=await self.unseen_owner(body))
         except Exception:  # a bug must never cost a pod: allow it unchanged, count, log
             self.metrics.webhook_reviews.labels("error").inc()
             self._log.exception("admission review failed; pod allowed unchanged")  # type: ignore[attr-defined]
@@ -145,12 +159,32 @@ class PlacementWebhook:
             raise too_deep
         return body
 
-    def answer(self, body: object) -> dict[str, object]:
+    async def unseen_owner(self, body: object) -> WorkloadInfo | None:
+        """The workload of a pod being created that the view does not show, as the API has it
+        now; None when the view shows it, or it is not learnt within the lookup's bound."""
+        request = body.get("request") if isinstance(body, dict) else None
+        if self.lookup is None or not isinstance(request, dict):
+            return None
+        pod, namespace = request.get("object"), str(request.get("namespace") or "")
+        kind = (request.get("kind") or {}).get("kind")
+        if kind != "Pod" or request.get("operation") != "CREATE" or not isinstance(pod, dict):
+            return None
+        view = self._view()
+        if view is None or view.workload_of(pod, namespace) is not None:
+            return None
+        try:
+            async with asyncio.timeout(self.lookup_timeout_seconds):
+                return await self.lookup.workload_of(pod, namespace)
+        except TimeoutError:
+            self.metrics.webhook_owner_lookups.labels("timeout").inc()
+            return None
+
+    def answer(self, body: object, *, unseen: WorkloadInfo | None = None) -> dict[str, object]:
         now = self._now()
         horizon = now - timedelta(seconds=RECENT_SECONDS)
         while self.admitted and self.admitted[0].at < horizon:
             self.admitted.popleft()
-        result = review(body, self._view(), self.admitted)
+        result = review(body, self._view(), self.admitted, unseen=unseen)
         self.metrics.webhook_reviews.labels(result.outcome).inc()
         decision, workload = result.decision, result.workload
         if decision is not None and workload is not None and not result.dry_run:

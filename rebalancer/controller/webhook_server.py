@@ -36,7 +36,7 @@ from typing import Any
 
 from aiohttp import web
 
-from rebalancer.config import ControllerSettings
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.metrics import ControllerMetrics
 
 MAX_LINE_BYTES = 8190  # aiohttp's default for the request line and each header line

@@ -21,7 +21,6 @@ from rebalancer.controller.cost import cost_rates, price_nodes, spot_capable
 from rebalancer.controller.history import WINDOWS
 from rebalancer.controller.karpenter import nodepool_pools
 from rebalancer.controller.model import NodeInfo
-from rebalancer.controller.options import risk_settings
 from rebalancer.controller.planner import managed
 from rebalancer.controller.pools import Pool, pools_of, with_declared
 from rebalancer.controller.records import ReturnRecord
@@ -59,7 +58,7 @@ def status_of(view: View) -> Json:
         nodes=snapshot.nodes.values(),
         history=snapshot.history,
         now=view.now,
-        settings=risk_settings(view.settings),
+        settings=view.settings.risk,
     )
     chosen = [w for w in snapshot.workloads.values() if managed(w, view.planner)]
     capable = spot_capable(chosen, live)

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from rebalancer import names
 from rebalancer.azure.prices import BUNDLED, PriceTable, parse_price_file
-from rebalancer.config import ControllerSettings, describe_error
+from rebalancer.config import describe_error, setting_fields
 from rebalancer.controller.checkup import (
     NodeGroup,
     Setup,
@@ -41,8 +41,8 @@ from rebalancer.controller.model import (
     WorkloadInfo,
     replicaset_owner,
 )
-from rebalancer.controller.options import planner_settings
 from rebalancer.controller.planner import Settings
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.timefmt import parse_iso
 
@@ -195,7 +195,7 @@ def settings_from_env(env: Mapping[str, str]) -> tuple[ControllerSettings, list[
     writes them). A value the controller would refuse leaves the defaults, and says so."""
     values: dict[str, Any] = {}
     problems: list[str] = []
-    for name, spec in ControllerSettings.model_fields.items():
+    for name, spec in setting_fields(ControllerSettings).items():
         text = env.get(f"{ENV_PREFIX}{name.upper()}")
         if text is None or name in IN_POD_SETTINGS:
             continue
@@ -285,7 +285,7 @@ def build_view(
         else tuple(DaemonSetInfo.from_json(o) for o in raw.daemonsets),
         install=install,
         settings=settings,
-        planner=planner_settings(settings),
+        planner=settings.planner,
         prices=prices,
         node_groups=None if groups is None else tuple(groups),
         lease=lease_of(raw.lease),

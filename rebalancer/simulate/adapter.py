@@ -7,9 +7,10 @@ back), so a cordon is whatever the product's cordon patch makes it. When the
 planner's names change (the controller is being refactored: an eviction history is becoming
 part of the snapshot), only this module has to follow.
 
-The virtual scheduler takes its placement rules from here too, so the controller's matching code
-is also reached through this module only. So does the `eviction-aware` policy: the risk of each
-spot group assessed from the world's eviction history (the record the planner keeps, as the
+The virtual world's taints are the controller's `Taint`, from here (its scheduler matches them
+by Kubernetes' rules, `rebalancer.upstream.placement`, not by the controller's reading). The
+`eviction-aware` policy reaches the controller through here too: the risk of each spot group
+assessed from the world's eviction history (the record the planner keeps, as the
 controller keeps its history ConfigMap), and the admission webhook's answer for each new pod.
 
 Controller names used: `rebalancer.controller.planner`: `plan`, `Plan`, `Settings`;
@@ -18,11 +19,12 @@ Controller names used: `rebalancer.controller.planner`: `plan`, `Plan`, `Setting
 their writes (`build`, `patch`, `applies_to`, `body`, `configmap`); `rebalancer.controller.returns`:
 `ReturnSettings`; `rebalancer.controller.model`: `NodeInfo`, `PodInfo`, `WorkloadInfo`,
 `Owner`, `Surge`, `ReturnRecord`; `rebalancer.controller.pools`: `Pool`;
-`rebalancer.controller.scheduling`: `Taint`, `tolerates`, `untolerated`, `unmet_placement`,
-`preferred_weight`; `rebalancer.controller.risk`: `assess`, `RiskSettings`, `Risk`, `GroupKey`;
+`rebalancer.controller.scheduling`: `Taint`; `rebalancer.controller.risk`: `assess`,
+`RiskSettings`, `Risk`, `GroupKey`;
 `rebalancer.controller.admission`: `View`, `review`; `rebalancer.controller.policy`: `parse`,
 `PolicyError`; `rebalancer.names`; `rebalancer.vocabulary`: `Policy`, `Reason`;
-`rebalancer.notices`: `Notice`, `Source`.
+`rebalancer.notices`: `Notice`, `Source`; `rebalancer.controller.settings`: `ControllerSettings`
+(where the scenario's values of the controller's settings nest).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import ValidationError
 
 from rebalancer import names
 from rebalancer.controller.actions import (
@@ -59,13 +63,8 @@ from rebalancer.controller.pools import Pool
 from rebalancer.controller.records import ReturnRecord, Surge
 from rebalancer.controller.returns import ReturnSettings
 from rebalancer.controller.risk import GroupKey, Risk, RiskSettings, assess
-from rebalancer.controller.scheduling import (
-    Taint,
-    preferred_weight,
-    tolerates,
-    unmet_placement,
-    untolerated,
-)
+from rebalancer.controller.scheduling import Taint
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.target import TargetSettings, parse_target
 from rebalancer.names import (
@@ -83,8 +82,10 @@ from rebalancer.names import (
     SURGE_ANNOTATION,
 )
 from rebalancer.notices import Notice
+from rebalancer.setting_groups import nest
 from rebalancer.simulate import InputError
 from rebalancer.simulate.merge_patch import merge_patch
+from rebalancer.simulate.workload import CONTROLLER_SETTINGS
 from rebalancer.vocabulary import EventType, Reason, Source
 from rebalancer.vocabulary import NoticePolicy as EventPolicy
 
@@ -92,13 +93,14 @@ if TYPE_CHECKING:
     from rebalancer.simulate.workload import Prices, Scenario
     from rebalancer.simulate.world import Deployment, Node, Pod, World
 
-# The placement rules the controller itself uses (taints, tolerations, node affinity), for the
-# virtual scheduler and autoscaler.
-__all__ = ["Taint", "preferred_weight", "tolerates", "unmet_placement", "untolerated"]
+# The controller's taint, the world's too (its patches write them as the executor's do).
+__all__ = ["Taint"]
 
 NAMESPACE = "inference"
 # Where the controller keeps its eviction history (`<lease name>-history`, the chart's default).
 HISTORY_CONFIGMAP = "spot-rebalancer-controller-history"
+
+T = TypeVar("T")
 
 # Virtual time 0 (the first tick of the traces) as the planner's wall clock.
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
@@ -106,26 +108,29 @@ EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 NUDGE_SECONDS = 0.001
 
 
+def _nested_settings(scenario: Scenario, group: str, cls: type[T]) -> T:
+    """One of the controller's settings types (`planner`, `risk`) with the scenario's values of
+    its settings (the controller's names, REBALANCER_...; None: the default), nested where the
+    controller nests them. Built from the type itself: a ControllerSettings would read the
+    environment."""
+    values = {
+        name: getattr(scenario, name)
+        for name in CONTROLLER_SETTINGS
+        if getattr(scenario, name) is not None
+    }
+    try:
+        return cls(**nest(ControllerSettings, values).get(group, {}))
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise InputError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
 def failover_settings(world: World) -> Settings:
     """Today's product with its defaults, or the scenario's values of the controller's
     settings: fail over make-before-break, return to spot. The pools are declared
     (REBALANCER_POOLS), as the README asks for autoscaled pools."""
-    scenario = world.scenario
-    defaults = Settings()
-    returns = defaults.returns
-    return Settings(
-        deadline_margin_seconds=_or(
-            scenario.deadline_margin_seconds, defaults.deadline_margin_seconds
-        ),
-        cooldown_seconds=_or(scenario.cooldown_seconds, defaults.cooldown_seconds),
-        returns=ReturnSettings(
-            quiet_seconds=_or(scenario.return_quiet_seconds, returns.quiet_seconds),
-            pending_timeout_seconds=_or(
-                scenario.return_pending_timeout_seconds, returns.pending_timeout_seconds
-            ),
-        ),
-        declared_pools=declared_pools(world),
-    )
+    planner = _nested_settings(world.scenario, "planner", Settings)
+    return replace(planner, declared_pools=declared_pools(world))
 
 
 def target_settings(world: World, prices: Prices) -> Settings:
@@ -157,22 +162,16 @@ def availability_target(text: str, *, where: str) -> str:
 def drain_settings(world: World) -> Settings:
     """The product configured as a plain handler: Preempt -> cordon and drain, no cool-down
     taints that steer placement, no return to spot."""
-    defaults = Settings()
-    policies = dict(defaults.event_policy)
+    planner = _nested_settings(world.scenario, "planner", Settings)
+    policies = dict(planner.event_policy)
     policies.update({EventType.PREEMPT: EventPolicy.DRAIN, EventType.TERMINATE: EventPolicy.DRAIN})
-    return Settings(
+    return replace(
+        planner,
         event_policy=policies,
-        deadline_margin_seconds=_or(
-            world.scenario.deadline_margin_seconds, defaults.deadline_margin_seconds
-        ),
         cooldown_seconds=0.0,
         returns=ReturnSettings(enabled=False),
         declared_pools=declared_pools(world),
     )
-
-
-def _or(value: float | None, default: float) -> float:
-    return default if value is None else value
 
 
 # ---- eviction-aware: the policy, the risk, the webhook -----------------------------------------
@@ -204,19 +203,15 @@ def risk_settings(scenario: Scenario) -> RiskSettings:
     """The controller's risk model with its defaults, or the scenario's values of its settings
     (REBALANCER_RISK_...). No Azure data: the traces carry none, so the prior is the setting's."""
     defaults = RiskSettings()
-    settings = RiskSettings(
-        default_prior_rate=_or(scenario.risk_prior_rate_per_hour, defaults.default_prior_rate),
-        prior_weight_hours=_or(scenario.risk_prior_weight_hours, defaults.prior_weight_hours),
-        half_life_seconds=_or(scenario.risk_history_half_life_seconds, defaults.half_life_seconds),
-        medium_rate=_or(scenario.risk_medium_rate_per_hour, defaults.medium_rate),
-        high_rate=_or(scenario.risk_high_rate_per_hour, defaults.high_rate),
-    )
-    if settings.high_rate < settings.medium_rate:
-        raise InputError(
-            f"riskHighRatePerHour {settings.high_rate} is below riskMediumRatePerHour "
-            f"{settings.medium_rate}"
-        )
-    return settings
+    high = _or(scenario.risk_high_rate_per_hour, defaults.high_rate_per_hour)
+    medium = _or(scenario.risk_medium_rate_per_hour, defaults.medium_rate_per_hour)
+    if high < medium:
+        raise InputError(f"riskHighRatePerHour {high} is below riskMediumRatePerHour {medium}")
+    return _nested_settings(scenario, "risk", RiskSettings)
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def risks(

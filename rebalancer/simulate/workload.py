@@ -18,18 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from rebalancer.azure import gpu_sizes
 from rebalancer.azure.prices import BUNDLED, PriceTable
 from rebalancer.simulate import InputError
-
-# GPUs per VM of the sizes the bundled price table knows (Azure's size pages).
-GPUS_PER_VM: Mapping[str, int] = {
-    "standard_nc24ads_a100_v4": 1,
-    "standard_nc48ads_a100_v4": 2,
-    "standard_nc96ads_a100_v4": 4,
-    "standard_nc4as_t4_v3": 1,
-    "standard_nd96asr_v4": 8,
-    "standard_nd96amsr_a100_v4": 8,
-}
 
 
 @dataclass(frozen=True)
@@ -172,7 +163,7 @@ class Scenario:
     def node_gpus(self) -> int:
         if self.gpus_per_node is not None:
             return self.gpus_per_node
-        known = GPUS_PER_VM.get(self.vm_size.lower())
+        known = gpu_sizes.gpus_of(self.vm_size)
         if known is None:
             raise InputError(f"--vm-size {self.vm_size}: GPUs per VM unknown; give --gpus-per-node")
         return known
@@ -199,7 +190,7 @@ _INTS = {
     "spare_replicas",
     "seed",
 }
-_CONTROLLER = {
+CONTROLLER_SETTINGS = {
     "deadline_margin_seconds",
     "cooldown_seconds",
     "return_quiet_seconds",
@@ -216,7 +207,7 @@ _FLOATS = {
     "max_node_provision_seconds",
     "initial_backoff_seconds",
     "max_backoff_seconds",
-    *_CONTROLLER,
+    *CONTROLLER_SETTINGS,
 }
 _STRINGS = {"vm_size", "region"}
 # The placement policy's words (rebalancer/controller/policy.py and risk.py; a test keeps these
@@ -247,7 +238,7 @@ def scenario_from(
             known = ", ".join(sorted(KEYS))
             raise InputError(f"{source}: unknown setting {key!r} (known: {known})")
         where = f"{source}: {key}"
-        if value is None and name in ("on_demand_limit", "gpus_per_node", *_CONTROLLER):
+        if value is None and name in ("on_demand_limit", "gpus_per_node", *CONTROLLER_SETTINGS):
             changes[name] = None
         elif name in _DISTRIBUTIONS:
             changes[name] = parse_distribution(value, what=where)

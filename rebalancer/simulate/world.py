@@ -17,15 +17,40 @@ Kept deliberately small; what it leaves out is listed in docs/simulate.md. The m
   paid from the start of provisioning until it is gone (a failed request is not);
 - admission: an optional mutating webhook (the controller's placement, through the adapter)
   that rewrites a new pod's node affinity, so a pod may carry its own spec, not its template's;
-- scheduler: taints and tolerations, nodeSelector and required node affinity, free GPUs;
-  prefers nodes without untolerated PreferNoSchedule taints, then by preferred node affinity,
-  then with fewer replicas of the same workload;
-- ReplicaSet: keeps each Deployment's replica count; scales down by upstream's ranks (unassigned,
-  not Ready, lower pod-deletion-cost, newer first);
+- scheduler: taints and tolerations, nodeSelector and required node affinity by Kubernetes'
+  rules (`rebalancer.upstream.placement`), free GPUs; prefers nodes without untolerated
+  PreferNoSchedule taints, then by preferred node affinity, then with fewer replicas of the same
+  workload (`rebalancer.upstream.scheduling`);
+- ReplicaSet: keeps each Deployment's replica count; scales down in upstream's order, the rule
+  the emulator follows too (`rebalancer.upstream.replicaset`);
 - a pod is Ready `load_seconds` after it lands on a Ready node; deleted, it stops serving at once
   and frees its GPU after min(shutdown time, grace period); deleted again with a shorter grace,
   that one ends it (the API server shortens a graceful deletion, never lengthens it).
 Policies act on it through `SimPolicy.react` (see policies.py).
+
+Two models of one cluster: this world and the emulator (`rebalancer_sim`, the tests' cluster,
+which the product's image does not ship) take Kubernetes' rules from one place,
+`rebalancer.upstream`, checked against the real control plane by the conformance cases in
+tests/sim: the ReplicaSet's victim order, taint/toleration and node-affinity matching, the
+scheduler's node preference. What stays apart, and why:
+- objects: here plain records replayed against a capacity trace over weeks in seconds, there the
+  API's JSON behind a real HTTP API; so each model reads its own objects into the rules' values;
+- resources: here GPUs only (every replica needs whole GPUs and nothing else binds on a GPU
+  node); the emulator fits cpu, memory, pods and extended resources and breaks ties by least
+  allocated;
+- cordon and readiness: here no DaemonSets, so a cordoned node takes no pod, and a node is Ready
+  when provisioned; the emulator models the unschedulable and not-ready taints and pods that
+  tolerate them;
+- autoscaler: both ask for a node in the cheapest pool that fits the pending pod and may grow,
+  after fitting it on nodes on their way. Here a spot request without capacity hangs, fails
+  after `max_node_provision_seconds` and backs the pool off, equal pools are balanced and pools
+  are kept at their minimum: the questions `rebalancer simulate` answers turn on that. The
+  emulator's autoscaler knows spot capacity and asks no pool without it (no back-off), takes
+  pools in name order on a tie, and also counts room on running nodes (its scheduler retries on
+  its own period, this one's runs in the same pass);
+- HPA: none here (the replica count is the scenario's; a trace of load would be needed); the
+  emulator's `hpa.py` follows upstream's arithmetic. When a load trace comes, its arithmetic
+  belongs in `rebalancer.upstream`.
 """
 
 from __future__ import annotations
@@ -33,20 +58,17 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rebalancer import names
-from rebalancer.simulate.adapter import (
-    Taint,
-    preferred_weight,
-    tolerates,
-    unmet_placement,
-    untolerated,
-)
+from rebalancer.simulate.adapter import Taint
 from rebalancer.simulate.trace import SlotEvent, SlotTimeline
 from rebalancer.simulate.workload import Distribution, Scenario
+from rebalancer.upstream import placement
+from rebalancer.upstream import replicaset as upstream
+from rebalancer.upstream.scheduling import node_preference
 
 SPOT_TAINT = Taint(names.AKS_SPOT_LABEL, "spot", "NoSchedule")
 SPOT_TOLERATION = {
@@ -378,9 +400,10 @@ class World:
     def fits_pool(self, pod: Pod, pool: PoolModel) -> bool:
         spec = self.spec_of(pod)
         tolerations = spec.get("tolerations") or []
+        # The autoscaler's template node has no name yet: a term on metadata.name fails.
         return (
-            not untolerated(tolerations, pool.taints)
-            and not unmet_placement(spec, pool.labels(self.scenario))
+            not placement.untolerated(tolerations, _json(pool.taints))
+            and placement.fits_node_selector_and_affinity(spec, pool.labels(self.scenario), "")
             and self.deployments[pod.deployment].gpus <= self.scenario.node_gpus()
         )
 
@@ -492,26 +515,34 @@ class World:
                     self.admission(self, pod)
                 self.touch()
             if len(live) > deployment.replicas:
-                for pod in sorted(live, key=self._deletion_rank)[: len(live) - deployment.replicas]:
+                doomed = upstream.victims(
+                    live,
+                    len(live) - deployment.replicas,
+                    facts=self._scale_down_facts,
+                    related_nodes=(pod.node or "" for pod in live),
+                    now=self.now,
+                )
+                for pod in doomed:
                     on_demand = pod.node is not None and not self.nodes[pod.node].pool.spot
                     if on_demand and self.now >= 0:
                         self.counters.returns += 1
                     self.delete_pod(pod, self.scenario.grace_seconds)
 
-    def _deletion_rank(self, pod: Pod) -> tuple[int, int, int, float, float]:
-        """Upstream's ActivePodsWithRanks, the parts that matter here: first to go first."""
-        try:
-            cost = int(pod.deletion_cost or 0)
-        except ValueError:
-            cost = 0
+    def _scale_down_facts(self, pod: Pod) -> upstream.PodFacts:
+        """The pod as upstream's ReplicaSet controller sees it when it picks what to delete. A
+        pod runs from the moment it is bound (the model's load time is its readiness probe's)
+        and never restarts; one ReplicaSet per Deployment, so its pods are all the related ones.
+        """
         ready = self.pod_ready(pod)
-        ready_for = self.now - pod.ready_at if ready and pod.ready_at is not None else 0.0
-        return (
-            0 if pod.node is None else 1,
-            1 if ready else 0,
-            cost,
-            ready_for,
-            -pod.created,
+        costs = {} if pod.deletion_cost is None else {names.DELETION_COST: pod.deletion_cost}
+        return upstream.PodFacts(
+            uid=pod.uid,
+            node=pod.node or "",
+            phase="Pending" if pod.node is None else "Running",
+            ready=ready,
+            ready_since=pod.ready_at if ready else None,
+            deletion_cost=upstream.deletion_cost(costs),
+            created=pod.created,
         )
 
     # ---- scheduler -----------------------------------------------------------------------------
@@ -544,29 +575,31 @@ class World:
         for node in self.nodes.values():
             if not node.ready(self.now) or node.unschedulable:
                 continue
-            taints = node.all_taints()
-            if untolerated(tolerations, taints):
+            taints = _json(node.all_taints())
+            if placement.untolerated(tolerations, taints):
                 continue
-            if unmet_placement(spec, node.labels):
+            if not placement.fits_node_selector_and_affinity(spec, node.labels, node.name):
                 continue
             if self.free_gpus(node) < deployment.gpus:
                 continue
-            soft = sum(
-                1
-                for taint in taints
-                if taint.effect == "PreferNoSchedule"
-                and not any(tolerates(t, taint) for t in tolerations)
-            )
             siblings = sum(
                 1
                 for p in self.pods.values()
                 if p.node == node.name and p.deployment == deployment.name
             )
-            weight = preferred_weight(spec, node.labels)
-            candidates.append((soft, -weight, siblings, node.name, node))
+            preference = node_preference(
+                untolerated_prefer_no_schedule=placement.untolerated_prefer_no_schedule(
+                    tolerations, taints
+                ),
+                preferred_affinity_weight=placement.preferred_affinity_weight(
+                    spec, node.labels, node.name
+                ),
+                owner_pods_on_node=siblings,
+            )
+            candidates.append((preference, node.name, node))
         if not candidates:
             return None
-        return min(candidates, key=lambda c: c[:4])[4]
+        return min(candidates, key=lambda c: c[:2])[2]
 
     # ---- cluster autoscaler --------------------------------------------------------------------
 
@@ -650,6 +683,11 @@ class World:
             self.samples[-1] = sample
         elif last is None or _state(last) != _state(sample):
             self.samples.append(sample)
+
+
+def _json(taints: Iterable[Taint]) -> list[dict[str, str]]:
+    """Taints as the API writes them, for Kubernetes' matching rules."""
+    return [taint.as_json() for taint in taints]
 
 
 def _state(sample: Sample) -> tuple[int, float, int, int]:

@@ -16,6 +16,9 @@ Status: like cluster-autoscaler 1.30 and later, it keeps the ConfigMap
 (the pools it may scale, named by their VM scale set as on AKS), their min and max and the nodes
 registered in each: how a reader learns of a pool that has no node. Rewritten when a figure
 changes, not every loop.
+
+`rebalancer simulate`'s autoscaler differs on purpose (spot requests that hang and back off,
+balanced pools); rebalancer/simulate/world.py says how and why.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rebalancer import names
-from rebalancer.config import ControllerSettings
+from rebalancer.vocabulary import DEFAULT_DEADLINE_MARGIN_SECONDS
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.measure import ReadyDeficit, unavoidable_deficit
@@ -191,7 +191,7 @@ async def _demo(notice_seconds: float, *, keep: bool) -> int:
     load = float(load)
     replicas = workload.replicas
     provisioning = _on_demand_provisioning(scenario, "gpuondemand")
-    margin = float(ControllerSettings.model_fields["deadline_margin_seconds"].default)
+    margin = DEFAULT_DEADLINE_MARGIN_SECONDS
     workdir = Path(tempfile.mkdtemp(prefix="rebalancer-demo-"))
     ours = ClusterEmulator(scenario)
     alone = ClusterEmulator(_scenario())

@@ -3,9 +3,10 @@
 Filters: node ready taints (the node controller's `not-ready`/`unreachable` taints), cordon
 (`spec.unschedulable`, unless the pod tolerates `node.kubernetes.io/unschedulable` like
 DaemonSet pods), NoSchedule/NoExecute taints, nodeSelector, required node affinity, resource fit
-(cpu, memory, pods, extended resources such as `nvidia.com/gpu`). Score, best first: preferred
-node-affinity weight, fewer untolerated PreferNoSchedule taints, fewer pods of the same
-controller on the node (spread), least allocated.
+(cpu, memory, pods, extended resources such as `nvidia.com/gpu`). Score, best first: the
+ranking `rebalancer simulate` uses too (`rebalancer.upstream.scheduling`: fewer untolerated
+PreferNoSchedule taints, then preferred node-affinity weight, then fewer pods of the same
+controller on the node), then least allocated.
 
 Pods with the same controller and scheduling spec are placed as one group with a heap over the
 feasible nodes, so placing 50 000 pods is O(pods log nodes), not O(pods x nodes). A pod that fits
@@ -20,6 +21,7 @@ import json
 from collections import Counter
 from typing import Any
 
+from rebalancer.upstream.scheduling import node_preference
 from rebalancer_sim import resources as R
 from rebalancer_sim.objects import Obj, controller_ref, is_terminating, pod_requests, with_condition
 from rebalancer_sim.scheduling import (
@@ -136,7 +138,9 @@ class Scheduler:
         )
         reasons: Counter[str] = Counter()
         owner_counts = self._owner_counts(owner_uid)
-        heap: list[tuple[int, int, int, float, str]] = []
+        # (preference, least allocated, name); `static_scores`: name -> (affinity, penalty).
+        heap: list[tuple[tuple[int, int, int], float, str]] = []
+        static_scores: dict[str, tuple[int, int]] = {}
         free_of: dict[str, dict[str, float]] = {}
         pinned = _pinned_node_names(spec)
         if pinned is not None:  # DaemonSet pods: one node by name, skip the other 4 999
@@ -165,16 +169,9 @@ class Scheduler:
                     reasons[failure] += 1
                 continue
             free_of[name] = free
-            heapq.heappush(
-                heap,
-                (
-                    -preferred,
-                    penalty,
-                    owner_counts.get(name, 0),
-                    _allocated_fraction(free, capacity),
-                    name,
-                ),
-            )
+            static_scores[name] = preferred, penalty
+            preference = _preference(preferred, penalty, owner_counts.get(name, 0))
+            heapq.heappush(heap, (preference, _allocated_fraction(free, capacity), name))
         capacities = {
             n["metadata"]["name"]: self._capacity(n)
             for n in nodes
@@ -185,7 +182,7 @@ class Scheduler:
         for pod in pods:
             placed = False
             while heap:
-                affinity, penalty, count, _, name = heapq.heappop(heap)
+                _, _, name = heapq.heappop(heap)
                 free = free_of[name]
                 failures = insufficient(requests, free)
                 if failures:
@@ -197,16 +194,10 @@ class Scheduler:
                 self._bind(pod, name, now)
                 bound += 1
                 placed = True
-                heapq.heappush(
-                    heap,
-                    (
-                        affinity,
-                        penalty,
-                        count + 1,
-                        _allocated_fraction(free, capacities[name]),
-                        name,
-                    ),
-                )
+                owner_counts[name] += 1
+                preference = _preference(*static_scores[name], owner_counts[name])
+                fraction = _allocated_fraction(free, capacities[name])
+                heapq.heappush(heap, (preference, fraction, name))
                 break
             if not placed:
                 self._mark_unschedulable(pod, len(nodes), reasons, now)
@@ -309,6 +300,14 @@ class Scheduler:
         updated = dict(pod)
         updated["status"] = status
         self.store.update(R.PODS, updated)
+
+
+def _preference(preferred: int, penalty: int, owner_pods: int) -> tuple[int, int, int]:
+    return node_preference(
+        untolerated_prefer_no_schedule=penalty,
+        preferred_affinity_weight=preferred,
+        owner_pods_on_node=owner_pods,
+    )
 
 
 def _pinned_node_names(spec: Obj) -> frozenset[str] | None:

@@ -1,80 +1,47 @@
 """Pure predicates shared by the scheduler, the DaemonSet controller and the autoscaler:
 taints and tolerations, node selectors and affinity, resource fit.
 
-They take plain dicts and return facts; nobody here writes anything.
+They take plain dicts and return facts; nobody here writes anything. Taints, tolerations and
+node affinity are Kubernetes' rules in `rebalancer.upstream.placement`, the ones
+`rebalancer simulate`'s world follows too; here they take the emulator's Node objects.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rebalancer.upstream import placement
 from rebalancer_sim.objects import Obj, parse_quantity
-from rebalancer_sim.selectors import node_selector_term_matches
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
 
 def toleration_matches(toleration: Obj, taint: Obj) -> bool:
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if not key:
-        return operator == "Exists"
-    if key != taint.get("key"):
-        return False
-    if operator == "Exists":
-        return True
-    return (toleration.get("value") or "") == (taint.get("value") or "")
+    return placement.tolerates(toleration, taint)
 
 
 def tolerates(tolerations: list[Obj], taint: Obj) -> bool:
-    return any(toleration_matches(t, taint) for t in tolerations)
+    return placement.tolerated(tolerations, taint)
 
 
 def untolerated_taint(tolerations: list[Obj], taints: list[Obj]) -> Obj | None:
     """The first NoSchedule/NoExecute taint not tolerated (PreferNoSchedule never blocks)."""
-    for taint in taints:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
-            return taint
-    return None
+    blocking = placement.untolerated(tolerations, taints)
+    return dict(blocking[0]) if blocking else None
 
 
 def prefer_no_schedule_penalty(tolerations: list[Obj], taints: list[Obj]) -> int:
-    return sum(
-        1
-        for taint in taints
-        if taint.get("effect") == "PreferNoSchedule" and not tolerates(tolerations, taint)
-    )
+    return placement.untolerated_prefer_no_schedule(tolerations, taints)
 
 
 def matches_node_selector_and_affinity(pod_spec: Obj, node: Obj) -> bool:
     labels = node["metadata"].get("labels") or {}
-    for key, value in (pod_spec.get("nodeSelector") or {}).items():
-        if labels.get(key) != value:
-            return False
-    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = required.get("nodeSelectorTerms")
-    if terms is not None:
-        name = node["metadata"]["name"]
-        return any(node_selector_term_matches(term, labels, name) for term in terms)
-    return True
+    return placement.fits_node_selector_and_affinity(pod_spec, labels, node["metadata"]["name"])
 
 
 def preferred_affinity_score(pod_spec: Obj, node: Obj) -> int:
-    preferred = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "preferredDuringSchedulingIgnoredDuringExecution"
-    ) or []
     labels = node["metadata"].get("labels") or {}
-    name = node["metadata"]["name"]
-    return sum(
-        int(term.get("weight", 0))
-        for term in preferred
-        if node_selector_term_matches(term.get("preference") or {}, labels, name)
-    )
+    return placement.preferred_affinity_weight(pod_spec, labels, node["metadata"]["name"])
 
 
 def allocatable(node: Obj) -> dict[str, float]:

@@ -100,38 +100,6 @@ def label_selector_object(selector: Mapping[str, Any] | None) -> LabelPredicate:
     return predicate
 
 
-def node_selector_term_matches(term: Mapping[str, Any], labels: Labels, name: str) -> bool:
-    """One `NodeSelectorTerm`: all its matchExpressions and matchFields hold."""
-    for expr in term.get("matchExpressions") or []:
-        if not _node_requirement(expr, labels.get(expr.get("key", ""))):
-            return False
-    for expr in term.get("matchFields") or []:
-        value = name if expr.get("key") == "metadata.name" else None
-        if not _node_requirement(expr, value):
-            return False
-    return bool(term.get("matchExpressions") or term.get("matchFields"))
-
-
-def _node_requirement(expr: Mapping[str, Any], value: str | None) -> bool:
-    op = expr.get("operator", "")
-    values = expr.get("values") or []
-    if op == "In":
-        return value is not None and value in values
-    if op == "NotIn":
-        return value is None or value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt"):
-        try:
-            number, bound = int(value or ""), int(values[0])
-        except (ValueError, IndexError):
-            return False
-        return number > bound if op == "Gt" else number < bound
-    return False
-
-
 # Fields the real API server accepts per kind (others get 400, as upstream).
 FIELD_GETTERS: dict[str, dict[str, Callable[[dict[str, Any]], str]]] = {
     "Pod": {

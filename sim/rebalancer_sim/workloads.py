@@ -3,10 +3,10 @@
 Each controller keeps a set of dirty keys filled by store change listeners and reconciles only
 those, so an idle 50 000-pod cluster costs nothing per tick. Behaviour follows upstream where
 the rebalancer can observe it:
-- ReplicaSet scale-down deletes pods in upstream's order (`controller.ActivePodsWithRanks`):
-  unassigned before assigned; Pending before Running; not ready before ready; lower
-  `controller.kubernetes.io/pod-deletion-cost` first; more pods of the set on the same node
-  first; more recently ready first; newer first.
+- ReplicaSet scale-down deletes pods in upstream's order, the rule `rebalancer simulate` follows
+  too (`rebalancer.upstream.replicaset`: unassigned, Pending, not Ready, lower
+  pod-deletion-cost, more of the Deployment's pods on the node, later Ready, more restarts,
+  later created first).
 - Deployment: one ReplicaSet per pod-template hash; a template change surges the new set to full
   size and scales old sets to zero once the new one is available (simpler than the rolling
   update's maxSurge/maxUnavailable steps); status counts as upstream.
@@ -26,15 +26,13 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
+from rebalancer.upstream import replicaset as upstream
 from rebalancer_sim import resources as R
 from rebalancer_sim.admission import CREATE_OPTIONS, Admission, UserInfo, controller_user
 from rebalancer_sim.objects import (
     Obj,
-    annotation,
     controller_ref,
     get_condition,
     is_pod_active,
@@ -48,9 +46,8 @@ from rebalancer_sim.resources import ResourceType
 from rebalancer_sim.scheduling import matches_node_selector_and_affinity, untolerated_taint
 from rebalancer_sim.selectors import label_selector_object
 from rebalancer_sim.status import ApiError
-from rebalancer_sim.store import Change, Store, format_time
+from rebalancer_sim.store import Change, Store, format_time, parse_time
 
-DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 TEMPLATE_HASH = "pod-template-hash"
 REVISION = "deployment.kubernetes.io/revision"
 Key = tuple[str, str]
@@ -98,37 +95,38 @@ def _owned_pods(store: Store, owner: Obj) -> list[Obj]:
     ]
 
 
-def _ready_since(pod: Obj) -> str:
-    condition = get_condition(pod, "Ready")
-    return str((condition or {}).get("lastTransitionTime") or "")
-
-
-def _deletion_rank(pod: Obj, on_same_node: Counter[str]) -> tuple[Any, ...]:
-    """Sort key: the pod to delete first sorts first (upstream ActivePodsWithRanks.Less)."""
-    node = pod.get("spec", {}).get("nodeName") or ""
-    phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(pod_phase(pod), 2)
+def _scale_down_facts(pod: Obj) -> upstream.PodFacts:
+    """What upstream's ReplicaSet controller reads of a pod when it picks what to delete."""
+    metadata, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
     ready = is_pod_ready(pod)
-    try:
-        cost = int(annotation(pod, DELETION_COST) or 0)
-    except ValueError:
-        cost = 0
-    ready_since = _ready_since(pod) if ready else ""
-    created = pod["metadata"].get("creationTimestamp", "")
-    return (
-        1 if node else 0,
-        phase_rank,
-        1 if ready else 0,
-        cost,
-        -on_same_node[node] if node else 0,
-        _descending(ready_since),
-        _descending(created),
-        pod["metadata"]["name"],
+    ready_since = (get_condition(pod, "Ready") or {}).get("lastTransitionTime") if ready else None
+    sidecars = {
+        c.get("name")
+        for c in spec.get("initContainers") or []
+        if c.get("restartPolicy") == "Always"
+    }
+    created = metadata.get("creationTimestamp")
+    return upstream.PodFacts(
+        uid=str(metadata.get("uid", "")),
+        node=str(spec.get("nodeName") or ""),
+        phase=pod_phase(pod),
+        ready=ready,
+        ready_since=parse_time(ready_since).timestamp() if ready_since else None,
+        deletion_cost=upstream.deletion_cost(metadata.get("annotations") or {}),
+        restarts=max(
+            (int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or []),
+            default=0,
+        ),
+        sidecar_restarts=max(
+            (
+                int(c.get("restartCount") or 0)
+                for c in status.get("initContainerStatuses") or []
+                if c.get("name") in sidecars
+            ),
+            default=0,
+        ),
+        created=parse_time(created).timestamp() if created else None,
     )
-
-
-def _descending(timestamp: str) -> tuple[int, ...]:
-    """Newer (larger) timestamps sort first."""
-    return tuple(-ord(char) for char in timestamp)
 
 
 # Upstream's controllers: the first batch of creates (controller.SlowStartInitialBatchSize),
@@ -354,9 +352,16 @@ class ReplicaSetController(_Controller):
                 new_pods = [pod_from_template(rs, template) for _ in range(wanted - len(active))]
                 self.pods.create(R.REPLICASETS, rs, new_pods, user=self.user)
         elif len(active) > wanted:
-            on_node = Counter(p.get("spec", {}).get("nodeName") or "" for p in active)
-            victims = sorted(active, key=lambda p: _deletion_rank(p, on_node))
-            for pod in victims[: len(active) - wanted]:
+            victims = upstream.victims(
+                sorted(active, key=lambda p: p["metadata"]["name"]),
+                len(active) - wanted,
+                facts=_scale_down_facts,
+                related_nodes=(
+                    p.get("spec", {}).get("nodeName") or "" for p in self._related_active(rs)
+                ),
+                now=self.store.clock.now().timestamp(),
+            )
+            for pod in victims:
                 with contextlib.suppress(ApiError):
                     self.store.delete(R.PODS, *_key(pod))
         pods = [p for p in _owned_pods(self.store, rs) if is_pod_active(p)]
@@ -382,6 +387,22 @@ class ReplicaSetController(_Controller):
                 "conditions": self._failure_conditions(rs) or None,
             },
         )
+
+    def _related_active(self, rs: Obj) -> list[Obj]:
+        """The active pods of every ReplicaSet of this one's owner (upstream's
+        `getIndirectlyRelatedPods`): a Deployment's old and new sets count together. A set
+        without an owner has none, so its pods all rank alike (the real controller-manager)."""
+        owner = controller_ref(rs)
+        if owner is None:
+            return []
+        siblings = [
+            obj
+            for resource, obj in self.store.dependents_of(owner["uid"])
+            if resource is R.REPLICASETS and (controller_ref(obj) or {}).get("uid") == owner["uid"]
+        ]
+        return [
+            p for sibling in siblings for p in _owned_pods(self.store, sibling) if is_pod_active(p)
+        ]
 
     def _failure_conditions(self, rs: Obj) -> list[Obj]:
         """Upstream's `ReplicaFailure` condition: set (reason FailedCreate, the API's error) when

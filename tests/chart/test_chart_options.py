@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rebalancer.config import ControllerSettings
+from rebalancer.controller.settings import ControllerSettings
 from tests.chart.conftest import HELM_VERSIONS, Tools, by_kind, of_component, one, write_yaml
 from tests.chart.generated import CHART, ROOT
 from tests.chart.test_chart_render import EVERYTHING, install_notes

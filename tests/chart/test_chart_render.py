@@ -18,7 +18,7 @@ import yaml
 from kubernetes_validate.utils import latest_version
 
 from rebalancer import __version__
-from rebalancer.config import AgentSettings
+from rebalancer.config import AgentSettings, setting_fields
 from tests.chart.conftest import HELM_VERSIONS, Tools, of_component, one, write_yaml
 from tests.chart.generated import CHART
 
@@ -349,12 +349,13 @@ def assert_settings_are_values(
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     exposed = {snake(key) for key in values[component]["settings"]}
     assert exposed.isdisjoint(not_in_settings)
-    assert exposed | set(not_in_settings) == set(settings_cls.model_fields)
+    fields = setting_fields(settings_cls)
+    assert exposed | set(not_in_settings) == set(fields)
     for key, default in values[component]["settings"].items():
         if snake(key) in different_defaults:
             assert default == different_defaults[snake(key)][0], key
         else:
-            assert settings_cls.model_fields[snake(key)].default == default, key
+            assert fields[snake(key)].get_default(call_default_factory=True) == default, key
 
 
 def test_every_agent_setting_is_a_chart_value() -> None:

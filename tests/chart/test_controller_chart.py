@@ -14,7 +14,8 @@ import pydantic
 import pytest
 import yaml
 
-from rebalancer.config import ControllerSettings, PoolShape
+from rebalancer.config import PoolShape, setting_fields, setting_value
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.kube.leader import LeaderElector
 from tests.chart.conftest import Tools, by_kind, of_component, one
 from tests.chart.generated import CHART
@@ -167,7 +168,7 @@ NOT_IN_SETTINGS = {
     "helm_chart_version": "the chart's own version (.Chart.Version)",
     **{
         name: "notifications.*: the URL from a Secret (test_chart_options.py reads them back)"
-        for name in ControllerSettings.model_fields
+        for name in setting_fields(ControllerSettings)
         if name.startswith("notify_")
     },
 }
@@ -221,8 +222,8 @@ def test_the_controller_reads_back_every_rendered_setting(
     settings = controller_settings_from(rendered[scenario], monkeypatch, tmp_path)
     values = values_of(scenario)["controller"]
     for key, value in values["settings"].items():
-        assert getattr(settings, snake(key)) == value, key
-    assert settings.pools == [PoolShape.model_validate(pool) for pool in values["pools"]]
+        assert setting_value(settings, snake(key)) == value, key
+    assert settings.planner.pools == [PoolShape.model_validate(pool) for pool in values["pools"]]
     assert settings.http_port == values["port"]
     assert settings.namespace == "spot-rebalancer"
     assert settings.identity == "spot-rebalancer-controller-5d9c7-abcde"
@@ -282,7 +283,7 @@ def test_schema_and_controller_agree(
     if controller_accepts:
         objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
         settings = controller_settings_from(objects, monkeypatch, tmp_path)
-        read_back = getattr(settings, snake(key))
+        read_back = setting_value(settings, snake(key))
         if key == "eventPolicy":  # helm merges the map into the defaults
             assert value.items() <= read_back.items()
         else:
@@ -316,13 +317,13 @@ def test_helm_and_controller_agree_on_pools(
         "helm4", "template", "r", str(CHART), "--set-json", f"controller.pools={json.dumps(pools)}"
     )
     try:
-        expected = ControllerSettings.model_validate({"pools": pools}).pools
+        expected = ControllerSettings.model_validate({"pools": pools}).planner.pools
     except pydantic.ValidationError:
         expected = None
     assert (result.returncode == 0) == (expected is not None), result.stderr
     if expected is not None:
         objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-        assert controller_settings_from(objects, monkeypatch, tmp_path).pools == expected
+        assert controller_settings_from(objects, monkeypatch, tmp_path).planner.pools == expected
 
 
 @pytest.mark.parametrize(

@@ -36,8 +36,9 @@ from rebalancer import names
 from rebalancer.agent.agent import Agent
 from rebalancer.azure.imds import ImdsClient
 from rebalancer.clock import ManualClock, SystemClock
-from rebalancer.config import AgentSettings, ControllerSettings
+from rebalancer.config import AgentSettings
 from rebalancer.controller.reconciler import Controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.kube.client import KubeClient
 from rebalancer.kube.nodes import NodeApi
 from rebalancer.metrics import AgentMetrics, ControllerMetrics

@@ -14,8 +14,8 @@ from typing import Any
 import structlog
 
 from rebalancer.clock import SystemClock
-from rebalancer.config import ControllerSettings
 from rebalancer.controller.reconciler import Controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.kube.client import KubeClient
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.vocabulary import Check, EventReason

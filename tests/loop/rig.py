@@ -17,8 +17,8 @@ from typing import Any
 import structlog
 
 from rebalancer import names
-from rebalancer.config import ControllerSettings
 from rebalancer.controller.reconciler import Controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.timefmt import iso
 from tests.fakes.api import FakeApi

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from rebalancer.clock import ManualClock
+from rebalancer.names import DELETION_COST
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
 from rebalancer_sim.disruption import evict
@@ -17,7 +18,6 @@ from rebalancer_sim.objects import condition_true, get_condition
 from rebalancer_sim.pools import PoolSpec, node_name
 from rebalancer_sim.scenario import ScenarioError, parse_scenario
 from rebalancer_sim.status import ApiError
-from rebalancer_sim.workloads import DELETION_COST
 
 from .conftest import GPU_TOLERATION, SPOT_TOLERATION, small_scenario
 
@@ -536,3 +536,53 @@ async def test_node_problem_detector_conditions_follow_the_event(make_cluster: M
     cleared = condition(third, "PreemptionScheduled")
     assert cleared is not None and cleared["status"] == "False"
     assert cleared["reason"] == "NoPreemptionScheduled"
+
+
+def _replicaset_on(node: str, replicas: int) -> dict[str, Any]:
+    template = {
+        "metadata": {"labels": {"app": "orphan"}},
+        "spec": {
+            "containers": [
+                {"name": "app", "image": "v1", "resources": {"requests": {"cpu": "10m"}}}
+            ],
+            "nodeSelector": {"kubernetes.io/hostname": node},
+        },
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"namespace": "default", "name": "orphan", "labels": {"app": "orphan"}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "orphan"}},
+            "template": template,
+        },
+    }
+
+
+async def test_a_replicaset_without_an_owner_does_not_rank_its_pods_by_node(
+    make_cluster: Make,
+) -> None:
+    """Upstream counts the pods on a node over the owner's ReplicaSets; a set without an owner
+    has none (tests/sim/test_scale_down_order.py found it on the real controller-manager), so
+    the later Ready pod goes first even though it is alone on its node."""
+    scenario = small_scenario(workloads=[], pools=[{"name": "a", "count": 2, "cpu": 8}])
+    cluster = make_cluster(scenario)
+    crowded, alone = sorted(n["metadata"]["name"] for n in cluster.nodes("a"))
+    cluster.store.create(R.REPLICASETS, _replicaset_on(crowded, 3))
+    await cluster.advance(100)
+    assert len(_ready(cluster, "orphan")) == 3
+    replicaset = json.loads(json.dumps(cluster.store.get(R.REPLICASETS, "default", "orphan")))
+    replicaset["spec"]["replicas"] = 4
+    replicaset["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": alone}
+    cluster.store.update(R.REPLICASETS, replicaset)
+    await cluster.advance(10)
+    assert len(_ready(cluster, "orphan")) == 4
+
+    replicaset = json.loads(json.dumps(cluster.store.get(R.REPLICASETS, "default", "orphan")))
+    replicaset["spec"]["replicas"] = 3
+    cluster.store.update(R.REPLICASETS, replicaset)
+    cluster.step()
+
+    terminating = [p for p in _pods(cluster, "orphan") if p["metadata"].get("deletionTimestamp")]
+    assert [p["spec"]["nodeName"] for p in terminating] == [alone]

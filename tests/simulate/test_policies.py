@@ -201,3 +201,20 @@ def test_failover_returns_again_after_a_return_gave_up() -> None:
     data = [2] * 6 + [0, 0, 2, 0] + [2] * 8
     result = run("failover", [trace("a", data)], loadSeconds=400, spotPoolMinNodes=1)
     assert result.counters.returns == 1
+
+
+def test_the_controllers_settings_come_from_the_scenario_never_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rebalancer.simulate.adapter import failover_settings, risk_settings
+    from rebalancer.simulate.world import World
+
+    monkeypatch.setenv("REBALANCER_COOLDOWN_SECONDS", "5")
+    monkeypatch.setenv("REBALANCER_RISK_PRIOR_RATE_PER_HOUR", "0.5")
+    scenario = scenario_from(
+        {"returnQuietSeconds": 60, "riskMediumRatePerHour": 0.1}, source="test"
+    )
+    world = World(scenario=scenario, pools=[], deployments=[], start=0, horizon=0, needed=0)
+    planner, risk = failover_settings(world), risk_settings(scenario)
+    assert (planner.cooldown_seconds, planner.returns.quiet_seconds) == (600, 60)
+    assert (risk.prior_rate_per_hour, risk.medium_rate_per_hour) == (0.05, 0.1)

@@ -16,6 +16,7 @@ from rebalancer.controller.karpenter import NodePoolInfo
 from rebalancer.plugin import doctor
 from rebalancer.plugin.view import build_view
 from rebalancer.vocabulary import Check
+from rebalancer_sim.patch import merge_patch
 from tests.unit.kube_objects import node
 from tests.unit.test_checkup import AKS_DOCS_PLUGIN, BOTH, D4, GPU, SPOT, setup, world
 from tests.unit.test_plugin import ENV, NOW, controller, raw
@@ -23,6 +24,8 @@ from tests.unit.test_plugin import ENV, NOW, controller, raw
 SPOT_TAINT = {"key": names.AKS_SPOT_LABEL, "value": "spot", "effect": "NoSchedule"}
 GPU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
 A100 = "Standard_NC24ads_A100_v4"
+# A third of an A10: a GPU size whose whole GPUs Azure's size table does not state (gpu_sizes.py).
+A10_THIRD = "Standard_NC8ads_A10_v4"
 
 
 def nodepool(
@@ -82,8 +85,22 @@ NAP_ONLY = [nap_node("nap-0", "gpu", "spot"), node("sys-0", "system", spot=False
 GPU_POOL_NAMING_ITS_COUNT = nodepool(
     "gpu", ["spot", "on-demand"], taints=[SPOT_TAINT, GPU_TAINT], gpus=1
 )
+UNSIZED_GPU_POOL = nodepool(
+    "gpu", ["spot", "on-demand"], taints=[SPOT_TAINT, GPU_TAINT], sizes=(A10_THIRD,)
+)
 DELETED_ON_DEMAND_POOL = nodepool("gpuod", ["on-demand"], taints=[GPU_TAINT], gpus=1)
 DELETED_ON_DEMAND_POOL["metadata"]["deletionTimestamp"] = "2026-08-01T00:00:00Z"
+
+
+def disrupted(obj: dict[str, Any], **disruption: Any) -> dict[str, Any]:
+    """The NodePool with `spec.disruption` as given (karpenter.sh/v1 field names)."""
+    changed = copy.deepcopy(obj)
+    changed["spec"]["disruption"] = disruption
+    return changed
+
+
+BOTH_GPU_POOL = nodepool("gpu", ["spot", "on-demand"], taints=[SPOT_TAINT, GPU_TAINT])
+KEEPS_EMPTY = ("nodepool-keeps-empty-nodes", "warning", "NodePool gpu")
 
 
 def nap_world(**changes: Any) -> dict[str, Any]:
@@ -127,11 +144,19 @@ CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
         nap_world(declared=[]),  # its GPUs per node from its spot node
         [],
     ),
-    "the same before NAP has launched any node: GPUs per node unknown": (
+    "the same before NAP has launched any node, sizes naming no GPU count: GPUs unknown": (
+        nap_world(
+            declared=[],
+            nodes=[node("sys-0", "system", spot=False, gpus=0, taints=[], sku=D4)],
+            nodepools=[UNSIZED_GPU_POOL],
+        ),
+        [NO_FALLBACK, ("on-demand-pool-undeclared", "warning", "NodePool gpu")],
+    ),
+    "the same, its instance types in Azure's size table: GPUs per node from them": (
         nap_world(
             declared=[], nodes=[node("sys-0", "system", spot=False, gpus=0, taints=[], sku=D4)]
         ),
-        [NO_FALLBACK, ("on-demand-pool-undeclared", "warning", "NodePool gpu")],
+        [],
     ),
     "the same, the NodePool naming its GPU count": (
         nap_world(
@@ -143,7 +168,10 @@ CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
     ),
     "an on-demand GPU NodePool without node, GPUs per node unknown, undeclared": (
         nap_world(
-            nodepools=[SPOT_GPU_POOL, nodepool("gpuod", ["on-demand"], taints=[GPU_TAINT])],
+            nodepools=[
+                SPOT_GPU_POOL,
+                nodepool("gpuod", ["on-demand"], taints=[GPU_TAINT], sizes=(A10_THIRD,)),
+            ],
             declared=[],
         ),
         [NO_FALLBACK, ("on-demand-pool-undeclared", "warning", "NodePool gpuod")],
@@ -175,6 +203,72 @@ CASES: dict[str, tuple[dict[str, Any], list[tuple[str, str, str]]]] = {
             nodepools=[
                 nodepool("gpu", ["spot", "on-demand"], taints=[SPOT_TAINT, GPU_TAINT]),
                 nodepool("batch", ["spot"], taints=[SPOT_TAINT], sizes=(D4,)),
+            ]
+        ),
+        [],
+    ),
+    "a GPU NodePool whose consolidation is off: its emptied on-demand nodes stay": (
+        nap_world(nodepools=[disrupted(BOTH_GPU_POOL, consolidateAfter="Never")]),
+        [KEEPS_EMPTY],
+    ),
+    "a budget of 0 nodes for every reason, always active": (
+        nap_world(nodepools=[disrupted(BOTH_GPU_POOL, budgets=[{"nodes": "0"}])]),
+        [KEEPS_EMPTY],
+    ),
+    "both, and a 0% budget naming Empty beside others kept": (
+        nap_world(
+            nodepools=[
+                disrupted(
+                    BOTH_GPU_POOL,
+                    consolidationPolicy="WhenEmptyOrUnderutilized",
+                    consolidateAfter="Never",
+                    budgets=[
+                        {"nodes": "0%", "reasons": ["Empty", "Drifted"]},
+                        {"nodes": "0", "reasons": ["Empty"]},
+                        {"nodes": "1", "reasons": ["Drifted"]},
+                    ],
+                )
+            ]
+        ),
+        [KEEPS_EMPTY],
+    ),
+    "budgets that leave empty nodes alone: Underutilized only, a schedule, or 1 node": (
+        nap_world(
+            nodepools=[
+                disrupted(
+                    BOTH_GPU_POOL,
+                    consolidateAfter="30s",
+                    budgets=[
+                        {"nodes": "0", "reasons": ["Underutilized"]},
+                        {"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h"},
+                        {"nodes": "1"},
+                        {"nodes": "0", "reasons": []},  # names no reason: applies to none
+                    ],
+                )
+            ]
+        ),
+        [],
+    ),
+    "a spot-only GPU NodePool keeping empty nodes: no fallback node to leave behind": (
+        nap_world(
+            nodepools=[
+                BOTH_GPU_POOL,
+                disrupted(
+                    nodepool("gpu2", ["spot"], taints=[SPOT_TAINT, GPU_TAINT]),
+                    consolidateAfter="Never",
+                ),
+            ]
+        ),
+        [],
+    ),
+    "a CPU NodePool keeping empty nodes: not the doctor's business": (
+        nap_world(
+            nodepools=[
+                BOTH_GPU_POOL,
+                disrupted(
+                    nodepool("batch", ["on-demand"], taints=[], sizes=(D4,)),
+                    consolidateAfter="Never",
+                ),
             ]
         ),
         [],
@@ -230,11 +324,11 @@ def _apply(parts: dict[str, Any], finding: Finding) -> dict[str, Any]:
     document = yaml.safe_load(finding.yaml)
     if "controller" in document:  # chart values: a pool declaration
         changed["declared"] += document["controller"]["pools"]
-    elif finding.object.kind == "NodePool":
-        for obj in changed["nodepools"]:
-            if obj["metadata"]["name"] == finding.object.name:
-                requirements = document["spec"]["template"]["spec"]["requirements"]
-                obj["spec"]["template"]["spec"]["requirements"] = requirements
+    elif finding.object.kind == "NodePool":  # kubectl patch --type merge (RFC 7386)
+        changed["nodepools"] = [
+            merge_patch(obj, document) if obj["metadata"]["name"] == finding.object.name else obj
+            for obj in changed["nodepools"]
+        ]
     else:
         for obj in changed["daemonsets"]:
             if obj["metadata"]["name"] == finding.object.name:
@@ -245,6 +339,7 @@ def _apply(parts: dict[str, Any], finding: Finding) -> dict[str, Any]:
 
 NAP_CHECKS = (
     Check.NODEPOOL_SPOT_ONLY,
+    Check.NODEPOOL_KEEPS_EMPTY_NODES,
     Check.DEVICE_PLUGIN_NOT_ON_SPOT,
     Check.POOL_AT_ZERO_UNDECLARED,
 )
@@ -353,3 +448,35 @@ def test_the_plugins_doctor_reads_the_nodepools_it_gathered() -> None:
     forbidden = raw(nodes=NAP_ONLY, nodepools=None, deployments=[release])
     unread = build_view(forbidden, now=NOW, namespace=None)
     assert Check.NODEPOOL_SPOT_ONLY not in {f.check for f in doctor.findings_of(unread)}
+
+
+def test_letting_empty_nodes_go_keeps_every_other_disruption_choice() -> None:
+    """The fix turns consolidation on for empty nodes only (Never had it off for underused ones
+    too), and takes Empty out of the zero budgets: Drifted stays at 0, the 1-node budget stays."""
+    obj = disrupted(
+        BOTH_GPU_POOL,
+        consolidateAfter="Never",
+        budgets=[
+            {"nodes": "0%", "reasons": ["Empty", "Drifted"]},
+            {"nodes": "0", "reasons": ["Empty"]},
+            {"nodes": "0"},
+            {"nodes": "1", "reasons": ["Drifted"]},
+        ],
+    )
+    (finding,) = diagnose(nap_setup(nap_world(nodepools=[obj])))
+    assert yaml.safe_load(finding.yaml) == {
+        "spec": {
+            "disruption": {
+                "consolidateAfter": "10m",
+                "consolidationPolicy": "WhenEmpty",
+                "budgets": [
+                    {"nodes": "0%", "reasons": ["Drifted"]},
+                    {"nodes": "0", "reasons": ["Underutilized", "Drifted"]},
+                    {"nodes": "1", "reasons": ["Drifted"]},
+                ],
+            }
+        }
+    }
+    assert finding.command == "kubectl patch nodepool gpu --type merge --patch-file fix.yaml"
+    # Without a workload to fail over, no fallback node is ever emptied: nothing said.
+    assert diagnose(nap_setup(nap_world(nodepools=[obj], workloads=[]))) == []

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from rebalancer.config import AgentSettings, ControllerSettings
+from rebalancer.config import AgentSettings, setting_fields
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.metrics import AgentMetrics, ControllerMetrics
 from rebalancer.vocabulary import Check, EventReason
 from tests.docs_generated import SETTINGS_DOC, settings_doc
@@ -87,7 +88,7 @@ def setting_variables() -> set[str]:
     """REBALANCER_* of every setting of both processes, and the variables they also accept."""
     names: set[str] = set()
     for cls in (AgentSettings, ControllerSettings):
-        for name, field in cls.model_fields.items():
+        for name, field in setting_fields(cls).items():
             names.add(f"REBALANCER_{name.upper()}")
             choices = getattr(field.validation_alias, "choices", [])
             names |= {c for c in choices if isinstance(c, str) and c.startswith("REBALANCER_")}

@@ -11,7 +11,6 @@ from typing import Any, cast
 import structlog
 
 from rebalancer.clock import ManualClock
-from rebalancer.config import ControllerSettings
 from rebalancer.controller.checkup import (
     WARNING,
     IdleSpell,
@@ -23,6 +22,7 @@ from rebalancer.controller.doctor import IDLE_LIMIT_SECONDS, Doctor
 from rebalancer.controller.idle_nodes import IdleWatch
 from rebalancer.controller.model import NodeInfo, PodInfo
 from rebalancer.controller.planner import Settings
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.vocabulary import Check

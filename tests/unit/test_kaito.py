@@ -19,7 +19,6 @@ import yaml
 
 from rebalancer import names
 from rebalancer.clock import ManualClock
-from rebalancer.config import ControllerSettings
 from rebalancer.controller.actions import Evict, ScaleUp
 from rebalancer.controller.admission import View, review
 from rebalancer.controller.checkup import Finding, Setup, diagnose, setup_of
@@ -29,6 +28,7 @@ from rebalancer.controller.karpenter import NodePoolInfo
 from rebalancer.controller.model import NodeInfo, PodInfo, WorkloadInfo
 from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.risk import RiskSettings, assess
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.kube.errors import Forbidden, NotFound
 from rebalancer.metrics import ControllerMetrics

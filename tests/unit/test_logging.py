@@ -8,9 +8,9 @@ import pytest
 import structlog
 
 from rebalancer.clock import ManualClock
-from rebalancer.config import ControllerSettings
 from rebalancer.controller.actions import APPLIED, Outcome, Restore
 from rebalancer.controller.reconciler import Controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.logging import get_logger, setup_logging
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.vocabulary import ActionResult, Reason, Rejection

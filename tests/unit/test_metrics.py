@@ -6,8 +6,8 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from rebalancer.clock import ManualClock
-from rebalancer.config import ControllerSettings
 from rebalancer.controller.reconciler import Controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.metrics import AgentMetrics, ControllerMetrics
 
 

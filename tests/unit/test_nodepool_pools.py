@@ -25,6 +25,7 @@ from rebalancer.kube.errors import NotFound, ServerError
 from tests.unit.test_planner import node_json, of_type, pod, snapshot
 
 A100 = "Standard_NC24ads_A100_v4"
+A10_THIRD = "Standard_NC8ads_A10_v4"  # a third of an A10: no whole GPUs in Azure's size table
 GPU_TAINT = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
 SPOT_TAINT = {"key": names.AKS_SPOT_LABEL, "value": "spot", "effect": "NoSchedule"}
 GPU_COUNT = "karpenter.azure.com/sku-gpu-count"
@@ -37,9 +38,11 @@ def nodepool_json(
     taints: list[dict[str, str]] | None = None,
     extra: list[dict[str, Any]] | None = None,
     status: dict[str, Any] | None = None,
+    sizes: tuple[str, ...] = (A100,),
 ) -> dict[str, Any]:
+    named = [{"key": names.INSTANCE_TYPE_LABEL, "operator": "In", "values": list(sizes)}]
     requirements: list[dict[str, Any]] = [
-        {"key": names.INSTANCE_TYPE_LABEL, "operator": "In", "values": [A100]},
+        *(named if sizes else []),
         {
             "key": names.KARPENTER_CAPACITY_TYPE_LABEL,
             "operator": "In",
@@ -93,6 +96,7 @@ def test_a_nodepool_allowing_both_capacity_types_gives_two_pools_shaped_as_its_n
     ("extra", "gpus", "zones"),
     [
         ([], 0, ()),  # unknown: a GPU replica does not fit until declared or seen on a node
+        ([{"key": GPU_COUNT, "operator": "In", "values": ["1"]}], 1, ()),
         ([{"key": GPU_COUNT, "operator": "In", "values": ["1", "2"]}], 2, ()),
         ([{"key": GPU_COUNT, "operator": "Gt", "values": ["3"]}], 4, ()),
         ([{"key": GPU_COUNT, "operator": "In", "values": ["x"]}], 0, ()),
@@ -106,7 +110,7 @@ def test_a_nodepool_allowing_both_capacity_types_gives_two_pools_shaped_as_its_n
 def test_what_a_nodepools_requirements_say_of_its_nodes(
     extra: list[dict[str, Any]], gpus: int, zones: tuple[str, ...]
 ) -> None:
-    info = NodePoolInfo.from_json(nodepool_json(extra=extra))
+    info = NodePoolInfo.from_json(nodepool_json(extra=extra, sizes=()))
     assert (info.gpus, info.zones) == (gpus, zones)
     # Several zones: no zone label, as a pool whose nodes span zones shows none.
     (part, _) = nodepool_pools([info], {}).values()
@@ -128,8 +132,99 @@ def test_gpus_per_node_unknown_from_requirements_are_those_its_nodes_show() -> N
         }
     )
     live = pools_of([spot_node])
-    assert parts_of(nodepool_json())["gpu:on-demand"].gpus_per_node == 0
-    assert parts_of(nodepool_json(), live)["gpu:on-demand"].gpus_per_node == 1
+    unsized = nodepool_json(sizes=(A10_THIRD,))  # a GPU size the size table does not count
+    assert parts_of(unsized)["gpu:on-demand"].gpus_per_node == 0
+    assert parts_of(unsized, live)["gpu:on-demand"].gpus_per_node == 1
+
+
+# Requirements as karpenter-provider-azure's users write them (its examples and e2e suites:
+# sku-family, sku-series, sku-name, sku-gpu-name, instance types), and the GPUs per node they give.
+FAMILY_N = {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["N"]}
+A100_SIZES = ["Standard_NC24ads_A100_v4", "Standard_NC48ads_A100_v4", "Standard_NC96ads_A100_v4"]
+
+
+def requirement(key: str, operator: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": operator, "values": list(values)}
+
+
+@pytest.mark.parametrize(
+    ("requirements", "gpus"),
+    [
+        # One size: its GPUs, from Azure's size table.
+        ([requirement(names.INSTANCE_TYPE_LABEL, "In", A100)], 1),
+        ([requirement("karpenter.azure.com/sku-name", "In", "Standard_NC80adis_H100_v5")], 2),
+        # Several: the largest, which Karpenter launches for a replica that needs it.
+        ([requirement(names.INSTANCE_TYPE_LABEL, "In", *A100_SIZES)], 4),
+        ([requirement("karpenter.azure.com/sku-series", "In", "NCads_v4")], 4),
+        ([FAMILY_N, requirement("karpenter.azure.com/sku-gpu-name", "In", "T4")], 4),
+        ([FAMILY_N, requirement("karpenter.azure.com/sku-gpu-name", "In", "A100")], 8),
+        # Every requirement on a size label narrows them, as Karpenter matches them.
+        (
+            [
+                requirement(names.INSTANCE_TYPE_LABEL, "In", *A100_SIZES),
+                requirement("karpenter.azure.com/sku-gpu-count", "Lt", "3"),
+            ],
+            2,
+        ),
+        ([FAMILY_N, requirement("karpenter.azure.com/sku-cpu", "Lt", "20")], 2),  # NC12, NV12...
+        ([FAMILY_N, requirement("karpenter.azure.com/sku-version", "In", "5")], 8),
+        (
+            [
+                requirement(names.INSTANCE_TYPE_LABEL, "In", *A100_SIZES),
+                requirement(names.INSTANCE_TYPE_LABEL, "NotIn", "Standard_NC96ads_A100_v4"),
+                requirement("kubernetes.io/arch", "In", "amd64"),
+            ],
+            2,
+        ),
+        # A size property the table cannot judge may rule the larger ones out: the fewest.
+        (
+            [
+                requirement(names.INSTANCE_TYPE_LABEL, "In", *A100_SIZES),
+                requirement("karpenter.azure.com/sku-memory", "Lt", "500000"),
+            ],
+            1,
+        ),
+        ([requirement("karpenter.azure.com/sku-family", "Matches", "N")], 1),
+        # Sizes the table does not count: unknown, never guessed.
+        ([requirement(names.INSTANCE_TYPE_LABEL, "In", A10_THIRD)], 0),
+        ([requirement(names.INSTANCE_TYPE_LABEL, "In", "Standard_D4s_v5")], 0),
+        ([requirement(names.INSTANCE_TYPE_LABEL, "In", A10_THIRD, A100)], 1),
+    ],
+)
+def test_gpus_per_node_from_the_sizes_a_nodepool_names(
+    requirements: list[dict[str, Any]], gpus: int
+) -> None:
+    obj = nodepool_json(sizes=(), extra=requirements)
+    assert NodePoolInfo.from_json(obj).gpus == gpus
+    assert parts_of(obj)["gpu:on-demand"].gpus_per_node == gpus
+
+
+def test_a_replica_needing_more_gpus_than_the_smallest_size_fails_over_to_a_larger_one() -> None:
+    """A NodePool listing a 1-GPU and a 2-GPU size, no node yet: a 2-GPU replica fits its
+    on-demand part (Karpenter launches the 2-GPU size for it); a 4-GPU replica does not."""
+    obj = nodepool_json(sizes=tuple(A100_SIZES[:2]))
+    pools = parts_of(obj)
+    tolerant = {"tolerations": [{"operator": "Exists"}]}
+    assert on_demand_fallback(tolerant, pools, gpus=2).pools == ("gpu:on-demand",)
+    assert on_demand_fallback(tolerant, pools, gpus=4).rejected == {
+        "gpu:on-demand": ("needs 4 nvidia.com/gpu, nodes have 2",)
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "values"),
+    [
+        ("karpenter.azure.com/sku-series", ["NCads_v4", "NDasr_v4"]),
+        ("karpenter.azure.com/sku-name", [A100]),
+    ],
+)
+def test_a_nodepool_naming_gpu_series_or_sku_names_is_a_gpu_nodepool(
+    key: str, values: list[str]
+) -> None:
+    obj = nodepool_json(sizes=(), extra=[requirement(key, "In", *values)])
+    assert NodePoolInfo.from_json(obj).gpu
+    cpu = nodepool_json(sizes=(), extra=[requirement(key, "In", "Dsv5", "Standard_D4s_v5")])
+    assert not NodePoolInfo.from_json(cpu).gpu
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from rebalancer.clock import ManualClock, SystemClock
-from rebalancer.config import NOTIFY_KINDS, ControllerSettings
 from rebalancer.controller.messages import (
     Kind,
     Target,
@@ -26,6 +25,7 @@ from rebalancer.controller.messages import (
     risk_move,
 )
 from rebalancer.controller.notifier import Notifier
+from rebalancer.controller.settings import NOTIFY_KINDS, ControllerSettings
 from rebalancer.metrics import ControllerMetrics
 from rebalancer.retry import Backoff, RetryPolicy
 from tests.helpers import free_port, serve, wait_for

@@ -204,12 +204,15 @@ def test_install_found_by_the_charts_labels() -> None:
 @pytest.mark.parametrize(
     ("env", "check"),
     [
-        ({"REBALANCER_GPU_WORKLOADS_ONLY": "false"}, lambda s, p: not s.gpu_workloads_only),
-        (ENV, lambda s, p: s.lease_name == "lease1" and s.pools[0].name == "gpuzero"),
-        ({"REBALANCER_POOLS": "[not json"}, lambda s, p: s.pools == [] and "not JSON" in p[0]),
+        ({"REBALANCER_GPU_WORKLOADS_ONLY": "false"}, lambda s, p: not s.planner.gpu_workloads_only),
+        (ENV, lambda s, p: s.lease_name == "lease1" and s.planner.pools[0].name == "gpuzero"),
+        (
+            {"REBALANCER_POOLS": "[not json"},
+            lambda s, p: s.planner.pools == [] and "not JSON" in p[0],
+        ),
         (
             {"REBALANCER_COOLDOWN_SECONDS": "-1"},
-            lambda s, p: s.cooldown_seconds == 600 and "cooldown_seconds" in p[0],
+            lambda s, p: s.planner.cooldown_seconds == 600 and "cooldown_seconds" in p[0],
         ),
         ({"REBALANCER_PRICES_FILE": "/in/the/pod"}, lambda s, p: s.prices_file is None and not p),
     ],

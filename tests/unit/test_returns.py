@@ -113,7 +113,9 @@ def test_does_not_start(case: str) -> None:
         pods[0] = pod("p0", "spot-0", ready=False)
     elif case == "outside window":
         now = NOW.hour * 60 + NOW.minute
-        settings = Settings(returns=ReturnSettings(window=((now + 60) % 1440, (now + 120) % 1440)))
+        start, end = ((now + 60) % 1440, (now + 120) % 1440)
+        window = f"{start // 60:02d}:{start % 60:02d}-{end // 60:02d}:{end % 60:02d}"
+        settings = Settings(returns=ReturnSettings(window=window))
     elif case == "backoff":
         until = (NOW + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
         workload = replace(workload, annotations={RETURN_BACKOFF_ANNOTATION: until})

@@ -12,11 +12,11 @@ from structlog.testing import capture_logs
 
 from rebalancer.azure.risk_data import EvictionRates, PlacementScores
 from rebalancer.clock import ManualClock
-from rebalancer.config import ControllerSettings
 from rebalancer.controller.history import History
 from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.planner import plan
 from rebalancer.controller.reconciler import Controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.metrics import RISK_ERROR_REASONS, RISK_SOURCES, ControllerMetrics
 from tests.unit.test_risk import A100, T4, node, preempt
@@ -70,11 +70,11 @@ def test_risk_gauges_per_group_and_source_with_the_ages_of_azure_data() -> None:
         risk_placement_score_enabled=True,
         azure_subscription_id="sub",
     )
-    assert ctl.eviction_rates is not None and ctl.placement_scores is not None
-    ctl.eviction_rates.data = EvictionRates(
+    assert ctl.risk.eviction_rates is not None and ctl.risk.placement_scores is not None
+    ctl.risk.eviction_rates.data = EvictionRates(
         {(A100.lower(), "eastus"): "5-10"}, now - timedelta(minutes=30)
     )
-    ctl.placement_scores.data = PlacementScores(
+    ctl.risk.placement_scores.data = PlacementScores(
         {(A100.lower(), "eastus", "1"): "Low"}, now - timedelta(minutes=5)
     )
     nodes = [node("a0"), node("a1"), node("t0", pool="spott", zone="eastus-2", sku=T4)]
@@ -122,7 +122,7 @@ def test_risk_gauges_per_group_and_source_with_the_ages_of_azure_data() -> None:
 def test_the_history_feeds_the_risk_of_a_group_whose_nodes_are_gone() -> None:
     clock = ManualClock()
     ctl, metrics = controller(clock)
-    assert ctl.risk_feeds == []  # both APIs off by default
+    assert ctl.risk.feeds == []  # both APIs off by default
     entries = (preempt(0, "x"), preempt(0, "y"))
     record = History(since=clock.now() - timedelta(hours=1), entries=entries)
     # The entries are relative to tests.unit.test_risk.NOW; move them to this clock.
@@ -148,13 +148,13 @@ async def test_a_failed_refresh_counts_by_source_and_reason() -> None:
         for reason in RISK_ERROR_REASONS:
             labels = (("reason", reason), ("source", source))
             assert found[("rebalancer_risk_refresh_errors_total", labels)] == 0
-    assert ctl.eviction_rates is not None
+    assert ctl.risk.eviction_rates is not None
     # No Workload Identity environment here: the credential cannot be built.
-    assert not await ctl.eviction_rates.refresh(["eastus"], [A100])
+    assert not await ctl.risk.eviction_rates.refresh(["eastus"], [A100])
     found = samples(metrics.registry)
     labels = (("reason", "auth"), ("source", "resource_graph"))
     assert found[("rebalancer_risk_refresh_errors_total", labels)] == 1
-    await ctl._azure_tokens.close()
+    await ctl.risk.close()
 
 
 def test_the_reasons_are_the_clients_reasons() -> None:

@@ -227,7 +227,7 @@ def test_capacity_held_under_an_hour_counts_riskier_in_proportion_up_to_four_tim
     assert fresh.of_pair(GROUPS[0], GROUPS[1]) == pytest.approx(0.0045 * 8**0.5)
     held_long = aged(seen, dict.fromkeys(GROUPS, 3.0), TargetSettings())
     assert held_long.group == seen.group and held_long.pair == seen.pair
-    off = aged(seen, held, TargetSettings(fresh_hours=0))
+    off = aged(seen, held, TargetSettings(fresh_seconds=0))
     assert off.group == seen.group
 
 
@@ -515,10 +515,9 @@ def test_the_seconds_below_stay_within_what_the_record_reads_back() -> None:
 
 
 def test_the_controllers_settings_reach_the_targets_model() -> None:
-    from rebalancer.config import ControllerSettings
-    from rebalancer.controller.options import planner_settings
+    from rebalancer.controller.settings import ControllerSettings
 
-    default = planner_settings(ControllerSettings()).target
+    default = ControllerSettings().planner.target
     assert (default.recovery_seconds, default.fresh_hours, default.spot_price_share) == (
         360.0,
         1.0,
@@ -527,7 +526,7 @@ def test_the_controllers_settings_reach_the_targets_model() -> None:
     chosen = ControllerSettings(
         target_recovery_seconds=120, target_fresh_seconds=0, target_spot_price_share=0.15
     )
-    mapped = planner_settings(chosen).target
+    mapped = chosen.planner.target
     assert (mapped.recovery_seconds, mapped.fresh_hours, mapped.spot_price_share) == (
         120.0,
         0.0,

@@ -13,10 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from rebalancer.config import ControllerSettings, describe_error
+from rebalancer.config import describe_error
 from rebalancer.controller import webhook as webhook_module
 from rebalancer.controller.admission import review
 from rebalancer.controller.model import gpus_of, parse_quantity, unreadable_gpus
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.controller.webhook import PlacementWebhook, nested_deeper_than
 from rebalancer.controller.webhook_server import Limits
 from rebalancer.metrics import ControllerMetrics

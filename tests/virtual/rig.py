@@ -28,8 +28,9 @@ import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 
 from rebalancer.agent.main import serve_agent
-from rebalancer.config import AgentSettings, ControllerSettings
+from rebalancer.config import AgentSettings
 from rebalancer.controller.main import serve_controller
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer.logging import plain_values
 from rebalancer.metrics import AgentMetrics, ControllerMetrics
 from rebalancer_sim.cluster import ClusterEmulator

@@ -17,7 +17,8 @@ import pytest
 from aiohttp import web
 
 from rebalancer import names
-from rebalancer.config import ControllerSettings
+from rebalancer.config import setting_fields
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer_sim import resources as R
 from rebalancer_sim.measure import unavoidable_deficit
 from tests.e2e.rig import SPOT_TOLERATIONS, Rig, ready, sampling, scenario
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.looptime
 
 DEADLINE_TAINT = f"{names.PREFIX}/evicting"
 # The controller deletes what is left this long before a deadline.
-MARGIN = float(ControllerSettings.model_fields["deadline_margin_seconds"].default)
+MARGIN = float(setting_fields(ControllerSettings)["deadline_margin_seconds"].default)
 
 
 async def test_single_preempt_fails_over_before_the_node_goes(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,3 +58,80 @@ async def test_a_new_replica_is_placed_by_the_controllers_webhook(tmp_path: Path
     calls = rig.cluster.admission.calls
     assert [c.outcome for c in calls if c.outcome == "patched"] == ["patched"], calls
     assert calls[-1].user == "system:serviceaccount:kube-system:replicaset-controller"
+
+
+async def test_a_brand_new_workloads_first_pods_are_placed(tmp_path: Path) -> None:
+    """A Deployment created with its policy: the Deployment controller makes its ReplicaSet and
+    the ReplicaSet its pods at once, before the controller's next pass shows the Deployment. The
+    webhook finds their owner itself (its live cache, or one GET), so its first pods are placed
+    and, keeping spares, held from Karpenter's consolidation, like every later one."""
+    data = scenario()
+    async with running(tmp_path, data) as rig:
+        port = free_port()
+        rig.register_webhook(port)
+        rig.start_controller(REBALANCER_WEBHOOK_ENABLED="true", REBALANCER_WEBHOOK_PORT=str(port))
+        await rig.until_ready()
+        await rig.wait_for(
+            lambda: "admission webhook serving" in rig.log("controller-0"),
+            timeout=20,
+            what="the controller's webhook listening",
+        )
+        await rig.wait_for(
+            lambda: rig.cluster.store.get(R.MUTATING_WEBHOOKS, "", "spot-rebalancer")["webhooks"][
+                0
+            ]["clientConfig"].get("caBundle"),
+            timeout=20,
+            what="the controller's CA in the configuration",
+        )
+        fresh = copy.deepcopy(rig.deployment())
+        labels = {"app": "chat", "spot-rebalancer.io/placement": "enabled"}
+        fresh["metadata"] = {
+            "name": "chat",
+            "namespace": "inference",
+            "annotations": {
+                "spot-rebalancer.io/min-on-demand": "1",
+                "spot-rebalancer.io/spare-replicas": "1",
+            },
+        }
+        fresh["spec"]["replicas"] = 2
+        fresh["spec"]["selector"] = {"matchLabels": {"app": "chat"}}
+        fresh["spec"]["template"]["metadata"]["labels"] = labels
+        fresh.pop("status", None)
+        rig.cluster.store.create(R.DEPLOYMENTS, fresh)
+
+        def chat_pods() -> list[dict[str, Any]]:
+            return [p for p in rig.pods() if p["metadata"]["name"].startswith("chat-")]
+
+        await rig.wait_for(
+            lambda: len(chat_pods()) >= 2, timeout=20, what="the new Deployment's two pods"
+        )
+        placed = {
+            p["metadata"]["name"]: (p["metadata"].get("annotations") or {}).get(
+                "spot-rebalancer.io/placed"
+            )
+            for p in chat_pods()
+        }
+        assert all(placed.values()), placed
+        held = [
+            (p["metadata"].get("annotations") or {}).get("karpenter.sh/do-not-disrupt")
+            for p in chat_pods()
+        ]
+        assert held == ["true", "true"]
+        # One of the two on on-demand (min-on-demand 1), required, as for any later pod.
+        required = [
+            p["spec"]["affinity"]["nodeAffinity"].get(
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            )
+            for p in chat_pods()
+        ]
+        assert sum(1 for r in required if r) == 1, required
+        # Their owner came from the webhook's own lookup, not from a pass's view.
+        text = await rig.metrics("controller-0")
+        found = [
+            line
+            for line in text.splitlines()
+            if line.startswith("rebalancer_webhook_owner_lookups_total")
+            and ('"informer"' in line or '"fetched"' in line)
+            and not line.endswith(" 0.0")
+        ]
+        assert found, text

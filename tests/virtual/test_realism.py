@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from rebalancer.config import ControllerSettings
+from rebalancer.config import setting_fields
+from rebalancer.controller.settings import ControllerSettings
 from rebalancer_sim import resources as R
 from rebalancer_sim.measure import ReadyDeficit, unavoidable_deficit
 from rebalancer_sim.objects import condition_true
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.looptime
 
 # The controller deletes what is left on a doomed node this long before its deadline: the
 # replica stops serving then, not at NotBefore.
-MARGIN = float(ControllerSettings.model_fields["deadline_margin_seconds"].default)
+MARGIN = float(setting_fields(ControllerSettings)["deadline_margin_seconds"].default)
 
 
 def _fast(data: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ def managed(workload: WorkloadInfo | None, settings: Settings) -> bool:
     """Failed over make-before-break (the rest of a doomed node is simply drained)."""
     if workload is None or workload.opted_out or workload.refused:
         return False
-    if not labels_match(workload.labels, settings.workload_selector):
+    if not labels_match(workload.labels, settings.workload_labels):
         return False
     return workload.gpus_per_replica > 0 or not settings.gpu_workloads_only
 
