@@ -64,7 +64,12 @@ TARGET_LOW, TARGET_HIGH = 50.0, 99.999
 MAX_TARGET_REPLICAS = 100
 
 MAX_GROUPS = 16  # pairs of at most this many groups: 120, well under a millisecond
-DEFAULT_SPOT_PRICE_SHARE = 0.2  # A100 spot is 12-17 % of on-demand in the bundled table
+DEFAULT_SPOT_PRICE_SHARE = 0.2
+# The share of its budget a target missed so far is planned for (99.9 is planned as 99.99).
+MISSED_PACE = 0.1
+# The share of what a target allows that the account keeps in reserve: without it, a target
+# held at the edge ended its run just under (98.993 % for 99 on two shared trace sets).
+RESERVE = 0.1  # A100 spot is 12-17 % of on-demand in the bundled table
 
 
 @pydantic_dataclass(frozen=True, config=SETTINGS_CONFIG)
@@ -166,6 +171,9 @@ class Rates:
     pair: Mapping[frozenset[str], float]
     hits: Mapping[str, int]  # waves in the record that hit each group
     window_hours: float
+    # Waves of the record that took three groups or more at once, each with its rate: such a
+    # wave, seen once, may come again (the pairs' priors do not cover it).
+    wide: tuple[tuple[frozenset[str], float], ...] = ()
 
     def of(self, group: str) -> float:
         return self.group.get(group, 0.0)
@@ -211,7 +219,12 @@ def rates(
     for first, second in itertools.combinations(groups[:MAX_GROUPS], 2):
         both = sum(w for wave, w in weights if {first, second} <= wave.groups)
         pair_rates[frozenset((first, second))] = rate * (a * q * q + both) / (a + seen)
-    return Rates(rate, len(found), group_rates, pair_rates, hits, watched_hours)
+    wide = []
+    for wave, w in weights:
+        taken = wave.groups & set(groups)
+        if len(taken) >= 3:
+            wide.append((frozenset(taken), rate * w / (a + seen)))
+    return Rates(rate, len(found), group_rates, pair_rates, hits, watched_hours, tuple(wide))
 
 
 def aged(rates: Rates, held_hours: Mapping[str, float], settings: TargetSettings) -> Rates:
@@ -234,7 +247,11 @@ def aged(rates: Rates, held_hours: Mapping[str, float], settings: TargetSettings
     for key, r in rates.pair.items():
         first, second = sorted(key)
         pair[key] = r * math.sqrt(factor(first) * factor(second))
-    return replace(rates, group=group, pair=pair)
+    wide = tuple(
+        (taken, r * math.prod(factor(g) for g in taken) ** (1 / len(taken)))
+        for taken, r in rates.wide
+    )
+    return replace(rates, group=group, pair=pair, wide=wide)
 
 
 def unavailability(
@@ -242,19 +259,28 @@ def unavailability(
 ) -> float:
     """The share of time below `needed` Ready with `spot` replicas per group and `on_demand`:
     a group whose loss alone leaves fewer is down for its rate times the recovery; a pair, for
-    its rate together (one wave) plus one after the other within the recovery."""
+    its rate together (one wave) plus one after the other within the recovery; a wave of the
+    record that took three groups or more, for its rate if no one or two of its groups alone
+    leave fewer (those are counted already)."""
     total = sum(spot.values()) + on_demand
     if total < needed:
         return 1.0
     groups = [g for g in sorted(spot) if spot[g] > 0][:MAX_GROUPS]
     t = recovery_hours
     share = 0.0
+
+    def short(*lost: str) -> bool:
+        return total - sum(spot.get(g, 0) for g in lost) < needed
+
     for group in groups:
-        if total - spot[group] < needed:
+        if short(group):
             share += rates.of(group) * t
     for first, second in itertools.combinations(groups, 2):
-        if total - spot[first] - spot[second] < needed:
+        if short(first, second):
             share += rates.of_pair(first, second) * t + rates.of(first) * rates.of(second) * t * t
+    for taken, rate in rates.wide:
+        if short(*taken) and not any(short(*p) for p in itertools.combinations(taken, 2)):
+            share += rate * t
     return min(1.0, share)
 
 
@@ -286,14 +312,35 @@ def open_zones(target_spot: int, kept_by_zone: Mapping[str, int], zones: int) ->
 
 @dataclass(frozen=True)
 class Account:
-    """What the target allowed below the owner's count since the controller began watching,
-    against what was spent: reported, not decided on (every moment's plan is held to the
-    target itself; spending a quiet week's savings in risk was tried on the shared traces and
-    made multi-zone clusters dearer, docs/targets.md)."""
+    """What the target allowed below the owner's count since it was first all Ready (a
+    rollout's first load is not a miss), against what was spent. It only ever tightens the
+    plan, as an error budget policy does: once more was spent than allowed, the plan is held to
+    a tenth of the budget (`MISSED_PACE`: 99 planned as 99.9) until the account is back within,
+    because the estimate that let it happen was too hopeful (a tenth of the allowance is kept in
+    reserve). Paying back in proportion to the
+    overdraft instead still missed 99 on three of eight shared trace sets; the whole tenth meets
+    it on all eight (docs/targets.md). It never loosens the plan: spending a quiet week's
+    savings in risk was tried on the shared traces and made multi-zone clusters dearer."""
 
     target: float  # percent
     watched_seconds: float
     below_seconds: float
+
+    @property
+    def allowed_seconds(self) -> float:
+        return (1.0 - self.target / 100.0) * self.watched_seconds
+
+    @property
+    def missed(self) -> bool:
+        """More spent than allowed, less a reserve (`RESERVE`): the stretch below in progress
+        when the account tips over still adds to it."""
+        return self.below_seconds > (1.0 - RESERVE) * self.allowed_seconds
+
+    def held_target(self) -> float:
+        """The target the plan is held to: the stated one, or stricter while it is missed."""
+        if not self.missed:
+            return self.target
+        return 100.0 - (100.0 - self.target) * MISSED_PACE
 
     def words(self) -> str:
         share = 1.0 - self.target / 100.0
@@ -302,6 +349,11 @@ class Account:
             f"so far {ready:.3f} % of {self.watched_seconds / 86400:.1f} d all Ready: "
             f"{self.below_seconds / 60:.1f} of {share * self.watched_seconds / 60:.1f} min "
             "below used"
+            + (
+                f", more than allowed: planned for {self.held_target():.4g} % until it is met"
+                if self.missed
+                else ""
+            )
         )
 
 

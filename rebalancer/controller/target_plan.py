@@ -171,9 +171,11 @@ def plan_target(
         Spare(base, 0, reverted), record, below=sum(1 for p in pods if p.ready) < base,
         now=snapshot.now,
     )  # fmt: skip
+    account = _account_now(owner, target, snapshot.now)
+    held = account.held_target()
     decision = decide(
         base,
-        target,
+        held,
         groups=groups,
         ready_spot=ready_spot,
         rates=seen,
@@ -184,10 +186,9 @@ def plan_target(
     if record is not None and record.spot is not None and decision.spot < record.spot:
         # Fewer spot replicas only as the plan for a budget with room to spare (DOWN_BAND).
         decision = decide(
-            base, 100 - (100 - target) * DOWN_BAND, groups=groups, ready_spot=ready_spot,
+            base, 100 - (100 - held) * DOWN_BAND, groups=groups, ready_spot=ready_spot,
             rates=seen, settings=settings, min_on_demand=policy.min_on_demand, cover_rates=fresh,
         )  # fmt: skip
-    account = _account_now(owner, target, snapshot.now)
     decision = replace(decision, why=f"{decision.why}; {account.words()}")
     spot_pools = {pool for pools in zones.values() for pool in pools}
     actions = _converge(snapshot, workload, pods, decision, owner, record, spot_pools)
@@ -195,7 +196,7 @@ def plan_target(
 
         def on_demand_with(ready: Mapping[str, int]) -> int:
             return decide(
-                base, target, groups=groups, ready_spot=ready, rates=seen, settings=settings,
+                base, held, groups=groups, ready_spot=ready, rates=seen, settings=settings,
                 min_on_demand=policy.min_on_demand, cover_rates=fresh,
             ).on_demand  # fmt: skip
 
@@ -230,9 +231,10 @@ def _with_account(record: Spare, source: Spare) -> Spare:
 
 def _account(owner: Spare, record: Spare | None, *, below: bool, now: datetime) -> Spare:
     """`owner` with the target's account carried over from `record` and brought up to
-    `now`: a stretch below the owner's count begins, or ends and is added to the seconds below."""
+    `now`: a stretch below the owner's count begins, or ends and is added to the seconds below.
+    The account opens when the owner's count is first all Ready: a rollout's load is not a miss."""
     if record is None or record.watched_since is None:
-        return replace(owner, watched_since=iso(now), below_since=iso(now) if below else None)
+        return replace(owner, watched_since=None if below else iso(now), below_since=None)
     seconds, since = record.below_seconds, record.below_since
     if below and since is None:
         since = iso(now)
@@ -246,7 +248,8 @@ def _account(owner: Spare, record: Spare | None, *, below: bool, now: datetime) 
 
 
 def _account_now(account: Spare, target: float, now: datetime) -> Account:
-    assert account.watched_since is not None
+    if account.watched_since is None:
+        return Account(target, 0.0, 0.0)
     watched = max(0.0, (now - moment(account.watched_since)).total_seconds())
     below = float(account.below_seconds)
     if account.below_since is not None:

@@ -128,6 +128,82 @@ def test_a_wave_across_two_zones_starts_on_demand_before_any_notice() -> None:
     assert "1 waves of Preempts" in after.why
 
 
+def test_a_wave_that_took_three_zones_at_once_is_planned_for_not_only_pairs() -> None:
+    record = [preempt(zone, 10, f"n{i}") for i, zone in enumerate(("eastus-1", "eastus-2",
+                                                                      "eastus-3"))]  # fmt: skip
+    hour = NOW - timedelta(hours=1)
+    seen = rates(record, GROUPS, now=NOW, since=hour, settings=TargetSettings())
+    # Watched 1 h: exposure 8.656 * (1 - e^(-1/8.656)) = 0.9444 h; the wave 10 min old weighs
+    # 2^(-1/36) = 0.98093. W = (1.2 + 0.98093) / (24 + 0.9444) = 0.087432; the three-group
+    # wave's own rate W * 0.98093 / (2 + 0.98093) = 0.028771/h: U = 0.0028771 for a plan it
+    # takes below 3.
+    ((taken, rate),) = seen.wide
+    assert taken == frozenset(GROUPS)
+    assert rate == pytest.approx(0.028771, rel=1e-4)
+    # Pairs alone (as before): 6 on spot (2,2,2) + 1 on-demand survive any two zones lost. The
+    # three at once leave 1; so does every plan with fewer than 3 on on-demand: at 99.9
+    # (budget 0.001) only all on-demand is left; at 99 (0.01) the wave's 0.0029 fits.
+    strict = decide(3, 99.9, groups=GROUPS, ready_spot={}, rates=seen, settings=TargetSettings())
+    assert (strict.spot, strict.on_demand) == (0, 3)
+    pairs_only = replace(seen, wide=())
+    before = decide(3, 99.9, groups=GROUPS, ready_spot={}, rates=pairs_only,
+                    settings=TargetSettings())  # fmt: skip
+    assert (before.spot, before.standing_on_demand) == (6, 1)
+    loose = decide(3, 99, groups=GROUPS, ready_spot={}, rates=seen, settings=TargetSettings())
+    assert loose.spot > 0 and loose.standing_on_demand < 3
+
+
+def test_a_target_missed_so_far_holds_the_plan_to_a_tenth_of_its_budget_until_it_is_met() -> None:
+    # 99 over 2 days watched: 0.01 * 2 d = 1728 s allowed below, a tenth in reserve: 1555.2 s.
+    within = Account(99, watched_seconds=2 * 86400, below_seconds=1555)
+    assert (within.missed, within.held_target()) == (False, 99)
+    over = Account(99, watched_seconds=2 * 86400, below_seconds=1556)
+    assert over.missed and over.held_target() == pytest.approx(99.9)
+    assert "more than allowed: planned for 99.9 % until it is met" in over.words()
+    # A day more without a second below: 2592 s allowed (2332.8 s less the reserve): met again.
+    assert not Account(99, watched_seconds=3 * 86400, below_seconds=1729).missed
+
+
+def test_the_planner_holds_a_missed_target_stricter() -> None:
+    # One zone at 99: U = 0.015 * 0.1 = 0.0015 fits 0.01, so 3 on spot. Watched a day: 0.01 *
+    # 1 d = 864 s allowed, 777.6 s less the reserve. 700 s below: within, 3 on spot; 800 s:
+    # missed, planned for 99.9 (budget 0.001): all on on-demand.
+    nodes = [node_json(f"spot-{i}", zone="eastus-1") for i in range(3)]
+    nodes += [node_json(f"od-{i}", pool="odgpu", spot=False) for i in range(3)]
+    ready = [pod(f"p{i}", f"spot-{i}") for i in range(3)]
+    day = iso(NOW - timedelta(days=1))
+
+    def planned(below: int) -> tuple[int | None, str]:
+        kept = Spare(3, 0, watched_since=day, below_seconds=below)  # no plan recorded yet
+        record = {names.AVAILABILITY_TARGET: "99", names.SPARE_RECORD: kept.to_json()}
+        state = snapshot(nodes, ready, [deployment(3, annotations=record)], history=FRESH)
+        (action,) = of_type(plan(state, Settings()).actions, SetSpare)
+        assert action.record is not None and action.why is not None
+        return action.record.spot, action.why
+
+    assert planned(700)[0] == 3
+    spot, why = planned(800)
+    assert spot == 0
+    assert "more than allowed: planned for 99.9 % until it is met" in why
+
+
+def test_the_account_opens_when_the_count_is_first_all_ready() -> None:
+    # A new target on a Deployment whose replicas still load: nothing counted below yet.
+    nodes = [node_json(f"spot-{i}", zone=f"eastus-{i + 1}") for i in range(3)]
+    loading = [replace(pod(f"p{i}", f"spot-{i}"), ready=False) for i in range(3)]
+    state = snapshot(nodes, loading, [deployment(3, annotations=TARGET)], history=FRESH)
+    (first,) = of_type(plan(state, Settings()).actions, SetSpare)
+    assert first.record is not None
+    assert (first.record.watched_since, first.record.below_since) == (None, None)
+    # Ready: the account opens now.
+    ready = [pod(f"p{i}", f"spot-{i}") for i in range(3)]
+    record = {**TARGET, names.SPARE_RECORD: first.record.to_json()}
+    state = snapshot(nodes, ready, [deployment(first.record.base + first.record.added,
+                                               annotations=record)], history=FRESH)  # fmt: skip
+    (opened,) = of_type(plan(state, Settings()).actions, SetSpare)
+    assert opened.record is not None and opened.record.watched_since == iso(NOW)
+
+
 def test_one_zone_cannot_meet_99_9_on_spot_but_meets_99() -> None:
     one = GROUPS[:1]
     seen = rates([], one, now=NOW, since=NOW, settings=TargetSettings())
