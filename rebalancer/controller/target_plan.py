@@ -315,18 +315,26 @@ def _recompose(
     ones are missing (the ReplicaSet, scaling down, removed spot replicas that were not Ready
     yet). One is evicted a pass (a PodDisruptionBudget is respected); the ReplicaSet's
     replacement goes to spot. A Ready one goes only if the owner's count stays Ready without
-    it. (The other way, spot beyond the plan, is a swap in `_converge`.)"""
+    it. The other way: a replica sent to spot that waits for capacity the plan no longer asks
+    for, while on-demand ones are missing (the plan gave spot up after they were placed), is
+    evicted (it serves nothing) and its replacement goes to on-demand; without this the
+    owner's count stayed short for as long as spot had no capacity. (Spot replicas beyond the
+    plan that run are a swap in `_converge`: they stay until their replacements are Ready.)"""
     spot, on_demand = _sides(snapshot, pods, spot_pools)
+    # Only where the webhook places this workload's pods (its newest carries the placement):
+    # with the webhook off or failing (failure policy Ignore) the replacement would land
+    # where the last one did, and be evicted again, every pass.
+    if not _newest(pods, snapshot).placed:
+        return []
+    waiting = sorted((p for p in spot if not p.node_name), key=lambda p: p.name)
+    if len(spot) > decision.spot and len(on_demand) < decision.on_demand and waiting:
+        pod = waiting[0]
+        return [Evict(pod.key, pod.uid, pod.node_name, "", reason=Reason.SPARE)]
     # The webhook sends no replica to a spot group under notice: nothing to gain there.
     evicting = {n.pool for n in snapshot.nodes.values() if n.notices}
     if not (
         len(on_demand) > decision.on_demand and len(spot) < decision.spot and spot_pools - evicting
     ):
-        return []
-    # Only where the webhook places this workload's pods (its newest carries the placement):
-    # with the webhook off or failing (failure policy Ignore) the replacement would land on
-    # on-demand again, and be evicted again, every pass.
-    if not _newest(pods, snapshot).placed:
         return []
     ready = sum(1 for p in pods if p.ready)
     for pod in sorted(on_demand, key=lambda p: (p.ready, p.name)):

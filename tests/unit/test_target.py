@@ -423,6 +423,27 @@ def test_an_on_demand_replica_beyond_the_plan_is_evicted_for_spot_only_where_the
     assert [a for a in _mixed(placed=False) if type(a).__name__ == "Evict"] == []
 
 
+def test_a_replica_waiting_for_spot_the_plan_gave_up_makes_way_for_on_demand() -> None:
+    # One zone at 99.9: no plan with spot meets it, so all 3 on on-demand. Two replicas were
+    # sent to spot while spot was still planned and wait for capacity; two run on on-demand.
+    # The count (4, the swap's make-before-break) is right for that mix, but nothing new will
+    # be made: one of the waiting ones is evicted, and its replacement goes to on-demand.
+    # (Found by `rebalancer simulate`: 16-node us-east-2 at 99 stayed at 2 Ready for 87 min.)
+    nodes = [node_json(f"od-{i}", pool="odgpu", spot=False) for i in range(3)]
+    nodes.append(node_json("spot-0", zone="eastus-1"))
+    pods = [pod(f"od{i}", f"od-{i}") for i in range(2)]
+    pods += [
+        pod(f"w{i}", "", ready=False, annotations={names.PLACED: "spotgpu/eastus-1"})
+        for i in range(2)
+    ]
+    kept = Spare(3, 1, spot=0, watched_since=WATCHED, below_since=WATCHED)  # below since
+    record = {**TARGET, names.SPARE_RECORD: kept.to_json()}
+    state = snapshot(nodes, pods, [deployment(4, annotations=record)], history=FRESH)
+    actions = plan(state, Settings()).actions
+    (evicted,) = [a for a in actions if isinstance(a, Evict)]
+    assert evicted.pod[1] == "w0"
+
+
 def test_a_target_on_more_replicas_than_it_plans_for_is_left_alone() -> None:
     # One tenant's 5000-replica Deployment must not hold up the pass for everyone: the search
     # grows with the square of the replicas, so above MAX_TARGET_REPLICAS nothing is planned.
