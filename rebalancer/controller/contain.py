@@ -21,7 +21,7 @@ MAX_ERROR_LENGTH = 200
 
 
 @dataclass(frozen=True)
-class Where:
+class Scope:
     """What a sub-planner was planning: said to people, and the object an Event goes on."""
 
     subject: str
@@ -29,23 +29,23 @@ class Where:
     node: str = ""
 
 
-def on_workload(key: WorkloadKey) -> Where:
+def on_workload(key: WorkloadKey) -> Scope:
     kind, namespace, name = key
-    return Where(f"{kind} {namespace}/{name}", workload=key)
+    return Scope(f"{kind} {namespace}/{name}", workload=key)
 
 
-def on_node(name: str) -> Where:
-    return Where(f"Node {name}", node=name)
+def on_node(name: str) -> Scope:
+    return Scope(f"Node {name}", node=name)
 
 
-def about(subject: str) -> Where:
-    return Where(subject)
+def about(subject: str) -> Scope:
+    return Scope(subject)
 
 
 @dataclass(frozen=True)
 class Failure:
     method: str  # the sub-planner: a fixed word, a metric label
-    where: Where
+    where: Scope
     error: str  # the exception in one bounded line
 
 
@@ -56,7 +56,7 @@ class Containment:
     def run(
         self,
         method: str,
-        where: Where,
+        where: Scope,
         fallback: T,
         step: Callable[P, T],
         *args: P.args,

@@ -51,7 +51,7 @@ from rebalancer.controller.catalogue import (
     policy_refused,
     replacement_placed,
 )
-from rebalancer.controller.contain import Failure, Where
+from rebalancer.controller.contain import Failure, Scope
 from rebalancer.controller.history import WINDOWS
 from rebalancer.controller.messages import (
     Notification,
@@ -693,7 +693,7 @@ def free_gpus(snapshot: Snapshot) -> dict[str, int]:
     }
 
 
-def _uid_of(snapshot: Snapshot, where: Where) -> str:
+def _uid_of(snapshot: Snapshot, where: Scope) -> str:
     if where.workload is not None:
         workload = snapshot.workloads.get(where.workload)
         return workload.uid if workload is not None else ""

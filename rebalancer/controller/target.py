@@ -358,7 +358,7 @@ class Account:
 
 
 @dataclass(frozen=True)
-class Decision:
+class TargetPlan:
     spot: int  # replicas wanted on spot (Ready or not, not under notice)
     on_demand: int  # replicas wanted on on-demand now
     standing_on_demand: int  # the plan's on-demand before losses (the floor)
@@ -380,7 +380,7 @@ def decide(
     settings: TargetSettings,
     min_on_demand: int = 0,
     cover_rates: Rates | None = None,
-) -> Decision:
+) -> TargetPlan:
     """The spot and on-demand replicas for `needed` Ready at `target` percent; `groups`: the
     spot groups ("pool/zone") the policy accepts (none: everything on on-demand);
     `ready_spot`: the Ready spot replicas per group now, not under notice; `cover_rates`: the
@@ -424,7 +424,7 @@ def decide(
     why = _why(needed, target, spot, standing, now, ready, groups, rates, planned)
     if cover_rates is not None and now > (settled := cover(rates)):
         why += f" ({now - settled} of them while spot capacity is fresh)"
-    return Decision(spot, now, standing, planned, why)
+    return TargetPlan(spot, now, standing, planned, why)
 
 
 def _why(

@@ -36,7 +36,7 @@ from rebalancer.controller.snapshot import Snapshot
 from rebalancer.controller.target import (
     MAX_TARGET_REPLICAS,
     Account,
-    Decision,
+    TargetPlan,
     TargetSettings,
     aged,
     decide,
@@ -261,7 +261,7 @@ def _converge(
     snapshot: Snapshot,
     workload: WorkloadInfo,
     pods: list[PodInfo],
-    decision: Decision,
+    decision: TargetPlan,
     owner: Spare,
     record: Spare | None,
     spot_pools: set[str],
@@ -307,7 +307,7 @@ def _converge(
 def _recompose(
     snapshot: Snapshot,
     pods: list[PodInfo],
-    decision: Decision,
+    decision: TargetPlan,
     base: int,
     spot_pools: set[str],
 ) -> list[Action]:
@@ -346,7 +346,7 @@ def _recompose(
 def _respread(
     snapshot: Snapshot,
     pods: list[PodInfo],
-    decision: Decision,
+    decision: TargetPlan,
     base: int,
     zones: list[str],
     ready_spot: Mapping[str, int],
@@ -427,7 +427,7 @@ def _sides(
 
 
 def _kept_one_loads(
-    snapshot: Snapshot, pods: list[PodInfo], decision: Decision, spot_pools: set[str]
+    snapshot: Snapshot, pods: list[PodInfo], decision: TargetPlan, spot_pools: set[str]
 ) -> bool:
     """Whether a replica the plan keeps is loading on its node (scheduled, not Ready): a
     ReplicaSet scaling down removes the unscheduled first, then those, whatever their cost."""
@@ -438,7 +438,7 @@ def _kept_one_loads(
 
 
 def _victims(
-    snapshot: Snapshot, ready: list[PodInfo], decision: Decision, count: int, spot_pools: set[str]
+    snapshot: Snapshot, ready: list[PodInfo], decision: TargetPlan, count: int, spot_pools: set[str]
 ) -> list[PodInfo]:
     """The `count` Ready replicas to give up: spot ones beyond the plan's from the fullest zone
     first, then on-demand ones (by name, last first)."""
