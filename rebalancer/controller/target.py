@@ -220,8 +220,9 @@ def rates(
         both = sum(w for wave, w in weights if {first, second} <= wave.groups)
         pair_rates[frozenset((first, second))] = rate * (a * q * q + both) / (a + seen)
     wide = []
+    capped = set(groups[:MAX_GROUPS])  # as the pairs: a hostile count of pools costs nothing
     for wave, w in weights:
-        taken = wave.groups & set(groups)
+        taken = wave.groups & capped
         if len(taken) >= 3:
             wide.append((frozenset(taken), rate * w / (a + seen)))
     return Rates(rate, len(found), group_rates, pair_rates, hits, watched_hours, tuple(wide))
@@ -279,7 +280,9 @@ def unavailability(
         if short(first, second):
             share += rates.of_pair(first, second) * t + rates.of(first) * rates.of(second) * t * t
     for taken, rate in rates.wide:
-        if short(*taken) and not any(short(*p) for p in itertools.combinations(taken, 2)):
+        # Counted already if any two of its groups alone leave fewer: the two fullest would.
+        fullest = sorted(taken, key=lambda g: spot.get(g, 0))[-2:]
+        if short(*taken) and not short(*fullest):
             share += rate * t
     return min(1.0, share)
 
