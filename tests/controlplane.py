@@ -118,7 +118,7 @@ def run_script(script: str, *args: str, what: str) -> str:
 def start(state: Path) -> ControlPlane:
     """Build what is missing (a no-op once built), start the cluster into `state`. Karpenter
     is built by the tests that run it (`tests/k8s/karpenter.py`), so that the rest need not wait
-    for it (scripts/test builds it beside them)."""
+    for it (scripts/test builds it with the control plane)."""
     run_script(
         "build.sh", "etcd", "kubernetes", "kwok", what="building the control plane from Go modules"
     )

@@ -60,37 +60,46 @@ up_to_date() { # NAME STAMP
 }
 
 # ---------------------------------------------------------------- Kubernetes control plane
+# One build module for the Kubernetes binaries and etcd: k8s.io/kubernetes's go.mod already pins
+# go.etcd.io/etcd/server/v3 (its integration tests run that etcd), so etcd is built from exactly
+# those versions and shares every package it has in common with the apiserver (grpc, protobuf,
+# the etcd client...) instead of compiling them a second time.
+K8S_MODULE="$MODS/control-plane-$K8S_VERSION-etcd-$ETCD_VERSION"
+kubernetes_module() {
+  local dir="$K8S_MODULE"
+  mkdir -p "$dir"
+  [[ ! -f "$dir/go.sum" || $FORCE == 1 ]] || return 0
+  local pkgs=(kube-apiserver kube-controller-manager kube-scheduler)
+  pkgs=("${pkgs[@]/#/k8s.io/kubernetes/cmd/}")
+  # k8s.io/kubernetes's go.mod points every staging module at ./staging/src/...; a module that
+  # depends on it must replace each of them with the published v0.<minor>.<patch> instead.
+  local staging="v0.${K8S_VERSION#v1.}"
+  local gomod
+  (cd "$dir" && timed "download k8s.io/kubernetes@$K8S_VERSION" \
+    go mod download -json k8s.io/kubernetes@"$K8S_VERSION" > "$dir/download.json")
+  gomod="$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' "$dir/download.json")"
+  {
+    echo "module spot-rebalancer/k8s-build"
+    echo
+    echo "go $(sed -n 's/^go //p' "$gomod")"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    echo "replace ("
+    sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' "$gomod"
+    echo ")"
+  } > "$dir/go.mod"
+  (cd "$dir" && timed "resolve kubernetes and etcd deps (go get)" \
+    go get "${pkgs[@]/%/@$K8S_VERSION}" go.etcd.io/etcd/server/v3@"$ETCD_VERSION")
+}
+
 build_kubernetes() {
   local stamp="k8s.io/kubernetes@$K8S_VERSION go=$GO_VERSION"
   local cmds=(kube-apiserver kube-controller-manager kube-scheduler) todo=() c
-  local pkgs=("${cmds[@]/#/k8s.io/kubernetes/cmd/}")
   for c in "${cmds[@]}"; do up_to_date "$c" "$stamp" || todo+=("$c"); done
   ((${#todo[@]})) || { log "kubernetes $K8S_VERSION: up to date"; return; }
-
-  local dir="$MODS/kubernetes-$K8S_VERSION"
-  mkdir -p "$dir"
-  if [[ ! -f "$dir/go.sum" || $FORCE == 1 ]]; then
-    # k8s.io/kubernetes's go.mod points every staging module at ./staging/src/...; a module that
-    # depends on it must replace each of them with the published v0.<minor>.<patch> instead.
-    local staging="v0.${K8S_VERSION#v1.}"
-    local gomod
-    (cd "$dir" && timed "download k8s.io/kubernetes@$K8S_VERSION" \
-      go mod download -json k8s.io/kubernetes@"$K8S_VERSION" > "$dir/download.json")
-    gomod="$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' "$dir/download.json")"
-    {
-      echo "module spot-rebalancer/k8s-build"
-      echo
-      echo "go $(sed -n 's/^go //p' "$gomod")"
-      echo
-      echo "require k8s.io/kubernetes $K8S_VERSION"
-      echo
-      echo "replace ("
-      sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' "$gomod"
-      echo ")"
-    } > "$dir/go.mod"
-    (cd "$dir" && timed "resolve kubernetes deps (go get)" \
-      go get "${pkgs[@]/%/@$K8S_VERSION}")
-  fi
+  kubernetes_module
+  local dir="$K8S_MODULE"
   local ld="-s -w"
   ld+=" -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
   ld+=" -X k8s.io/component-base/version.gitMajor=1"
@@ -106,32 +115,35 @@ build_kubernetes() {
 
 # ---------------------------------------------------------------- etcd
 build_etcd() {
-  local stamp="go.etcd.io/etcd/server/v3@$ETCD_VERSION go=$GO_VERSION"
+  local stamp="go.etcd.io/etcd/server/v3@$ETCD_VERSION with k8s.io/kubernetes@$K8S_VERSION go=$GO_VERSION"
   up_to_date etcd "$stamp" && { log "etcd $ETCD_VERSION: up to date"; return; }
-  local dir="$MODS/etcd-$ETCD_VERSION"
-  mkdir -p "$dir"
-  if [[ ! -f "$dir/go.sum" || $FORCE == 1 ]]; then
-    printf 'module spot-rebalancer/etcd-build\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
-      "$ETCD_VERSION" > "$dir/go.mod"
-    (cd "$dir" && timed "resolve etcd deps (go get)" go get go.etcd.io/etcd/server/v3@"$ETCD_VERSION")
-  fi
-  (cd "$dir" && timed "build etcd $ETCD_VERSION" \
+  kubernetes_module
+  (cd "$K8S_MODULE" && timed "build etcd $ETCD_VERSION" \
     go build -p "$BUILD_JOBS" -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
   echo "$stamp" > "$BIN/etcd.stamp"
 }
 
-# ---------------------------------------------------------------- kwok
+# ---------------------------------------------------------------- kwok and Karpenter
+# One build module for kwok and Karpenter's KWOK provider: both are built on the same Kubernetes
+# libraries (k8s.io/* v0.36, controller-runtime, ...), about three quarters of kwok's packages, so
+# compiled once they are shared. Karpenter's go.mod needs a newer Go than the machine's, so both
+# are built with that toolchain: GOTOOLCHAIN fetches it through the module proxy (into GOMODCACHE).
+NODES_MODULE="$MODS/kwok-$KWOK_VERSION-karpenter-$KARPENTER_VERSION"
+nodes_go() { GOTOOLCHAIN="$KARPENTER_GO" "$@"; }
+nodes_module() {
+  mkdir -p "$NODES_MODULE"
+  [[ ! -f "$NODES_MODULE/go.sum" || $FORCE == 1 ]] || return 0
+  printf 'module spot-rebalancer/nodes-build\n\ngo 1.24\n\nrequire (\n\tsigs.k8s.io/kwok %s\n\tsigs.k8s.io/karpenter %s\n)\n' \
+    "$KWOK_VERSION" "$KARPENTER_VERSION" > "$NODES_MODULE/go.mod"
+  (cd "$NODES_MODULE" && nodes_go timed "resolve kwok and karpenter deps (go get)" \
+    go get sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION" sigs.k8s.io/karpenter/kwok@"$KARPENTER_VERSION")
+}
+
 build_kwok() {
-  local stamp="sigs.k8s.io/kwok@$KWOK_VERSION go=$GO_VERSION"
+  local stamp="sigs.k8s.io/kwok@$KWOK_VERSION with sigs.k8s.io/karpenter@$KARPENTER_VERSION go=$KARPENTER_GO"
   up_to_date kwok "$stamp" && [[ -f "$CACHE/kwok-stages.yaml" ]] && { log "kwok $KWOK_VERSION: up to date"; return; }
-  local dir="$MODS/kwok-$KWOK_VERSION"
-  mkdir -p "$dir"
-  if [[ ! -f "$dir/go.sum" || $FORCE == 1 ]]; then
-    printf 'module spot-rebalancer/kwok-build\n\ngo 1.24\n\nrequire sigs.k8s.io/kwok %s\n' \
-      "$KWOK_VERSION" > "$dir/go.mod"
-    (cd "$dir" && timed "resolve kwok deps (go get)" go get sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION")
-  fi
-  (cd "$dir" && timed "build kwok $KWOK_VERSION" \
+  nodes_module
+  (cd "$NODES_MODULE" && nodes_go timed "build kwok $KWOK_VERSION" \
     go build -p "$BUILD_JOBS" -trimpath \
       -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
       -o "$BIN/kwok" sigs.k8s.io/kwok/cmd/kwok)
@@ -143,7 +155,7 @@ build_kwok() {
 # lease heartbeat from the kwok module at the pinned version, as one --config file for start.sh.
 write_kwok_stages() {
   local src="$GOMODCACHE/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage" f
-  [[ -d "$src" ]] || (cd "$MODS/kwok-$KWOK_VERSION" && go mod download sigs.k8s.io/kwok@"$KWOK_VERSION")
+  [[ -d "$src" ]] || (nodes_module && cd "$NODES_MODULE" && nodes_go go mod download sigs.k8s.io/kwok@"$KWOK_VERSION")
   for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
            pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
     echo "---"; cat "$src/$f"
@@ -152,22 +164,14 @@ write_kwok_stages() {
 
 # ---------------------------------------------------------------- Karpenter (KWOK cloud provider)
 # Karpenter core with its KWOK cloud provider: it launches NodeClaims as kwok-managed Nodes
-# (annotation kwok.x-k8s.io/node=fake, which start.sh's kwok manages). Its go.mod needs a newer Go
-# than the machine's: GOTOOLCHAIN fetches that toolchain through the module proxy (into GOMODCACHE).
+# (annotation kwok.x-k8s.io/node=fake, which start.sh's kwok manages).
 build_karpenter() {
-  local stamp="sigs.k8s.io/karpenter@$KARPENTER_VERSION go=$KARPENTER_GO"
+  local stamp="sigs.k8s.io/karpenter@$KARPENTER_VERSION with sigs.k8s.io/kwok@$KWOK_VERSION go=$KARPENTER_GO"
   if up_to_date karpenter-kwok "$stamp"; then
     log "karpenter $KARPENTER_VERSION: up to date"
   else
-    local dir="$MODS/karpenter-$KARPENTER_VERSION"
-    mkdir -p "$dir"
-    if [[ ! -f "$dir/go.sum" || $FORCE == 1 ]]; then
-      printf 'module spot-rebalancer/karpenter-build\n\ngo 1.24\n\nrequire sigs.k8s.io/karpenter %s\n' \
-        "$KARPENTER_VERSION" > "$dir/go.mod"
-      (cd "$dir" && GOTOOLCHAIN="$KARPENTER_GO" timed "resolve karpenter deps (go get)" \
-        go get sigs.k8s.io/karpenter/kwok@"$KARPENTER_VERSION")
-    fi
-    (cd "$dir" && GOTOOLCHAIN="$KARPENTER_GO" timed "build karpenter-kwok $KARPENTER_VERSION" \
+    nodes_module
+    (cd "$NODES_MODULE" && nodes_go timed "build karpenter-kwok $KARPENTER_VERSION" \
       go build -p "$BUILD_JOBS" -trimpath -ldflags "-s -w" -o "$BIN/karpenter-kwok" sigs.k8s.io/karpenter/kwok)
     echo "$stamp" > "$BIN/karpenter-kwok.stamp"
     rm -f "$CACHE/karpenter-crds.yaml"
@@ -180,8 +184,8 @@ build_karpenter() {
 # file beside the binary (it outlives a --prune).
 write_karpenter_crds() {
   local src="$GOMODCACHE/sigs.k8s.io/karpenter@$KARPENTER_VERSION" f
-  [[ -d "$src" ]] || (cd "$MODS/karpenter-$KARPENTER_VERSION" \
-    && GOTOOLCHAIN="$KARPENTER_GO" go mod download sigs.k8s.io/karpenter@"$KARPENTER_VERSION")
+  [[ -d "$src" ]] || (nodes_module && cd "$NODES_MODULE" \
+    && nodes_go go mod download sigs.k8s.io/karpenter@"$KARPENTER_VERSION")
   for f in "$src"/pkg/apis/crds/*.yaml "$src"/kwok/apis/crds/*.yaml; do
     echo "---"; cat "$f"
   done > "$CACHE/karpenter-crds.yaml"
