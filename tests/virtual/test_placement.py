@@ -116,8 +116,10 @@ async def test_a_brand_new_workloads_first_pods_are_placed(tmp_path: Path) -> No
             (p["metadata"].get("annotations") or {}).get("karpenter.sh/do-not-disrupt")
             for p in chat_pods()
         ]
-        assert held == ["true", "true"]
-        # One of the two on on-demand (min-on-demand 1), required, as for any later pod.
+        # The controller's first pass may already have added the spare (a third pod): every one
+        # is held all the same.
+        assert len(held) in (2, 3) and held == ["true"] * len(held), held
+        # One on on-demand (min-on-demand 1), required, as for any later pod; the spare is spot.
         required = [
             p["spec"]["affinity"]["nodeAffinity"].get(
                 "requiredDuringSchedulingIgnoredDuringExecution"
