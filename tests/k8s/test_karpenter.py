@@ -297,16 +297,6 @@ async def test_consolidation_leaves_the_nodes_of_a_workload_with_spares_alone(
     control, spares = "control", "spares"
     async with nodepools_in_use(rig, karpenter, [pack_nodepool(control), pack_nodepool(spares)]):
         await start_controller(rig, webhook, REBALANCER_POOLS="[]")
-        # The workloads at 0 replicas first: the webhook knows a pod's workload from the
-        # controller's caches, and a brand-new Deployment's first pods may come before them
-        # (allowed unchanged, `unknown_workload`); the ballast's launch gives the caches time.
-        deployments = "/apis/apps/v1/namespaces/inference/deployments"
-        for pool, own in ((control, {names.KARPENTER_DO_NOT_DISRUPT: "1s"}), (spares, {})):
-            await rig.deploy(
-                name=f"llm-{pool}", replicas=0, startup_seconds=0.5,
-                annotations={names.SPARE_REPLICAS: "1"}, pod_labels=PLACEMENT_LABEL,
-                pod_annotations=own, node_selector={names.KARPENTER_NODEPOOL_LABEL: pool},
-            )  # fmt: skip
         # Ballast, one per node, so that each node keeps one GPU free for the workload.
         for pool in (control, spares):
             await rig.deploy(
@@ -318,10 +308,16 @@ async def test_consolidation_leaves_the_nodes_of_a_workload_with_spares_alone(
                         for p in (control, spares)),
             timeout=60, what="the ballast on two nodes of each NodePool",
         )  # fmt: skip
-        for pool in (control, spares):  # the owner's 1; the controller adds the spare
-            await rig.api.update(
-                f"{deployments}/llm-{pool}", lambda d: d["spec"].update(replicas=1)
-            )
+        # The workloads created at their owner's 1 replica (the controller adds the spare):
+        # their first pods reach the webhook before its view shows the new Deployment, which
+        # it finds through the pod's owner (owner_lookup.py).
+        deployments = "/apis/apps/v1/namespaces/inference/deployments"
+        for pool, own in ((control, {names.KARPENTER_DO_NOT_DISRUPT: "1s"}), (spares, {})):
+            await rig.deploy(
+                name=f"llm-{pool}", replicas=1, startup_seconds=0.5,
+                annotations={names.SPARE_REPLICAS: "1"}, pod_labels=PLACEMENT_LABEL,
+                pod_annotations=own, node_selector={names.KARPENTER_NODEPOOL_LABEL: pool},
+            )  # fmt: skip
         await rig.wait_for(
             lambda: all(len(set(placed_on(rig, f"llm-{p}").values())) == 2
                         for p in (control, spares)),
