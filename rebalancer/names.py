@@ -95,6 +95,11 @@ PLACED_WHY: Final = f"{PREFIX}/placed-why"
 # Ours, on a pod our admission webhook placed: the uid of that AdmissionReview. The webhook counts
 # each of its placements once, from its own record until its caches show the pod that carries it.
 PLACED_REVIEW: Final = f"{PREFIX}/placed-review"
+# Ours, on a pod our admission webhook held from Karpenter's voluntary disruption only while it
+# loads (a return's or a move's new replica: `karpenter.sh/do-not-disrupt: "true"` added beside
+# it). Once the pod is Ready and the return is over the controller removes both; a pod's own
+# do-not-disrupt, a spare's or a fail-over replacement's never carries it and is never removed.
+HELD_UNTIL_READY: Final = f"{PREFIX}/held-until-ready"
 # The eviction history ConfigMap's key (the ConfigMap is named after the Lease: `<lease>-history`).
 HISTORY_KEY: Final = "history.json"
 

@@ -89,6 +89,7 @@ class Reason(StrEnum):
     POLICY_VALID = "PlacementPolicyValid"  # a valid placement policy recorded as the one in force
     COST_RESTORED = "CostRestored"
     LOWEST_COST = "LowestDeletionCost"
+    LOADED = "LoadedReplicaReleased"  # a return's new replica Ready: its do-not-disrupt removed
     # Returns to spot.
     RETURN = "Return"
     RETURNED = "ReturnedToSpot"
