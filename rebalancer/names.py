@@ -33,6 +33,8 @@ REGION_LABEL: Final = "topology.kubernetes.io/region"
 KARPENTER_NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
 KARPENTER_CAPACITY_TYPE_LABEL: Final = "karpenter.sh/capacity-type"
 KARPENTER_DO_NOT_DISRUPT: Final = "karpenter.sh/do-not-disrupt"
+# Karpenter's taint (NoSchedule) on a node it is about to disrupt, before its drain.
+KARPENTER_DISRUPTED_TAINT: Final = "karpenter.sh/disrupted"
 
 # An operator sets this on a Node to have it drained now, as if a notice had arrived. Its value
 # is "now", or an RFC 3339 deadline; anything else also means now.

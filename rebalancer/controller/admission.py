@@ -11,7 +11,9 @@ The pods themselves go when the surge scales back or the return retires them, so
 annotation never outlives the reason. A return's (or a move's) new replica is held the same
 way while it loads, marked `spot-rebalancer.io/held-until-ready`: it stays, an ordinary
 replica, and the controller removes both once it is Ready and the return is over
-(planning/load_holds.py). Replacements and returns are held whether or not the workload has a
+(planning/load_holds.py). So is a replacement for a replica on a node Karpenter disrupts
+(drift, consolidation, expiry: no capacity is going away), which is placed as any new replica,
+not failed over. Replacements and returns are held whether or not the workload has a
 placement policy: the surge or the return is what they are for.
 
 Every path that does not place a pod allows it unchanged: the webhook may refuse nothing (its
@@ -41,6 +43,8 @@ from rebalancer.controller.returns import active_record
 from rebalancer.controller.risk import GroupKey, Risk
 from rebalancer.controller.scheduling import match_expression
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
+from rebalancer.notices import karpenter_only
+from rebalancer.vocabulary import Source
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ class View:
     spares: Mapping[WorkloadKey, Spare | None] = field(default_factory=dict)
     # The pass's returns and moves started, for the same reason: their new replica loads held.
     returning: frozenset[WorkloadKey] = frozenset()
+    # The pass's surges for Karpenter's disruptions alone: replacements placed as new replicas.
+    in_place: frozenset[WorkloadKey] = frozenset()
 
     @classmethod
     def of_pass(
@@ -88,7 +94,14 @@ class View:
         surging = frozenset(a.workload for a in actions if isinstance(a, ScaleUp))
         spares = {a.workload: a.record for a in actions if isinstance(a, SetSpare)}
         returning = frozenset(a.workload for a in actions if isinstance(a, StartReturn))
-        return cls(snapshot, risks, declared, surging, spares, returning)
+        in_place = frozenset(
+            a.workload
+            for a in actions
+            if isinstance(a, ScaleUp)
+            and a.record is not None
+            and karpenter_only(a.record.event_ids)
+        )
+        return cls(snapshot, risks, declared, surging, spares, returning, in_place)
 
     @cached_property
     def pools(self) -> dict[str, Pool]:
@@ -100,7 +113,12 @@ class View:
 
     @cached_property
     def evicting(self) -> set[tuple[str, str]]:
-        return {(n.pool, n.zone) for n in self.snapshot.nodes.values() if n.notices}
+        # Spot evictions: a node Karpenter disrupts says nothing about its group's capacity.
+        return {
+            (n.pool, n.zone)
+            for n in self.snapshot.nodes.values()
+            if any(notice.source != Source.KARPENTER for notice in n.notices)
+        }
 
     def where(self, workload: WorkloadKey, admitted: Iterable[Admitted]) -> Where:
         counts: dict[tuple[str, str], int] = {}
@@ -229,11 +247,20 @@ def review(
     own = (pod.get("metadata") or {}).get("annotations")
     unheld = names.KARPENTER_DO_NOT_DISRUPT not in (own or {})
     surge = workload.surge
-    failing_over = (surge is not None and not surge.completed) or workload.key in view.surging
-    returning = active_record(workload) is not None or workload.key in view.returning
+    surge_open = (surge is not None and not surge.completed) or workload.key in view.surging
+    in_place = workload.key in view.in_place or (
+        workload.key not in view.surging and surge is not None and karpenter_only(surge.event_ids)
+    )
+    failing_over = surge_open and not in_place
+    # A return's new replica, or a replacement for Karpenter's disruption: held while it loads.
+    until_ready = (
+        active_record(workload) is not None
+        or workload.key in view.returning
+        or (surge_open and in_place)
+    )
     policy = in_force(workload.annotations).policy
     if policy is None or workload.opted_out:
-        if workload.opted_out or not unheld or not (failing_over or returning):
+        if workload.opted_out or not unheld or not (failing_over or until_ready):
             return allow("no_policy", workload=workload)
         # Not placed, but the replacement or the return's replica is loading all the same.
         held = _held(failing_over=failing_over, spare=False)
@@ -253,7 +280,7 @@ def review(
         evicting=view.evicting,
         target_spot=spare.spot if policy.target and spare is not None else None,
     )
-    hold = unheld and (failing_over or returning or policy.spare)
+    hold = unheld and (failing_over or until_ready or policy.spare)
     held = _held(failing_over=failing_over, spare=policy.spare > 0) if hold else {}
     if decision is None:
         # Not placed (no spot group it accepts yet: a new NodePool's nodes not yet assessed),

@@ -230,3 +230,57 @@ async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_s
             return DO_NOT_DISRUPT not in (pod["metadata"].get("annotations") or {})
 
         await rig.wait_for(hold_given_back, timeout=10, what="the returned replica's hold ended")
+
+
+async def test_a_node_karpenter_disrupts_has_its_replica_replaced_before_the_drain_takes_it(
+    tmp_path: Path,
+) -> None:
+    # Drift, consolidation or expiry: Karpenter taints the node `karpenter.sh/disrupted` and
+    # drains it through the Eviction API (the stand-in's `disrupt`). No capacity is going away
+    # and nothing forces the pod off (no terminationGracePeriod): with make-before-break, no
+    # Ready replica needs to be lost, whatever the load takes.
+    async with running(tmp_path, karpenter_scenario()) as rig:
+        await rig.wait_for(lambda: rig.ready_count() == 2, timeout=30, what="2 replicas on spot")
+        deployment = copy.deepcopy(rig.deployment())
+        deployment["metadata"].setdefault("annotations", {})[names.SPREAD] = "zone"
+        rig.cluster.store.update(R.DEPLOYMENTS, deployment)
+        await start_controller_with_webhook(rig, REBALANCER_POOLS="[]")
+        await rig.until_ready(replicas=2)
+        before = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in rig.pods()}
+        doomed = sorted(before.values())[0]
+        loading: dict[str, set[str | None]] = {}
+
+        def drained_and_replaced() -> bool:
+            for pod in rig.pods():
+                name = pod["metadata"]["name"]
+                if name not in before and pod["spec"].get("nodeName") and not ready(pod):
+                    held = pod["metadata"].get("annotations", {}).get(DO_NOT_DISRUPT)
+                    loading.setdefault(name, set()).add(held)
+            return rig.node(doomed) is None and rig.ready_count() == 2
+
+        async with sampling(rig):
+            rig.cluster.karpenter.disrupt(doomed)
+            await rig.wait_for(drained_and_replaced, timeout=60, what="the node drained, 2 Ready")
+
+        # Never below 2 Ready: the surge's hold refused Karpenter's evictions of the old
+        # replica until its replacement was Ready, and the scale-back then removed it.
+        assert rig.min_ready[("inference", "llm")] == 2, rig.min_ready
+        assert rig.deficit[("inference", "llm")].replica_seconds == 0
+        assert rig.deployment()["spec"]["replicas"] == 2
+        refused = {name for _, name in rig.cluster.karpenter.refused}
+        assert refused <= set(before) and refused, rig.cluster.karpenter.refused
+        # Placed as any new replica, not failed over: spot, as the NodePool launches for it.
+        (replacement,) = [p for p in rig.pods() if p["metadata"]["name"] not in before]
+        annotations = replacement["metadata"]["annotations"]
+        assert annotations[names.PLACED].startswith(f"{NODEPOOL}:spot/"), annotations
+        assert karpenter_labels(rig, replacement["spec"]["nodeName"]) == (NODEPOOL, "spot")
+        assert rig.events("SpotRebalancerFailoverBlocked") == []
+        # Held from Karpenter's consolidation while it loaded, given back once the surge ended.
+        assert loading == {replacement["metadata"]["name"]: {"true"}}, loading
+
+        def hold_given_back() -> bool:
+            pod = rig.cluster.store.get(R.PODS, "inference", replacement["metadata"]["name"])
+            assert pod is not None
+            return DO_NOT_DISRUPT not in (pod["metadata"].get("annotations") or {})
+
+        await rig.wait_for(hold_given_back, timeout=10, what="the replacement's hold ended")

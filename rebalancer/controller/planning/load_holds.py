@@ -1,4 +1,5 @@
-"""Do-not-disrupt given back once a return's new replica has loaded.
+"""Do-not-disrupt given back once a return's new replica (or a replacement for Karpenter's
+disruption of a node) has loaded.
 
 The webhook holds a return's (or a move's) new replica from Karpenter's voluntary disruption
 while it loads (admission.py, names.HELD_UNTIL_READY): consolidation would otherwise delete its
@@ -31,5 +32,7 @@ def _loaded(snapshot: Snapshot) -> list[Action]:
             continue  # its ReplicaSet not in the caches yet: whether a return is on is unknown
         if active_record(workload) is not None:
             continue  # not over yet: the return retires its old replica first
+        if workload.surge is not None and not workload.surge.completed:
+            continue  # a replacement: the doomed replica goes first
         actions.append(EndLoadHold(pod.key))
     return actions
