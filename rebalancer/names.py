@@ -33,6 +33,8 @@ REGION_LABEL: Final = "topology.kubernetes.io/region"
 KARPENTER_NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
 KARPENTER_CAPACITY_TYPE_LABEL: Final = "karpenter.sh/capacity-type"
 KARPENTER_DO_NOT_DISRUPT: Final = "karpenter.sh/do-not-disrupt"
+# Karpenter's taint (NoSchedule) on a node it is about to disrupt, before its drain.
+KARPENTER_DISRUPTED_TAINT: Final = "karpenter.sh/disrupted"
 
 # An operator sets this on a Node to have it drained now, as if a notice had arrived. Its value
 # is "now", or an RFC 3339 deadline; anything else also means now.
@@ -95,6 +97,11 @@ PLACED_WHY: Final = f"{PREFIX}/placed-why"
 # Ours, on a pod our admission webhook placed: the uid of that AdmissionReview. The webhook counts
 # each of its placements once, from its own record until its caches show the pod that carries it.
 PLACED_REVIEW: Final = f"{PREFIX}/placed-review"
+# Ours, on a pod our admission webhook held from Karpenter's voluntary disruption only while it
+# loads (a return's or a move's new replica: `karpenter.sh/do-not-disrupt: "true"` added beside
+# it). Once the pod is Ready and the return is over the controller removes both; a pod's own
+# do-not-disrupt, a spare's or a fail-over replacement's never carries it and is never removed.
+HELD_UNTIL_READY: Final = f"{PREFIX}/held-until-ready"
 # The eviction history ConfigMap's key (the ConfigMap is named after the Lease: `<lease>-history`).
 HISTORY_KEY: Final = "history.json"
 

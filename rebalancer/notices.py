@@ -5,7 +5,14 @@ Sources, each a pure function of a Node's JSON:
 - AKS's node-problem-detector: `PreemptionScheduled`, `VMEventScheduled` and the per-type
   `*Scheduled` conditions, whose message reads `<EventType> <EventStatus>[: <NotBefore>]. ...
   EventId: <id>`;
-- an operator: the `spot-rebalancer.io/drain` annotation.
+- an operator: the `spot-rebalancer.io/drain` annotation;
+- Karpenter: its `karpenter.sh/disrupted:NoSchedule` taint on a node it is about to disrupt
+  (drift, consolidation, expiry, repair), which comes before its drain. No clock says when the
+  pods go: Karpenter's drain does, through the Eviction API (PodDisruptionBudgets, the surge's
+  hold among them, apply; do-not-disrupt pods wait), bounded by the NodeClaim's
+  `terminationGracePeriod` if it has one. Its notice is open-ended (`OPEN_ENDED`): the surge
+  scales back when the replacements are Ready or Karpenter has taken the old pods, never at a
+  deadline of ours.
 A deadline that cannot be read becomes `None`, which means "act now": never a guessed time.
 What cannot be used is returned as a skip reason, for a log line and a metric.
 """
@@ -28,9 +35,12 @@ from rebalancer.node_signal import (
     parse_condition,
 )
 from rebalancer.timefmt import parse_iso
-from rebalancer.vocabulary import MANUAL, EventType, Source
+from rebalancer.vocabulary import KARPENTER_DISRUPTION, MANUAL, EventType, Source
 
 KNOWN_EVENT_TYPES = tuple(EventType)
+# The deadline of a notice that has none of its own (Karpenter's disruption): later than any
+# real one, so it sorts last and is never near; a valid time, so records keep it.
+OPEN_ENDED = datetime(2999, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,11 @@ class Notice:
     source: Source
     started: bool = False
     seen_at: datetime | None = None  # when the source first reported it, if it says
+
+    @property
+    def open_ended(self) -> bool:
+        """Karpenter's disruption: no deadline of ours, its drain decides."""
+        return self.deadline == OPEN_ENDED
 
     @property
     def act_now(self) -> bool:
@@ -75,6 +90,7 @@ def notices_of(node: Mapping[str, Any]) -> NodeNotices:
         notices, reasons = parse(name, annotations, conditions)
         found.extend(notices)
         skipped.extend(reasons)
+    found.extend(_from_karpenter(name, (node.get("spec") or {}).get("taints")))
     return NodeNotices(notices=tuple(merge(found)), skipped=tuple(skipped))
 
 
@@ -91,7 +107,7 @@ def merge(notices: Iterable[Notice]) -> list[Notice]:
 
 def _urgency(notice: Notice) -> tuple[int, datetime, int]:
     far = datetime.max.replace(tzinfo=UTC)
-    order = {Source.AGENT: 0, Source.AKS_NPD: 1, Source.MANUAL: 2}
+    order = {Source.AGENT: 0, Source.AKS_NPD: 1, Source.MANUAL: 2, Source.KARPENTER: 3}
     return (0 if notice.act_now else 1, notice.deadline or far, order[notice.source])
 
 
@@ -287,3 +303,34 @@ def _from_manual(
         source=Source.MANUAL,
     )
     return [notice], []
+
+
+KARPENTER_EVENT_PREFIX = "KARPENTER-"
+
+
+def karpenter_only(event_ids: Iterable[str]) -> bool:
+    """Whether a surge was for Karpenter's disruptions alone (by the event ids it records)."""
+    ids = list(event_ids)
+    return bool(ids) and all(i.startswith(KARPENTER_EVENT_PREFIX) for i in ids)
+
+
+def _from_karpenter(node: str, taints: Any) -> list[Notice]:
+    """Karpenter's disrupted taint: the node is about to be drained by Karpenter."""
+    if not isinstance(taints, list):
+        return []
+    disrupted = any(
+        isinstance(t, dict)
+        and t.get("key") == names.KARPENTER_DISRUPTED_TAINT
+        and t.get("effect") == "NoSchedule"
+        for t in taints
+    )
+    if not disrupted:
+        return []
+    notice = Notice(
+        node=node,
+        event_type=KARPENTER_DISRUPTION,
+        deadline=OPEN_ENDED,
+        event_id=f"{KARPENTER_EVENT_PREFIX}{node}".upper(),
+        source=Source.KARPENTER,
+    )
+    return [notice]

@@ -23,15 +23,19 @@ class EventType(StrEnum):
 
 # A notice an operator asked for with the drain annotation; not an Azure type.
 MANUAL: Final = "Manual"
+# Karpenter is about to disrupt the node (drift, consolidation, expiry, repair): its
+# `karpenter.sh/disrupted:NoSchedule` taint, which precedes its drain; not an Azure type.
+KARPENTER_DISRUPTION: Final = "KarpenterDisruption"
 # The metric label of any event type Azure may add later (labels stay bounded).
 UNKNOWN: Final = "Unknown"
 EVENT_TYPE_LABELS: Final = (*EventType, UNKNOWN)
 
 
 def event_type_label(event_type: str) -> str:
-    """Any string from a source mapped onto the bounded metric label set (Manual included)."""
-    if event_type == MANUAL:
-        return MANUAL
+    """Any string from a source mapped onto the bounded metric label set (Manual and Karpenter's
+    disruption included)."""
+    if event_type in (MANUAL, KARPENTER_DISRUPTION):
+        return event_type
     return event_type if event_type in EVENT_TYPE_LABELS else UNKNOWN
 
 
@@ -41,6 +45,7 @@ class Source(StrEnum):
     AGENT = "agent"
     AKS_NPD = "aks-npd"
     MANUAL = "manual"
+    KARPENTER = "karpenter"
 
 
 class NoticePolicy(StrEnum):
@@ -55,6 +60,7 @@ DEFAULT_EVENT_POLICY: Final = {
     EventType.PREEMPT: NoticePolicy.FAILOVER,
     EventType.TERMINATE: NoticePolicy.FAILOVER,
     MANUAL: NoticePolicy.FAILOVER,
+    KARPENTER_DISRUPTION: NoticePolicy.FAILOVER,
     EventType.REDEPLOY: NoticePolicy.DRAIN,
     EventType.REBOOT: NoticePolicy.DRAIN,
     EventType.FREEZE: NoticePolicy.NONE,
@@ -89,6 +95,7 @@ class Reason(StrEnum):
     POLICY_VALID = "PlacementPolicyValid"  # a valid placement policy recorded as the one in force
     COST_RESTORED = "CostRestored"
     LOWEST_COST = "LowestDeletionCost"
+    LOADED = "LoadedReplicaReleased"  # a return's new replica Ready: its do-not-disrupt removed
     # Returns to spot.
     RETURN = "Return"
     RETURNED = "ReturnedToSpot"

@@ -8,8 +8,9 @@ decides, and a stale cache can never make it write twice.
 Each action that writes has one pure function that makes what is sent: node actions `build(node)`
 (a JSON merge patch from the Node as read, because a merge patch replaces the taint list whole and
 must start from the taints the Node has now); workload actions `patch()` (sent if `applies_to`
-the object read afresh); `SetDeletionCost.patch()`, `Evict.body()` (the Eviction),
-`Delete.body()` (the DeleteOptions), `Hold.body()`, `Bound.patch()`, `RecordHistory.configmap()`.
+the object read afresh); `SetDeletionCost.patch()`, `EndLoadHold.patch()`, `Evict.body()` (the
+Eviction), `Delete.body()` (the DeleteOptions), `Hold.body()`, `Bound.patch()`,
+`RecordHistory.configmap()`.
 The executor sends them; `rebalancer simulate` applies the same ones to its virtual objects, so
 what it reports is what these writes do.
 """
@@ -374,6 +375,23 @@ class SetDeletionCost:
 
 
 @dataclass(frozen=True)
+class EndLoadHold:
+    """Remove the do-not-disrupt our webhook put on a pod only while it loaded (a return's new
+    replica, names.HELD_UNTIL_READY), now that it is Ready: held longer, Karpenter could never
+    consolidate or drift its node."""
+
+    step: ClassVar[int] = Step.LAST
+
+    pod: PodKey
+    reason: Reason = field(default=Reason.LOADED, compare=False)
+
+    def patch(self) -> dict[str, Any]:
+        """The JSON merge patch of the Pod."""
+        held = {names.KARPENTER_DO_NOT_DISRUPT: None, names.HELD_UNTIL_READY: None}
+        return {"metadata": {"annotations": held}}
+
+
+@dataclass(frozen=True)
 class Evict:
     step: ClassVar[int] = Step.LAST
 
@@ -543,6 +561,7 @@ Action = (
     | FinishReturn
     | ForgetReturn
     | SetDeletionCost
+    | EndLoadHold
     | Evict
     | Delete
     | ReportBlocked
@@ -553,6 +572,6 @@ Action = (
 )
 ACTION_TYPES: tuple[type, ...] = (
     Cordon, Restore, MarkDrained, StartCooldown, EndCooldown, ScaleUp, ScaleBack, ForgetSurge,
-    SetSpare, RecordPolicy, StartReturn, FinishReturn, ForgetReturn, SetDeletionCost, Evict,
-    Delete, ReportBlocked, RecordHistory, Hold, Release, Bound,
+    SetSpare, RecordPolicy, StartReturn, FinishReturn, ForgetReturn, SetDeletionCost, EndLoadHold,
+    Evict, Delete, ReportBlocked, RecordHistory, Hold, Release, Bound,
 )  # fmt: skip

@@ -8,7 +8,13 @@ and start them again elsewhere, break before make (a replacement still loading, 
 replica moved between on-demand nodes, a workload's spares packed onto fewer nodes, the hedge
 they are for). It blocks only voluntary disruption; a spot eviction still takes the pod.
 The pods themselves go when the surge scales back or the return retires them, so the
-annotation never outlives the reason (nothing removes it: no pod patch, no extra RBAC).
+annotation never outlives the reason. A return's (or a move's) new replica is held the same
+way while it loads, marked `spot-rebalancer.io/held-until-ready`: it stays, an ordinary
+replica, and the controller removes both once it is Ready and the return is over
+(planning/load_holds.py). So is a replacement for a replica on a node Karpenter disrupts
+(drift, consolidation, expiry: no capacity is going away), which is placed as any new replica,
+not failed over. Replacements and returns are held whether or not the workload has a
+placement policy: the surge or the return is what they are for.
 
 Every path that does not place a pod allows it unchanged: the webhook may refuse nothing (its
 failure policy is Ignore as well), so a bug, a stale cache or an odd pod costs placement, never
@@ -26,16 +32,19 @@ from functools import cached_property
 from typing import Any
 
 from rebalancer import names
-from rebalancer.controller.actions import Action, ScaleUp, SetSpare
+from rebalancer.controller.actions import Action, ScaleUp, SetSpare, StartReturn
 from rebalancer.controller.model import WorkloadInfo, gpus_of, unreadable_gpus
 from rebalancer.controller.placement import Decision, Group, Where, affinity_patch, choose
 from rebalancer.controller.placement import spot_groups as groups_of
 from rebalancer.controller.policy import in_force
 from rebalancer.controller.pools import Pool, pools_of, with_declared
 from rebalancer.controller.records import Spare
+from rebalancer.controller.returns import active_record
 from rebalancer.controller.risk import GroupKey, Risk
 from rebalancer.controller.scheduling import match_expression
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
+from rebalancer.notices import karpenter_only
+from rebalancer.vocabulary import Source
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,10 @@ class View:
     # The pass's spare records (an availability target's `spot` among them), for the same
     # reason: the first new replicas of a plan were placed without it on the real control plane.
     spares: Mapping[WorkloadKey, Spare | None] = field(default_factory=dict)
+    # The pass's returns and moves started, for the same reason: their new replica loads held.
+    returning: frozenset[WorkloadKey] = frozenset()
+    # The pass's surges for Karpenter's disruptions alone: replacements placed as new replicas.
+    in_place: frozenset[WorkloadKey] = frozenset()
 
     @classmethod
     def of_pass(
@@ -80,7 +93,15 @@ class View:
         actions = list(actions)
         surging = frozenset(a.workload for a in actions if isinstance(a, ScaleUp))
         spares = {a.workload: a.record for a in actions if isinstance(a, SetSpare)}
-        return cls(snapshot, risks, declared, surging, spares)
+        returning = frozenset(a.workload for a in actions if isinstance(a, StartReturn))
+        in_place = frozenset(
+            a.workload
+            for a in actions
+            if isinstance(a, ScaleUp)
+            and a.record is not None
+            and karpenter_only(a.record.event_ids)
+        )
+        return cls(snapshot, risks, declared, surging, spares, returning, in_place)
 
     @cached_property
     def pools(self) -> dict[str, Pool]:
@@ -92,7 +113,12 @@ class View:
 
     @cached_property
     def evicting(self) -> set[tuple[str, str]]:
-        return {(n.pool, n.zone) for n in self.snapshot.nodes.values() if n.notices}
+        # Spot evictions: a node Karpenter disrupts says nothing about its group's capacity.
+        return {
+            (n.pool, n.zone)
+            for n in self.snapshot.nodes.values()
+            if any(notice.source != Source.KARPENTER for notice in n.notices)
+        }
 
     def where(self, workload: WorkloadKey, admitted: Iterable[Admitted]) -> Where:
         counts: dict[tuple[str, str], int] = {}
@@ -218,16 +244,32 @@ def review(
     workload = view.workload_of(pod, str(request.get("namespace") or "")) or unseen
     if workload is None:
         return allow("unknown_workload")
+    own = (pod.get("metadata") or {}).get("annotations")
+    unheld = names.KARPENTER_DO_NOT_DISRUPT not in (own or {})
+    surge = workload.surge
+    surge_open = (surge is not None and not surge.completed) or workload.key in view.surging
+    in_place = workload.key in view.in_place or (
+        workload.key not in view.surging and surge is not None and karpenter_only(surge.event_ids)
+    )
+    failing_over = surge_open and not in_place
+    # A return's new replica, or a replacement for Karpenter's disruption: held while it loads.
+    until_ready = (
+        active_record(workload) is not None
+        or workload.key in view.returning
+        or (surge_open and in_place)
+    )
     policy = in_force(workload.annotations).policy
     if policy is None or workload.opted_out:
-        return allow("no_policy", workload=workload)
+        if workload.opted_out or not unheld or not (failing_over or until_ready):
+            return allow("no_policy", workload=workload)
+        # Not placed, but the replacement or the return's replica is loading all the same.
+        held = _held(failing_over=failing_over, spare=False)
+        return allow("no_policy", patch=_annotations_added(own, held), workload=workload)
     spec = pod.get("spec") or {}
     if unreadable_gpus(spec):  # e.g. full-width digits: never placed as if they were numbers
         return allow("unreadable", workload=workload)
     gpus = gpus_of(spec)
     fits = [pool for pool in view.pools.values() if not pool.problems_for(spec, gpus)]
-    surge = workload.surge
-    failing_over = (surge is not None and not surge.completed) or workload.key in view.surging
     spare = view.spares.get(workload.key, workload.spare)
     decision = choose(
         policy,
@@ -238,23 +280,29 @@ def review(
         evicting=view.evicting,
         target_spot=spare.spot if policy.target and spare is not None else None,
     )
-    own = (pod.get("metadata") or {}).get("annotations")
-    hold = (failing_over or policy.spare) and names.KARPENTER_DO_NOT_DISRUPT not in (own or {})
+    hold = unheld and (failing_over or until_ready or policy.spare)
+    held = _held(failing_over=failing_over, spare=policy.spare > 0) if hold else {}
     if decision is None:
         # Not placed (no spot group it accepts yet: a new NodePool's nodes not yet assessed),
         # but a spare or a replacement is kept from consolidation all the same.
         if not hold:
             return allow("no_fit", workload=workload)
-        held = {names.KARPENTER_DO_NOT_DISRUPT: "true"}
         return allow("no_fit", patch=_annotations_added(own, held), workload=workload)
     patch = affinity_patch(pod, decision)
-    added = [(names.PLACED_WHY, decision.reason), (names.PLACED_REVIEW, uid)]
-    if hold:
-        added.append((names.KARPENTER_DO_NOT_DISRUPT, "true"))
+    added = [(names.PLACED_WHY, decision.reason), (names.PLACED_REVIEW, uid), *held.items()]
     for name, value in added:
         key = name.replace("~", "~0").replace("/", "~1")
         patch.append({"op": "add", "path": f"/metadata/annotations/{key}", "value": value})
     return allow("placed", patch=patch, decision=decision, workload=workload)
+
+
+def _held(*, failing_over: bool, spare: bool) -> dict[str, str]:
+    """Karpenter's do-not-disrupt, for good (a replacement, a spare: they go when their reason
+    does) or, for a return's new replica alone, marked to be removed once it has loaded."""
+    held = {names.KARPENTER_DO_NOT_DISRUPT: "true"}
+    if not (failing_over or spare):
+        held[names.HELD_UNTIL_READY] = "true"
+    return held
 
 
 def _annotations_added(

@@ -31,6 +31,7 @@ from rebalancer.controller.actions import (
     Action,
     Bound,
     Delete,
+    EndLoadHold,
     Evict,
     Hold,
     NodeAction,
@@ -130,7 +131,7 @@ class Executor:
                 return _written(done)
             case WorkloadAction():
                 return await self._workload(action)
-            case SetDeletionCost():
+            case SetDeletionCost() | EndLoadHold():
                 self._may_write()
                 namespace, name = action.pod
                 return _written(await self._writer.patch_pod(namespace, name, action.patch()))

@@ -320,6 +320,9 @@ class PodInfo:
     placed: str = ""  # "<pool>/<zone>" our admission webhook chose for it; "" if none
     placed_why: str = ""
     placed_review: str = ""  # the uid of the AdmissionReview that placed it
+    # Held from Karpenter's voluntary disruption by our webhook until it is Ready (a return's
+    # new replica): names.HELD_UNTIL_READY.
+    held_until_ready: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -370,6 +373,7 @@ class PodInfo:
             placed=str(annotations.get(names.PLACED) or "")[:128],
             placed_why=str(annotations.get(names.PLACED_WHY) or "")[:512],
             placed_review=str(annotations.get(names.PLACED_REVIEW) or "")[:64],
+            held_until_ready=names.HELD_UNTIL_READY in annotations,
         )
 
 

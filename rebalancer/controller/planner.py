@@ -44,6 +44,7 @@ from rebalancer.controller.planning.deletion_costs import restore_deletion_costs
 from rebalancer.controller.planning.drain import drain
 from rebalancer.controller.planning.eviction_history import preempts_last_hour, record_history
 from rebalancer.controller.planning.holds import holds
+from rebalancer.controller.planning.load_holds import end_load_holds
 from rebalancer.controller.planning.notices import active_notices, ignored_notices
 from rebalancer.controller.planning.policies import record_policies
 from rebalancer.controller.planning.proposal import Proposal
@@ -92,6 +93,7 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
         drain(snapshot, settings, active, surge.pods, contain),
         cooldowns(snapshot, settings, active, contain),
         restore_deletion_costs(snapshot, active, contain),
+        end_load_holds(snapshot, contain),
         record_policies(snapshot, contain),
     ]
     spare = spares(snapshot, settings, surge.workloads, contain)

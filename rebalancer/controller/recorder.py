@@ -81,6 +81,7 @@ from rebalancer.vocabulary import (
     ACTION_OUTCOMES,
     EVENT_TYPE_LABELS,
     FAILOVER_REASONS,
+    KARPENTER_DISRUPTION,
     MANUAL,
     MOVE_OUTCOMES,
     RETURN_OUTCOMES,
@@ -113,6 +114,8 @@ class Seen:
     blocked: bool = False  # a PodDisruptionBudget refused an eviction from the node
     terminating: bool = False  # at the last look, pods were still shutting down
     left: bool = False  # at the last look, pods were there and not being deleted
+    # Karpenter's disruption: no deadline to miss (its drain takes the node when it is done).
+    open_ended: bool = False
 
     def missed_reason(self) -> str:
         for reason, flag in (
@@ -238,7 +241,10 @@ class Recorder:
                     else 0.0
                 )
                 self._seen[key] = Seen(
-                    first_seen=now, pool=node.pool, late=lead < self._deadline_margin
+                    first_seen=now,
+                    pool=node.pool,
+                    late=lead < self._deadline_margin,
+                    open_ended=notice.open_ended,
                 )
                 self.metrics.notices.labels(
                     event_type_label(notice.event_type),
@@ -248,7 +254,7 @@ class Recorder:
                     node.sku,
                     "spot" if node.spot else "regular",
                 ).inc()
-                if notice.deadline is not None:
+                if notice.deadline is not None and not notice.open_ended:
                     lead = (notice.deadline - snapshot.now).total_seconds()
                     self.metrics.notice_lead_time.labels(
                         event_type_label(notice.event_type)
@@ -259,7 +265,13 @@ class Recorder:
                     event_id=notice.event_id,
                     event_type=notice.event_type,
                     source=str(notice.source),
-                    deadline=str(notice.deadline) if notice.deadline else "now",
+                    deadline=(
+                        "none (Karpenter drains)"
+                        if notice.open_ended
+                        else str(notice.deadline)
+                        if notice.deadline
+                        else "now"
+                    ),
                 )
         for (name, _), seen in self._seen.items():
             if name in snapshot.nodes and not seen.drained:
@@ -274,7 +286,8 @@ class Recorder:
             seen = self._seen.pop(key)
             # Missed: the node went (its VM taken) while cordoned and not yet drained. A notice
             # that vanished from a node that is still there was cancelled, not missed.
-            if seen.cordoned and not seen.drained and key[0] not in snapshot.nodes:
+            gone = seen.cordoned and not seen.drained and key[0] not in snapshot.nodes
+            if gone and not seen.open_ended:
                 reason = seen.missed_reason()
                 self.metrics.drain_missed_deadline.labels(seen.pool, reason).inc()
                 self._log.warning("deadline missed", node=key[0], event_id=key[1], why=reason)
@@ -476,7 +489,7 @@ class Recorder:
         self._metric_groups.add(group)
         initialise(
             self.metrics.notices,
-            [*EVENT_TYPE_LABELS, MANUAL],
+            [*EVENT_TYPE_LABELS, MANUAL, KARPENTER_DISRUPTION],
             [str(source) for source in Source],
             [node.pool],
             [node.zone],

@@ -25,9 +25,11 @@ from rebalancer.controller.planner import managed
 from rebalancer.controller.pools import Pool, pools_of, with_declared
 from rebalancer.controller.records import ReturnRecord
 from rebalancer.controller.risk import LEVELS, PLACEMENT_SCORE, RESOURCE_GRAPH, Risk, assess
+from rebalancer.notices import karpenter_only
 from rebalancer.plugin.terminal import printable_document
 from rebalancer.plugin.view import View
 from rebalancer.timefmt import iso
+from rebalancer.vocabulary import Source
 
 ON_DEMAND = "on-demand"
 SPOT = "spot"
@@ -437,7 +439,7 @@ def _render_notices(status: Json, *, wide: bool, headers: bool) -> list[str]:
             [
                 [
                     n["node"], n["pool"], n["eventType"], n["eventId"], n["source"],
-                    "now" if n["secondsLeft"] is None else f"in {n['secondsLeft']:.0f}s",
+                    _deadline_text(n),
                     "yes" if n["cordoned"] else "no",
                 ]
                 + ([n["deadline"] or "-"] if wide else [])
@@ -454,6 +456,8 @@ def _render_notices(status: Json, *, wide: bool, headers: bool) -> list[str]:
             + (
                 ", scaled back"
                 if surge["completed"]
+                else ", no deadline (Karpenter drains)"
+                if karpenter_only(surge["eventIds"])
                 else f", deadline {surge['deadline'] or 'now'}"
             )
         )
@@ -466,3 +470,9 @@ def _render_notices(status: Json, *, wide: bool, headers: bool) -> list[str]:
     if not status["surges"] and not status["returns"]:
         lines.append("SURGES, RETURNS: none")
     return lines
+
+
+def _deadline_text(notice: Json) -> str:
+    if notice["source"] == str(Source.KARPENTER):
+        return "none (Karpenter drains)"  # open-ended: notices.OPEN_ENDED
+    return "now" if notice["secondsLeft"] is None else f"in {notice['secondsLeft']:.0f}s"

@@ -44,6 +44,7 @@ from rebalancer.controller.actions import (
     Action,
     Bound,
     Delete,
+    EndLoadHold,
     Evict,
     FinishReturn,
     Hold,
@@ -414,7 +415,7 @@ def apply(world: World, action: Action) -> bool:
             node = world.nodes.get(action.node)
             if node is None or not _patch_node(node, action.build(node_object(node))):
                 return False
-        case SetDeletionCost():
+        case SetDeletionCost() | EndLoadHold():
             pod = world.pods.get(action.pod[1])
             if pod is None or not _patch_pod(pod, action.patch()):
                 return False

@@ -23,6 +23,15 @@ Consolidation: a node of a NodePool whose `spec.disruption.consolidateAfter` is 
 with no workload pod (DaemonSet pods do not count) for that long, and no pod (nor the node)
 annotated `karpenter.sh/do-not-disrupt: "true"`, is removed with its NodeClaim.
 
+Disruption (drift, underused consolidation, expiry), when a test asks for it (`disrupt`), as
+Karpenter v1.15's disruption queue and termination controller carry out a delete-only command
+(pkg/controllers/disruption/queue.go, node/termination): the node is tainted
+`karpenter.sh/disrupted:NoSchedule` at once, then drained through the Eviction API after
+`DRAIN_AFTER_SECONDS` and every `DRAIN_RETRY_SECONDS` while anything is refused
+(PodDisruptionBudgets apply; a pod annotated do-not-disrupt `"true"` is left, as Karpenter
+leaves it until a `terminationGracePeriod`), and its NodeClaim and VM deleted once no workload
+pod is left. `evicted` lists what it evicted, `refused` what a budget refused.
+
 Not modelled: batching windows (a pod is provisioned for at the next loop), bin-packing several
 pending pods by price across sizes, `limits`, `weight`, disruption budgets, drift, expiry,
 consolidation of under-used nodes (moving pods), `startupTaints`, NodeClaim launch failures and
@@ -38,10 +47,12 @@ from typing import Any
 
 from rebalancer_sim import resources as R
 from rebalancer_sim.cloud import Cloud, Vm
-from rebalancer_sim.objects import Obj, is_terminating, pod_requests
+from rebalancer_sim.disruption import evict
+from rebalancer_sim.objects import Obj, is_terminating, pod_phase, pod_requests
 from rebalancer_sim.pools import PoolSpec, is_workload_pod, pod_fits_pool, template_node
 from rebalancer_sim.scheduler import Scheduler
 from rebalancer_sim.scheduling import allocatable, insufficient, parse_taint
+from rebalancer_sim.status import ApiError
 from rebalancer_sim.store import format_time, random_suffix
 
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
@@ -55,6 +66,11 @@ SPOT, ON_DEMAND = "spot", "on-demand"
 PROVISIONING_ANNOTATION = "sim.spot-rebalancer.io/provisioning-seconds"
 SPOT_CAPACITY_ANNOTATION = "sim.spot-rebalancer.io/spot-capacity"
 DEFAULT_PROVISIONING_SECONDS = 30.0
+DISRUPTED_TAINT = "karpenter.sh/disrupted"
+# From the taint to the first eviction: the queue deletes a delete-only command's NodeClaim on
+# its next reconcile, and the termination controller drains at once.
+DRAIN_AFTER_SECONDS = 1.0
+DRAIN_RETRY_SECONDS = 1.0  # the termination controller requeues a drain refused by a PDB after 1 s
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
 
@@ -167,9 +183,15 @@ class Karpenter:
         self._empty_since: dict[str, float] = {}
         self.launched: list[tuple[str, str, str]] = []  # (NodeClaim, NodePool, capacity type)
         self.consolidated: list[str] = []  # node names removed as empty
+        self._disrupting: dict[str, float] = {}  # node name -> when its drain may try next
+        self.evicted: list[tuple[float, str]] = []  # (time, pod name) evicted by a drain
+        self.refused: list[tuple[float, str]] = []  # (time, pod name) a budget refused
 
     def reconcile(self) -> int:
-        return self._launch() + self._register() + self._forget_lost() + self._consolidate()
+        return (
+            self._launch() + self._register() + self._forget_lost() + self._consolidate()
+            + self._drain_disrupted()
+        )  # fmt: skip
 
     # ---- shapes --------------------------------------------------------------------------------
 
@@ -443,3 +465,57 @@ class Karpenter:
             self.consolidated.append(node_name)
             removed += 1
         return removed
+
+    # ---- disruption: drift, consolidation, expiry -------------------------------------------
+
+    def disrupt(self, node_name: str) -> None:
+        """Start disrupting one of the NodeClaims' nodes (see the module docstring)."""
+        node = self.store.get(R.NODES, "", node_name)
+        if node is None or node_name not in self._claims.values():
+            raise ValueError(f"{node_name} is not a node of a NodeClaim")
+        spec = dict(node.get("spec") or {})
+        taints = list(spec.get("taints") or [])
+        if not any(t.get("key") == DISRUPTED_TAINT for t in taints):
+            spec["taints"] = [*taints, {"key": DISRUPTED_TAINT, "effect": "NoSchedule"}]
+            self.store.update(R.NODES, dict(node, spec=spec))
+        self._disrupting[node_name] = self.store.clock.now().timestamp() + DRAIN_AFTER_SECONDS
+
+    def _drain_disrupted(self) -> int:
+        now = self.store.clock.now().timestamp()
+        worked = 0
+        for node_name, next_try in list(self._disrupting.items()):
+            if now < next_try:
+                continue
+            left = False
+            refused = False
+            for pod in self.store.pods_on_node(node_name):
+                if not is_workload_pod(pod) or pod_phase(pod) in ("Succeeded", "Failed"):
+                    continue
+                left = True
+                meta = pod["metadata"]
+                if (
+                    is_terminating(pod)
+                    or (meta.get("annotations") or {}).get(DO_NOT_DISRUPT) == "true"
+                ):
+                    continue
+                try:
+                    evict(self.store, meta["namespace"], meta["name"], {})
+                except ApiError as error:
+                    if error.code != 404:
+                        refused = True
+                        self.refused.append((now, meta["name"]))
+                    continue
+                self.evicted.append((now, meta["name"]))
+                worked += 1
+            if not left:
+                del self._disrupting[node_name]
+                claim = next((c for c, n in self._claims.items() if n == node_name), None)
+                self.cloud.delete_vm(node_name)
+                if claim is not None:
+                    del self._claims[claim]
+                    if self.store.get(R.NODECLAIMS, "", claim) is not None:
+                        self.store.delete(R.NODECLAIMS, "", claim)
+                worked += 1
+                continue
+            self._disrupting[node_name] = now + (DRAIN_RETRY_SECONDS if refused else 0.0)
+        return worked

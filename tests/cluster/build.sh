@@ -164,15 +164,23 @@ write_kwok_stages() {
 
 # ---------------------------------------------------------------- Karpenter (KWOK cloud provider)
 # Karpenter core with its KWOK cloud provider: it launches NodeClaims as kwok-managed Nodes
-# (annotation kwok.x-k8s.io/node=fake, which start.sh's kwok manages).
+# (annotation kwok.x-k8s.io/node=fake, which start.sh's kwok manages). Its main package is
+# tests/cluster/karpenter-kwok/main.go, the module's kwok/main.go with one addition: the cloud
+# provider also declares karpenter-provider-azure's repair policy for PreemptionScheduled, which
+# acts only with FEATURE_GATES=NodeRepair=true (docs/karpenter.md). Copied into the build module
+# (Go refuses overlays of files in GOMODCACHE); the stamp carries its hash, so editing it rebuilds.
+KARPENTER_MAIN="$ROOT/tests/cluster/karpenter-kwok/main.go"
 build_karpenter() {
-  local stamp="sigs.k8s.io/karpenter@$KARPENTER_VERSION with sigs.k8s.io/kwok@$KWOK_VERSION go=$KARPENTER_GO"
+  local main_hash; main_hash="$(sha256sum "$KARPENTER_MAIN" | cut -c1-12)"
+  local stamp="sigs.k8s.io/karpenter@$KARPENTER_VERSION with sigs.k8s.io/kwok@$KWOK_VERSION go=$KARPENTER_GO main.go=$main_hash"
   if up_to_date karpenter-kwok "$stamp"; then
     log "karpenter $KARPENTER_VERSION: up to date"
   else
     nodes_module
+    mkdir -p "$NODES_MODULE/karpenter-kwok"
+    cp "$KARPENTER_MAIN" "$NODES_MODULE/karpenter-kwok/main.go"
     (cd "$NODES_MODULE" && nodes_go timed "build karpenter-kwok $KARPENTER_VERSION" \
-      go build -p "$BUILD_JOBS" -trimpath -ldflags "-s -w" -o "$BIN/karpenter-kwok" sigs.k8s.io/karpenter/kwok)
+      go build -p "$BUILD_JOBS" -trimpath -ldflags "-s -w" -o "$BIN/karpenter-kwok" ./karpenter-kwok)
     echo "$stamp" > "$BIN/karpenter-kwok.stamp"
     rm -f "$CACHE/karpenter-crds.yaml"
   fi

@@ -1,5 +1,6 @@
 """Real Karpenter on the real control plane: Karpenter core with its KWOK cloud provider
-(`sigs.k8s.io/karpenter/kwok`, built by tests/cluster/build.sh), which launches a NodeClaim as a
+(`sigs.k8s.io/karpenter/kwok`, built by tests/cluster/build.sh with Azure's repair policy for
+`PreemptionScheduled` added, tests/cluster/karpenter-kwok/main.go), which launches a NodeClaim as a
 Node that start.sh's kwok keeps Ready, as AKS node auto-provisioning launches a VM.
 
 Started once per session, by the first test that asks for it (the other k8s tests never pay for
@@ -70,9 +71,14 @@ def instance_types() -> list[dict[str, Any]]:
 
 @dataclass
 class Karpenter:
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    health_port: int
+    plane: ControlPlane
+    workdir: Path
+    process: subprocess.Popen[bytes] | None = None
+    health_port: int = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "karpenter.log"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -84,6 +90,60 @@ class Karpenter:
                 return bool(answer.status == 200)
         except (urllib.error.URLError, OSError):
             return False
+
+    def start(self, **settings: str) -> None:
+        """Karpenter with these settings (its environment: FEATURE_GATES, ...) beside the rig's."""
+        self.health_port = free_port()
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [str(BINARY)],
+                env={
+                    **os.environ,
+                    "KUBECONFIG": str(self.plane.admin_kubeconfig),
+                    "DISABLE_LEADER_ELECTION": "true",
+                    "METRICS_PORT": str(free_port()),
+                    "HEALTH_PROBE_PORT": str(self.health_port),
+                    "INSTANCE_TYPES_FILE_PATH": str(self.workdir / "instance-types.json"),
+                    "LOG_LEVEL": "debug",
+                    # Decide on a pending pod within a second, not after up to 10 s of batching.
+                    "BATCH_IDLE_DURATION": "500ms",
+                    "BATCH_MAX_DURATION": "2s",
+                    **settings,
+                },
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 60
+        while not self.ready():
+            if self.process.poll() is not None:
+                raise AssertionError(
+                    f"karpenter exited ({self.process.returncode}):\n{self.log()[-3000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(f"karpenter not ready in 60 s:\n{self.log()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    @contextlib.contextmanager
+    def restarted(self, **settings: str) -> Iterator[Karpenter]:
+        """Karpenter run with these settings for the block, then as the session runs it."""
+        self.stop()
+        self.start(**settings)
+        try:
+            yield self
+        finally:
+            self.stop()
+            self.start()
 
 
 def nodepool(
@@ -161,46 +221,12 @@ def running_karpenter(plane: ControlPlane, workdir: Path) -> Iterator[Karpenter]
         "crd/nodepools.karpenter.sh", "crd/nodeclaims.karpenter.sh",
         "crd/kwoknodeclasses.karpenter.kwok.sh",
     )  # fmt: skip
-    types = workdir / "instance-types.json"
-    types.write_text(json.dumps(instance_types()))
-    log_path = workdir / "karpenter.log"
-    health_port = free_port()
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [str(BINARY)],
-            env={
-                **os.environ,
-                "KUBECONFIG": str(plane.admin_kubeconfig),
-                "DISABLE_LEADER_ELECTION": "true",
-                "METRICS_PORT": str(free_port()),
-                "HEALTH_PROBE_PORT": str(health_port),
-                "INSTANCE_TYPES_FILE_PATH": str(types),
-                "LOG_LEVEL": "debug",
-                # Decide on a pending pod within a second, not after up to 10 s of batching.
-                "BATCH_IDLE_DURATION": "500ms",
-                "BATCH_MAX_DURATION": "2s",
-            },
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    karpenter = Karpenter(process, log_path, health_port)
+    (workdir / "instance-types.json").write_text(json.dumps(instance_types()))
+    karpenter = Karpenter(plane, workdir)
     try:
-        deadline = time.monotonic() + 60
-        while not karpenter.ready():
-            if process.poll() is not None:
-                raise AssertionError(
-                    f"karpenter exited ({process.returncode}):\n{karpenter.log()[-3000:]}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(f"karpenter not ready in 60 s:\n{karpenter.log()[-3000:]}")
-            time.sleep(0.2)
+        karpenter.start()
         plane.kubectl("apply", "-f", "-", stdin=json.dumps(NODE_CLASS_OBJECT))
         print(f"karpenter: CRDs installed and ready in {time.monotonic() - started:.1f} s")
         yield karpenter
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        karpenter.stop()

@@ -10,6 +10,11 @@ replacement, so Karpenter launches an on-demand NodeClaim for it, before the spo
 The test plays Azure: at NotBefore the VM's pods go at once and its NodeClaim is deleted. Once
 the pool has been quiet, the replica returns to a spot node Karpenter launches for it, and
 Karpenter's consolidation removes the emptied on-demand node.
+
+With Karpenter's `nodeRepair` on (Karpenter restarted with FEATURE_GATES=NodeRepair=true; its
+build carries karpenter-provider-azure's PreemptionScheduled policy), the same Preempt measures
+what the repair makes unavoidable: core v1.15's repair, and the legacy one that core v1.14 (the
+Azure provider's) runs.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -297,16 +303,6 @@ async def test_consolidation_leaves_the_nodes_of_a_workload_with_spares_alone(
     control, spares = "control", "spares"
     async with nodepools_in_use(rig, karpenter, [pack_nodepool(control), pack_nodepool(spares)]):
         await start_controller(rig, webhook, REBALANCER_POOLS="[]")
-        # The workloads at 0 replicas first: the webhook knows a pod's workload from the
-        # controller's caches, and a brand-new Deployment's first pods may come before them
-        # (allowed unchanged, `unknown_workload`); the ballast's launch gives the caches time.
-        deployments = "/apis/apps/v1/namespaces/inference/deployments"
-        for pool, own in ((control, {names.KARPENTER_DO_NOT_DISRUPT: "1s"}), (spares, {})):
-            await rig.deploy(
-                name=f"llm-{pool}", replicas=0, startup_seconds=0.5,
-                annotations={names.SPARE_REPLICAS: "1"}, pod_labels=PLACEMENT_LABEL,
-                pod_annotations=own, node_selector={names.KARPENTER_NODEPOOL_LABEL: pool},
-            )  # fmt: skip
         # Ballast, one per node, so that each node keeps one GPU free for the workload.
         for pool in (control, spares):
             await rig.deploy(
@@ -318,10 +314,16 @@ async def test_consolidation_leaves_the_nodes_of_a_workload_with_spares_alone(
                         for p in (control, spares)),
             timeout=60, what="the ballast on two nodes of each NodePool",
         )  # fmt: skip
-        for pool in (control, spares):  # the owner's 1; the controller adds the spare
-            await rig.api.update(
-                f"{deployments}/llm-{pool}", lambda d: d["spec"].update(replicas=1)
-            )
+        # The workloads created at their owner's 1 replica (the controller adds the spare):
+        # their first pods reach the webhook before its view shows the new Deployment, which
+        # it finds through the pod's owner (owner_lookup.py).
+        deployments = "/apis/apps/v1/namespaces/inference/deployments"
+        for pool, own in ((control, {names.KARPENTER_DO_NOT_DISRUPT: "1s"}), (spares, {})):
+            await rig.deploy(
+                name=f"llm-{pool}", replicas=1, startup_seconds=0.5,
+                annotations={names.SPARE_REPLICAS: "1"}, pod_labels=PLACEMENT_LABEL,
+                pod_annotations=own, node_selector={names.KARPENTER_NODEPOOL_LABEL: pool},
+            )  # fmt: skip
         await rig.wait_for(
             lambda: all(len(set(placed_on(rig, f"llm-{p}").values())) == 2
                         for p in (control, spares)),
@@ -371,3 +373,118 @@ async def test_consolidation_leaves_the_nodes_of_a_workload_with_spares_alone(
             assert placed_on(rig, f"llm-{spares}") == spares_pods, "a spare was moved"
             await asyncio.sleep(0.5)
         print(f"the spares' nodes stayed {time.monotonic() - emptied:.1f} s after")
+
+
+# ---- what Karpenter's repair of PreemptionScheduled makes unavoidable -------------------------
+
+
+@dataclass
+class Preempted:
+    """One Preempt on a spot NodeClaim node hosting a replica, in seconds after the notice."""
+
+    replaced_in: float  # the replacement Ready on its on-demand node
+    lost_in: float | None  # the doomed replica no longer Ready (None: it served to the end)
+    tainted_in: float | None  # Karpenter's karpenter.sh/disrupted taint seen on the node
+    lowest_ready: int
+    replica_seconds: float
+
+
+async def one_preempt(
+    rig: KubeRig,
+    webhook: Webhook,  # noqa: F811
+    *,
+    load_seconds: float,
+) -> Preempted:
+    """2 replicas on spot NodeClaims, the controller with its webhook, then a Preempt as AKS's
+    node-problem-detector reports it (30 s of notice) on one of their nodes; the test plays
+    Azure at NotBefore. Returns once 2 replicas are Ready again and the node is gone."""
+    await rig.deploy(
+        replicas=2, startup_seconds=load_seconds, annotations=POLICY, pod_labels=PLACEMENT_LABEL,
+        node_selector={names.KARPENTER_NODEPOOL_LABEL: NODEPOOL},
+    )  # fmt: skip
+    await rig.wait_for(lambda: rig.ready_count() == 2, timeout=60, what="2 replicas on spot")
+    await start_controller(rig, webhook, REBALANCER_POOLS="[]", REBALANCER_RETURN_ENABLED="false")
+    await rig.until_ready(replicas=2)
+    doomed_pod = next(p for p in rig.pods() if p["spec"]["nodeName"])
+    doomed, doomed_name = doomed_pod["spec"]["nodeName"], doomed_pod["metadata"]["name"]
+    seen: dict[str, float] = {}
+
+    def watch() -> bool:
+        at = time.monotonic() - noticed
+        node = rig.node(doomed)
+        taints = [] if node is None else node["spec"].get("taints") or []
+        if any(t["key"] == names.KARPENTER_DISRUPTED_TAINT for t in taints):
+            seen.setdefault("tainted", at)
+        if not any(p["metadata"]["name"] == doomed_name and ready(p) for p in rig.pods()):
+            seen.setdefault("lost", at)
+        for pod in rig.pods():
+            node_name = pod["spec"].get("nodeName")
+            if node_name and karpenter_labels(rig, node_name)[1] == "on-demand" and ready(pod):
+                seen.setdefault("replaced", at)
+        return rig.node(doomed) is None and rig.ready_count() == 2 and "replaced" in seen
+
+    not_before = time.time() + NOTICE_SECONDS
+    async with sampling(rig):
+        noticed = time.monotonic()
+        await rig.npd_preemption(doomed, "preempt-1", http_date(not_before))
+        eviction = asyncio.create_task(evict_at(rig, doomed, not_before))
+        rig.evictions.append(eviction)
+        await rig.wait_for(watch, timeout=NOTICE_SECONDS + 60, what="the replica replaced")
+        await eviction
+    figures = Preempted(
+        replaced_in=seen["replaced"], lost_in=seen.get("lost"), tainted_in=seen.get("tainted"),
+        lowest_ready=rig.min_ready[("inference", "llm")],
+        replica_seconds=rig.deficit[("inference", "llm")].replica_seconds,
+    )  # fmt: skip
+    print(f"one Preempt, 30 s of notice, {load_seconds:g} s loads: {figures}")
+    return figures
+
+
+async def test_with_karpenters_node_repair_the_hold_keeps_every_replica_until_its_replacement(
+    rig: KubeRig,
+    webhook: Webhook,  # noqa: F811
+    gpu_nodepool: dict[str, Any],
+    karpenter: Karpenter,
+) -> None:
+    # Karpenter core v1.15's repair is a disruption method: at its next pass (every 10 s) it
+    # taints the node, pre-spins a node, deletes the NodeClaim with the NodeClaim's
+    # terminationGracePeriod (30 s, the NodePool's; Azure's policy sets no bound of its own) as
+    # the drain bound, and its drain evicts through the Eviction API, which the surge's hold
+    # refuses until the replacement is Ready. Loads of 20 s, so that the drain comes while the
+    # replacement loads. Unavoidable: nothing while provisioning and load fit in the notice's
+    # 30 s (Azure's NotBefore), and in the drain's bound, which starts later still.
+    load = 20.0
+    with karpenter.restarted(FEATURE_GATES="NodeRepair=true"):
+        figures = await one_preempt(rig, webhook, load_seconds=load)
+    assert figures.tainted_in is not None, "Karpenter's repair did not act on the node"
+    assert figures.tainted_in < figures.replaced_in, "the repair came after the replacement"
+    unavoidable = unavoidable_deficit(
+        notice_seconds=NOTICE_SECONDS,
+        load_seconds=load,
+        provisioning_seconds=figures.replaced_in - load,
+    )
+    assert unavoidable == 0
+    assert figures.lowest_ready == 2
+    assert figures.replica_seconds == unavoidable
+
+
+async def test_with_the_legacy_node_repair_a_preempt_costs_the_replicas_load_not_more(
+    rig: KubeRig,
+    webhook: Webhook,  # noqa: F811
+    gpu_nodepool: dict[str, Any],
+    karpenter: Karpenter,
+) -> None:
+    # The legacy repair controller (karpenter-provider-azure runs core v1.14.0, whose repair is
+    # this one) deletes the NodeClaim at once with a termination time of now: the drain then
+    # deletes the pods, budgets and do-not-disrupt ignored. The notice shrinks to the repair's
+    # reaction; the controller's surge still starts the replacement at the notice, so what is
+    # lost is the doomed replica from its deletion until its replacement can be Ready, no more.
+    with karpenter.restarted(FEATURE_GATES="NodeRepair=true", LEGACY_NODE_REPAIR="true"):
+        figures = await one_preempt(rig, webhook, load_seconds=3)
+    assert figures.lost_in is not None and figures.lost_in < figures.replaced_in
+    unavoidable = unavoidable_deficit(
+        notice_seconds=figures.lost_in, load_seconds=3, provisioning_seconds=figures.replaced_in - 3
+    )
+    assert figures.lowest_ready == 1  # the doomed replica alone: the other one kept serving
+    # Sampled every 20 ms: the Ready count may be read a sample late at each end.
+    assert figures.replica_seconds == pytest.approx(unavoidable, abs=0.1)

@@ -147,6 +147,34 @@ async def test_a_preempted_nodeclaims_vm_takes_its_nodeclaim_and_a_new_one_is_la
     assert all(p["spec"].get("nodeName") for p in cluster.pods())
 
 
+async def test_a_disrupted_node_is_tainted_drained_through_its_budgets_then_removed() -> None:
+    cluster = ClusterEmulator(
+        parse_scenario(scenario({"capacityTypes": ["spot"]}, replicas=1)), clock=ManualClock()
+    )
+    await cluster.advance(6)
+    (node,) = [n["metadata"]["name"] for n in cluster.store.items(R.NODES)
+               if "karpenter.sh/nodepool" in n["metadata"]["labels"]]  # fmt: skip
+    (replica,) = [p["metadata"]["name"] for p in cluster.pods()]
+    # A budget that allows nothing: the drain waits, the node stays, tainted.
+    cluster.store.create(R.PDBS, {
+        "metadata": {"name": "llm", "namespace": "default"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "llm"}}},
+    })  # fmt: skip
+    cluster.karpenter.disrupt(node)
+    taints = cluster.store.must_get(R.NODES, "", node)["spec"]["taints"]
+    assert {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"} in taints
+    await cluster.advance(5)
+    assert cluster.store.get(R.NODES, "", node) is not None
+    assert cluster.karpenter.evicted == [] and {n for _, n in cluster.karpenter.refused} == {
+        replica
+    }
+    cluster.store.delete(R.PDBS, "default", "llm")
+    await cluster.advance(10)
+    assert [n for _, n in cluster.karpenter.evicted] == [replica]
+    assert cluster.store.get(R.NODES, "", node) is None
+    assert all(c["status"].get("nodeName") != node for c in cluster.store.items(R.NODECLAIMS))
+
+
 async def test_nodepools_and_nodeclaims_are_served() -> None:
     cluster = ClusterEmulator(parse_scenario(scenario({})), clock=ManualClock())
     async with cluster:

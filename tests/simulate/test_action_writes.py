@@ -27,6 +27,7 @@ from rebalancer.controller.actions import (
     Cordon,
     Delete,
     EndCooldown,
+    EndLoadHold,
     Evict,
     FinishReturn,
     ForgetReturn,
@@ -277,14 +278,17 @@ def pod_path(pod: Pod) -> str:
         lambda pod: SetDeletionCost((NS, pod.name), "-100", save_original="5"),
         lambda pod: SetDeletionCost((NS, pod.name), "5", restore=True),
         lambda pod: SetDeletionCost((NS, pod.name), None),
+        lambda pod: EndLoadHold((NS, pod.name)),
     ],
-    ids=["lower, original saved", "restore", "remove"],
+    ids=["lower, original saved", "restore", "remove", "load hold ended"],
 )
-def test_a_deletion_cost_does_what_its_patch_does(make: Callable[[Pod], Action]) -> None:
+def test_a_pod_patch_does_what_it_does(make: Callable[[Pod], Action]) -> None:
     world = small_world()
     pod = spot_pod(world)
     pod.deletion_cost, pod.original_cost = "5", "9"
     pod.annotations[names.PLACED] = "spot1/1"
+    pod.annotations[names.KARPENTER_DO_NOT_DISRUPT] = "true"
+    pod.annotations[names.HELD_UNTIL_READY] = "true"
     before = adapter.pod_object(pod)
     action = make(pod)
     [(method, path, patch)] = executor_writes(action, {})
@@ -401,5 +405,5 @@ def test_every_action_type_is_covered() -> None:
     covered = {type(make("n")) for _, make in NODE_CASES.values()}
     basis = WorkloadBasis(replicas=2, surge=None, return_record=None)
     covered |= {type(make(basis)) for _, make in WORKLOAD_CASES.values()}
-    covered |= {SetDeletionCost, Evict, Delete, RecordHistory, *NOT_IN_THE_WORLD}
+    covered |= {SetDeletionCost, EndLoadHold, Evict, Delete, RecordHistory, *NOT_IN_THE_WORLD}
     assert covered == set(ACTION_TYPES)

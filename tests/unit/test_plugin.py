@@ -410,3 +410,17 @@ def test_status_says_why_a_target_keeps_what_it_keeps() -> None:
     (workload,) = document["workloads"]
     assert (workload["target"], workload["targetWhy"]) == ("99.9", why)
     assert f"- inference/llm 99.9 %: {why}" in status.render(document)
+
+
+def test_karpenters_disruption_shows_no_deadline_of_ours() -> None:
+    disrupted = {"key": names.KARPENTER_DISRUPTED_TAINT, "effect": "NoSchedule"}
+    surge = Surge(base_replicas=3, added=1, event_ids=("KARPENTER-SPOT-1",),
+                  doomed_pods=("inference/llm-2",), deadline="2999-01-01T00:00:00Z")  # fmt: skip
+    llm = deployment("llm", [SPOT, GPU], replicas=3,
+                     annotations={names.SURGE_ANNOTATION: surge.to_json()})  # fmt: skip
+    changed = raw()
+    changed.nodes[1]["spec"]["taints"].append(disrupted)
+    changed.deployments[0] = llm
+    text = status.render(status.status_of(build_view(changed, now=NOW, namespace=None)))
+    assert "KarpenterDisruption" in text and "none (Karpenter drains)" in text, text
+    assert "no deadline (Karpenter drains)" in text, text

@@ -11,7 +11,7 @@ import pytest
 
 from rebalancer import names, pool_kind
 from rebalancer.config import PoolShape
-from rebalancer.controller.actions import StartReturn
+from rebalancer.controller.actions import EndLoadHold, StartReturn
 from rebalancer.controller.admission import View, review
 from rebalancer.controller.history import History
 from rebalancer.controller.model import NodeInfo
@@ -19,7 +19,9 @@ from rebalancer.controller.placement import Decision, affinity_patch
 from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.policy import parse
 from rebalancer.controller.pools import declared_pools, on_demand_fallback, pools_of
+from rebalancer.controller.records import ReturnRecord
 from rebalancer.controller.risk import RiskSettings, assess
+from rebalancer.timefmt import iso
 from tests.unit.test_placement import apply_adds, cluster, patch_of, request, view_of
 from tests.unit.test_planner import NOW, WATCHED, deployment, node_json, pod, snapshot
 
@@ -336,3 +338,84 @@ def test_required_spot_pools_of_both_kinds_are_one_term_each_way() -> None:
             ]
         },
     ]
+
+
+def returning(replicas: int = 2, **record: Any) -> dict[str, str]:
+    """A Deployment's annotations with a return to spot in progress (its new replica loading)."""
+    started = ReturnRecord(
+        base_replicas=replicas - 1, retire="ml/infer-od", pool="spota", started_at=iso(NOW),
+        known_pods=("infer-od",), **record,
+    )  # fmt: skip
+    return {names.RETURN_ANNOTATION: started.to_json()}
+
+
+@pytest.mark.parametrize(
+    "policy", [{names.SPREAD: "zone"}, {}], ids=["placed by its policy", "no policy"]
+)
+def test_a_returns_new_replica_is_held_from_consolidation_while_it_loads(
+    policy: dict[str, str],
+) -> None:
+    state = cluster({**policy, **returning()}, replicas=2)
+    result = review(request(), view_of(state), [])
+    assert result.outcome == ("placed" if policy else "no_policy")
+    patched = apply_adds(request()["request"]["object"], patch_of(result.response))
+    annotations = patched["metadata"]["annotations"]
+    # Held, and marked so that the controller gives it back once the pod is Ready.
+    assert annotations[names.KARPENTER_DO_NOT_DISRUPT] == "true"
+    assert annotations[names.HELD_UNTIL_READY] == "true"
+
+
+def test_a_return_started_this_pass_holds_its_new_replica_before_the_record_shows() -> None:
+    state = cluster({names.SPREAD: "zone"}, replicas=1)
+    key = ("Deployment", "ml", "infer")
+    started = StartReturn(key, replicas=2, record=None)
+    view = View.of_pass(state, [started], risks=view_of(state).risks, declared={})
+    patched = apply_adds(
+        request()["request"]["object"], patch_of(review(request(), view, []).response)
+    )
+    assert patched["metadata"]["annotations"][names.HELD_UNTIL_READY] == "true"
+
+
+def test_a_spares_hold_during_a_return_is_for_good() -> None:
+    annotations = placed_annotations({names.SPARE_REPLICAS: "1", **returning(3)}, {"replicas": 3})
+    assert annotations[names.KARPENTER_DO_NOT_DISRUPT] == "true"
+    assert names.HELD_UNTIL_READY not in annotations
+
+
+def held_pod(name: str, *, ready: bool, marked: bool = True) -> Any:
+    notes = {names.KARPENTER_DO_NOT_DISRUPT: "true"}
+    if marked:
+        notes[names.HELD_UNTIL_READY] = "true"
+    return pod(name, "spot-1", ready=ready, annotations=notes)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "ready", "marked", "ended"),
+    [
+        ({}, True, True, True),  # loaded, the return over (its record dropped)
+        (returning(completed=True), True, True, True),  # finished, the old replica leaving
+        (returning(), True, True, False),  # Ready, but the return still retires the old one
+        ({}, False, True, False),  # still loading
+        ({}, True, False, False),  # a spare's, a replacement's or its own: for good
+    ],
+)
+def test_a_return_replicas_hold_ends_once_it_is_ready_and_the_return_is_over(
+    annotations: dict[str, str], ready: bool, marked: bool, ended: bool
+) -> None:
+    state = snapshot(
+        [
+            node_json("spot-0", pool="spota", zone="eastus-1"),
+            node_json("spot-1", pool="spota", zone="eastus-2"),
+            node_json("od-0", pool="ondemand", spot=False),
+        ],
+        [pod("infer-od", "od-0"), held_pod("infer-new", ready=ready, marked=marked)],
+        [deployment(replicas=2, annotations=annotations)],
+    )
+    ends = [a for a in plan(state, Settings()).actions if isinstance(a, EndLoadHold)]
+    assert ends == ([EndLoadHold(("ml", "infer-new"))] if ended else [])
+    if ended:
+        assert ends[0].patch() == {
+            "metadata": {
+                "annotations": {names.KARPENTER_DO_NOT_DISRUPT: None, names.HELD_UNTIL_READY: None}
+            }
+        }

@@ -34,6 +34,7 @@ QUIET_SECONDS = 45
 PROVISIONING_SECONDS = 2.0  # NodeClaim to Ready node (the k8s test's KWOK nodes: about 1 s)
 LOAD_SECONDS = 3.0
 CONSOLIDATE_AFTER = "5s"
+DO_NOT_DISRUPT = names.KARPENTER_DO_NOT_DISRUPT
 
 
 def karpenter_scenario() -> dict[str, Any]:
@@ -190,8 +191,21 @@ async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_s
                 and rig.deployment()["spec"]["replicas"] == 2
             )
 
+        # The return's new replica, while it loads, as Karpenter's consolidation would see it:
+        # held (do-not-disrupt), or consolidation could delete its node mid-load.
+        before = {p["metadata"]["name"] for p in rig.pods()}
+        loading: dict[str, set[str | None]] = {}
+
+        def returned() -> bool:
+            for pod in rig.pods():
+                name = pod["metadata"]["name"]
+                if name not in before and pod["spec"].get("nodeName") and not ready(pod):
+                    held = pod["metadata"].get("annotations", {}).get(DO_NOT_DISRUPT)
+                    loading.setdefault(name, set()).add(held)
+            return all_on_spot()
+
         async with sampling(rig):
-            await rig.wait_for(all_on_spot, timeout=QUIET_SECONDS + 40, what="the return to spot")
+            await rig.wait_for(returned, timeout=QUIET_SECONDS + 40, what="the return to spot")
             await rig.wait_for(
                 lambda: rig.node(on_demand_node) is None,
                 timeout=30,
@@ -203,3 +217,70 @@ async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_s
         assert rig.min_ready[("inference", "llm")] == 2, "a Ready replica was lost on the way back"
         assert on_demand_node in rig.cluster.karpenter.consolidated
         assert nodeclaim_of(rig, on_demand_node) is None
+        # Held while it loaded, and given back once Ready and the return was over: an ordinary
+        # replica again, whose node Karpenter may consolidate or drift.
+        (returned_pod,) = [
+            p["metadata"]["name"] for p in rig.pods() if p["spec"]["nodeName"] in new_spot
+        ]
+        assert loading == {returned_pod: {"true"}}, loading
+
+        def hold_given_back() -> bool:
+            pod = rig.cluster.store.get(R.PODS, "inference", returned_pod)
+            assert pod is not None
+            return DO_NOT_DISRUPT not in (pod["metadata"].get("annotations") or {})
+
+        await rig.wait_for(hold_given_back, timeout=10, what="the returned replica's hold ended")
+
+
+async def test_a_node_karpenter_disrupts_has_its_replica_replaced_before_the_drain_takes_it(
+    tmp_path: Path,
+) -> None:
+    # Drift, consolidation or expiry: Karpenter taints the node `karpenter.sh/disrupted` and
+    # drains it through the Eviction API (the stand-in's `disrupt`). No capacity is going away
+    # and nothing forces the pod off (no terminationGracePeriod): with make-before-break, no
+    # Ready replica needs to be lost, whatever the load takes.
+    async with running(tmp_path, karpenter_scenario()) as rig:
+        await rig.wait_for(lambda: rig.ready_count() == 2, timeout=30, what="2 replicas on spot")
+        deployment = copy.deepcopy(rig.deployment())
+        deployment["metadata"].setdefault("annotations", {})[names.SPREAD] = "zone"
+        rig.cluster.store.update(R.DEPLOYMENTS, deployment)
+        await start_controller_with_webhook(rig, REBALANCER_POOLS="[]")
+        await rig.until_ready(replicas=2)
+        before = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in rig.pods()}
+        doomed = sorted(before.values())[0]
+        loading: dict[str, set[str | None]] = {}
+
+        def drained_and_replaced() -> bool:
+            for pod in rig.pods():
+                name = pod["metadata"]["name"]
+                if name not in before and pod["spec"].get("nodeName") and not ready(pod):
+                    held = pod["metadata"].get("annotations", {}).get(DO_NOT_DISRUPT)
+                    loading.setdefault(name, set()).add(held)
+            return rig.node(doomed) is None and rig.ready_count() == 2
+
+        async with sampling(rig):
+            rig.cluster.karpenter.disrupt(doomed)
+            await rig.wait_for(drained_and_replaced, timeout=60, what="the node drained, 2 Ready")
+
+        # Never below 2 Ready: the surge's hold refused Karpenter's evictions of the old
+        # replica until its replacement was Ready, and the scale-back then removed it.
+        assert rig.min_ready[("inference", "llm")] == 2, rig.min_ready
+        assert rig.deficit[("inference", "llm")].replica_seconds == 0
+        assert rig.deployment()["spec"]["replicas"] == 2
+        refused = {name for _, name in rig.cluster.karpenter.refused}
+        assert refused <= set(before) and refused, rig.cluster.karpenter.refused
+        # Placed as any new replica, not failed over: spot, as the NodePool launches for it.
+        (replacement,) = [p for p in rig.pods() if p["metadata"]["name"] not in before]
+        annotations = replacement["metadata"]["annotations"]
+        assert annotations[names.PLACED].startswith(f"{NODEPOOL}:spot/"), annotations
+        assert karpenter_labels(rig, replacement["spec"]["nodeName"]) == (NODEPOOL, "spot")
+        assert rig.events("SpotRebalancerFailoverBlocked") == []
+        # Held from Karpenter's consolidation while it loaded, given back once the surge ended.
+        assert loading == {replacement["metadata"]["name"]: {"true"}}, loading
+
+        def hold_given_back() -> bool:
+            pod = rig.cluster.store.get(R.PODS, "inference", replacement["metadata"]["name"])
+            assert pod is not None
+            return DO_NOT_DISRUPT not in (pod["metadata"].get("annotations") or {})
+
+        await rig.wait_for(hold_given_back, timeout=10, what="the replacement's hold ended")

@@ -15,6 +15,7 @@ from rebalancer.controller.planning.selection import doomed
 from rebalancer.controller.planning.settings import Settings
 from rebalancer.controller.snapshot import Snapshot
 from rebalancer.notices import Notice
+from rebalancer.vocabulary import Source
 
 
 def drain(
@@ -28,9 +29,14 @@ def drain(
     with the same name can only start once the old pod is gone); delete what remains at the
     deadline minus the margin with a grace period that fits the time left; mark the node drained
     for the event once it is empty (the agent then acknowledges it to Azure). The pods a surge
-    replaces (`surged`) are left to its scale-back."""
+    replaces (`surged`) are left to its scale-back. A node Karpenter disrupts is drained by
+    Karpenter itself (PodDisruptionBudgets and do-not-disrupt respected, until its NodeClaim's
+    `terminationGracePeriod`): evicting for it would only take do-not-disrupt pods early, and
+    there is no Azure event to acknowledge."""
     actions: list[Action] = []
     for node_name, notice in sorted(active.items()):
+        if notice.source == Source.KARPENTER:
+            continue
         actions += contain.run(
             "drain",
             on_node(node_name),

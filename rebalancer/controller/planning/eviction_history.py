@@ -10,7 +10,7 @@ from rebalancer.controller.history import WINDOWS, Entry
 from rebalancer.controller.planning.proposal import Proposal
 from rebalancer.controller.planning.settings import Settings
 from rebalancer.controller.snapshot import Snapshot
-from rebalancer.vocabulary import MANUAL
+from rebalancer.vocabulary import KARPENTER_DISRUPTION, MANUAL
 
 
 def new_entries(snapshot: Snapshot) -> list[Entry]:
@@ -30,7 +30,7 @@ def new_entries(snapshot: Snapshot) -> list[Entry]:
         )
         for node in snapshot.nodes.values()
         for notice in node.notices
-        if notice.event_type != MANUAL
+        if notice.event_type not in (MANUAL, KARPENTER_DISRUPTION)
     ]
     return snapshot.history.admit(seen, now=snapshot.now)
 

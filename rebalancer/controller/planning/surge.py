@@ -45,7 +45,7 @@ from rebalancer.controller.returns import LOWEST, active_record, lower_cost
 from rebalancer.controller.snapshot import Snapshot, WorkloadKey
 from rebalancer.notices import Notice
 from rebalancer.timefmt import iso
-from rebalancer.vocabulary import NoticePolicy, Reason
+from rebalancer.vocabulary import NoticePolicy, Reason, Source
 
 
 def surges(
@@ -137,7 +137,10 @@ def _surge_one(
         record = Surge(workload.replicas, len(names_now), events, names_now, deadline)
         actions: list[Action] = [_scale_up(workload, basis, record, len(names_now))]
         fallback = on_demand_fallback(workload.template_spec, pools, gpus=workload.gpus_per_replica)
-        if not fallback.pools:
+        # Karpenter's disruption takes no capacity away: its replacements are placed as any
+        # new replica (admission.py), so no on-demand pool is missing.
+        in_place = all(n.source == Source.KARPENTER for _, n in doomed)
+        if not fallback.pools and not in_place:
             reason = Reason.NO_ON_DEMAND_POOL
             actions.append(ReportBlocked(key, fallback.blocked_reason, reason, workload.uid))
         return actions, doomed_keys
