@@ -44,6 +44,9 @@ command -v go >/dev/null || { echo "build.sh: go is not installed" >&2; exit 1; 
 GO_VERSION="$(go env GOVERSION)"
 
 NICE=(nice -n 19)
+# No debug information: -ldflags "-s -w" drops it at link anyway, and not making it saves about
+# 4 % of the compiler's CPU (kwok from empty caches: 257 s instead of 267).
+NO_DWARF=(-gcflags=all=-dwarf=false)
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG" >&2; }
 
@@ -108,7 +111,7 @@ build_kubernetes() {
   ld+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
   for c in "${todo[@]}"; do
     (cd "$dir" && timed "build $c $K8S_VERSION" \
-      go build -p "$BUILD_JOBS" -trimpath -ldflags "$ld" -o "$BIN/$c" k8s.io/kubernetes/cmd/"$c")
+      go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" -ldflags "$ld" -o "$BIN/$c" k8s.io/kubernetes/cmd/"$c")
     echo "$stamp" > "$BIN/$c.stamp"
   done
 }
@@ -119,7 +122,7 @@ build_etcd() {
   up_to_date etcd "$stamp" && { log "etcd $ETCD_VERSION: up to date"; return; }
   kubernetes_module
   (cd "$K8S_MODULE" && timed "build etcd $ETCD_VERSION" \
-    go build -p "$BUILD_JOBS" -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
+    go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
   echo "$stamp" > "$BIN/etcd.stamp"
 }
 
@@ -144,7 +147,7 @@ build_kwok() {
   up_to_date kwok "$stamp" && [[ -f "$CACHE/kwok-stages.yaml" ]] && { log "kwok $KWOK_VERSION: up to date"; return; }
   nodes_module
   (cd "$NODES_MODULE" && nodes_go timed "build kwok $KWOK_VERSION" \
-    go build -p "$BUILD_JOBS" -trimpath \
+    go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" \
       -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
       -o "$BIN/kwok" sigs.k8s.io/kwok/cmd/kwok)
   echo "$stamp" > "$BIN/kwok.stamp"
@@ -180,7 +183,7 @@ build_karpenter() {
     mkdir -p "$NODES_MODULE/karpenter-kwok"
     cp "$KARPENTER_MAIN" "$NODES_MODULE/karpenter-kwok/main.go"
     (cd "$NODES_MODULE" && nodes_go timed "build karpenter-kwok $KARPENTER_VERSION" \
-      go build -p "$BUILD_JOBS" -trimpath -ldflags "-s -w" -o "$BIN/karpenter-kwok" ./karpenter-kwok)
+      go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" -ldflags "-s -w" -o "$BIN/karpenter-kwok" ./karpenter-kwok)
     echo "$stamp" > "$BIN/karpenter-kwok.stamp"
     rm -f "$CACHE/karpenter-crds.yaml"
   fi

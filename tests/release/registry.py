@@ -1,6 +1,6 @@
-"""A real OCI registry on 127.0.0.1 for the release tests: CNCF distribution's `registry`, built
-from Go modules by scripts/install-tools, serving plain HTTP on a free port with its storage in a
-temporary folder. Started and stopped by the test that needs it."""
+"""A real OCI registry on 127.0.0.1 for the release tests: CNCF distribution's registry (Debian's
+`docker-registry`, which scripts/install-tools installs), serving plain HTTP on a free port with
+its storage in a temporary folder. Started and stopped by the test that needs it."""
 
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ def running_registry(binary: str, folder: Path) -> Iterator[Registry]:
     config = folder / "config.yml"
     config.write_text(CONFIG.format(storage=folder / "storage", port=port))
     log = folder / "registry.log"
-    # No telemetry export: distribution v3 traces with OpenTelemetry when an exporter is set.
+    # No telemetry export: distribution v3 traces with OpenTelemetry when an exporter is set
+    # (REGISTRY may name one).
     env = {"PATH": "/usr/bin:/bin", "OTEL_TRACES_EXPORTER": "none"}
     with log.open("wb") as output:
         process = subprocess.Popen(
