@@ -10,8 +10,7 @@
 # Everything (binaries, Go module cache, Go build cache, build modules, timing log) lives under
 # .cache/k8s/ (ignored by git), so CI can cache that one folder. A binary is rebuilt only when its
 # pinned version changes (a stamp file beside it records what it was built from).
-# Heavy steps run under `nice -n $BUILD_NICE` (default 19, the lowest priority); go builds use at
-# most BUILD_JOBS parallel jobs (default 2).
+# Heavy steps run under `nice -n 19`; go builds use at most BUILD_JOBS parallel jobs (default 2).
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.34.4}"      # kube-apiserver, kube-controller-manager, kube-scheduler
@@ -44,7 +43,7 @@ export GOFLAGS="-modcacherw -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOL
 command -v go >/dev/null || { echo "build.sh: go is not installed" >&2; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 
-NICE=(nice -n "${BUILD_NICE:-19}")
+NICE=(nice -n 19)
 # No debug information: -ldflags "-s -w" drops it at link anyway, and not making it saves about
 # 4 % of the compiler's CPU (kwok from empty caches: 257 s instead of 267).
 NO_DWARF=(-gcflags=all=-dwarf=false)

@@ -265,8 +265,16 @@ async def test_killed_at_twenty_points_a_new_controller_finishes_cleanly(
     assert total >= 10, f"only {total} writes: the scenario did not play out"
     points = kill_points(total, seed)  # every one of them, up to KILLS
     for point in points:
-        chaos = await play(tmp_path / f"kill-{point}", scenario_run, point, agents, **env)
-        assert chaos.killed_after == point, f"meant to kill after write {point}"
+        # A run that makes fewer writes than this one (the variation above, on a loaded
+        # machine) never reaches the kill: it is kept safe all the same, and played again.
+        for attempt in range(3):
+            chaos = await play(
+                tmp_path / f"kill-{point}-{attempt}", scenario_run, point, agents, **env
+            )
+            if chaos.killed_after == point:
+                break
+            kept_safe(chaos, f"meant to kill after write {point}, not reached")
+        assert chaos.killed_after == point, f"meant to kill after write {point}: not reached"
         assert chaos.ready_at_kill is not None and chaos.ready_at_kill >= 2, (
             f"killed after write {point} with {chaos.ready_at_kill} Ready"
         )
