@@ -148,6 +148,24 @@ async def evict_at(rig: KubeRig, node_name: str, not_before: float) -> None:
     await rig.api.absent(f"{NODECLAIMS}/{claim['metadata']['name']}")
 
 
+@dataclass(frozen=True)
+class Notice:
+    noticed: float  # time.monotonic() at the notice
+    not_before: float  # time.time() of its NotBefore
+    eviction: asyncio.Task[None]  # Azure's eviction at NotBefore
+
+
+async def preempt(rig: KubeRig, node_name: str) -> Notice:
+    """A Preempt as AKS's node-problem-detector reports it, NOTICE_SECONDS from now, and Azure's
+    eviction of the VM at its NotBefore (awaited by the rig's teardown if not by the test)."""
+    not_before = time.time() + NOTICE_SECONDS
+    noticed = time.monotonic()
+    await rig.npd_preemption(node_name, "preempt-1", http_date(not_before))
+    eviction = asyncio.create_task(evict_at(rig, node_name, not_before))
+    rig.evictions.append(eviction)
+    return Notice(noticed, not_before, eviction)
+
+
 async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_spot(
     rig: KubeRig,
     webhook: Webhook,  # noqa: F811
@@ -185,12 +203,8 @@ async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_s
     await rig.until_ready(replicas=2)
 
     doomed = spot_nodes[0]
-    not_before = time.time() + NOTICE_SECONDS
     async with sampling(rig):
-        noticed = time.monotonic()
-        await rig.npd_preemption(doomed, "preempt-1", http_date(not_before))
-        eviction = asyncio.create_task(evict_at(rig, doomed, not_before))
-        rig.evictions.append(eviction)
+        notice = await preempt(rig, doomed)
 
         def replacement() -> dict[str, Any] | None:
             for pod in rig.pods():
@@ -210,9 +224,9 @@ async def test_a_preempt_fails_over_onto_an_on_demand_nodeclaim_and_returns_to_s
             timeout=NOTICE_SECONDS,
             what="the replacement Ready on an on-demand node Karpenter launched",
         )
-        replaced_in = time.monotonic() - noticed
-        assert time.time() < not_before, "the replacement was Ready only after the eviction"
-        await eviction
+        replaced_in = time.monotonic() - notice.noticed
+        assert time.time() < notice.not_before, "the replacement was Ready only after the eviction"
+        await notice.eviction
         await rig.wait_for(lambda: rig.node(doomed) is None, timeout=60, what="the spot node gone")
         await rig.wait_for(lambda: rig.ready_count() == 2, timeout=30, what="2 Ready")
     print(f"notice to replacement Ready on a new on-demand node: {replaced_in:.1f} s")
@@ -410,7 +424,7 @@ async def one_preempt(
     seen: dict[str, float] = {}
 
     def watch() -> bool:
-        at = time.monotonic() - noticed
+        at = time.monotonic() - notice.noticed
         node = rig.node(doomed)
         taints = [] if node is None else node["spec"].get("taints") or []
         if any(t["key"] == names.KARPENTER_DISRUPTED_TAINT for t in taints):
@@ -423,14 +437,10 @@ async def one_preempt(
                 seen.setdefault("replaced", at)
         return rig.node(doomed) is None and rig.ready_count() == 2 and "replaced" in seen
 
-    not_before = time.time() + NOTICE_SECONDS
     async with sampling(rig):
-        noticed = time.monotonic()
-        await rig.npd_preemption(doomed, "preempt-1", http_date(not_before))
-        eviction = asyncio.create_task(evict_at(rig, doomed, not_before))
-        rig.evictions.append(eviction)
+        notice = await preempt(rig, doomed)
         await rig.wait_for(watch, timeout=NOTICE_SECONDS + 60, what="the replica replaced")
-        await eviction
+        await notice.eviction
     figures = Preempted(
         replaced_in=seen["replaced"], lost_in=seen.get("lost"), tainted_in=seen.get("tainted"),
         lowest_ready=rig.min_ready[("inference", "llm")],
