@@ -419,3 +419,28 @@ def test_a_return_replicas_hold_ends_once_it_is_ready_and_the_return_is_over(
                 "annotations": {names.KARPENTER_DO_NOT_DISRUPT: None, names.HELD_UNTIL_READY: None}
             }
         }
+
+
+def test_a_load_hold_that_cannot_be_judged_stays_and_is_said_for_its_workload_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rebalancer.controller.contain import Containment, on_workload
+    from rebalancer.controller.planning import load_holds
+
+    def broken(workload: Any) -> None:
+        raise ValueError("a record no one can read")
+
+    monkeypatch.setattr(load_holds, "active_record", broken)
+    state = snapshot(
+        [
+            node_json("spot-1", pool="spota", zone="eastus-2"),
+            node_json("od-0", pool="ondemand", spot=False),
+        ],
+        [pod("infer-od", "od-0"), held_pod("infer-new", ready=True)],
+        [deployment(replicas=2)],
+    )
+    contain = Containment()
+    assert not load_holds.end_load_holds(state, contain).actions
+    (failure,) = contain.failures
+    assert failure.method == "load-hold"
+    assert failure.where == on_workload(("Deployment", "ml", "infer"))

@@ -12,17 +12,14 @@ a fail-over replacement's hold, and a pod's own value, carry no mark and are lef
 from __future__ import annotations
 
 from rebalancer.controller.actions import Action, EndLoadHold
-from rebalancer.controller.contain import Containment, about
+from rebalancer.controller.contain import Containment, on_workload
+from rebalancer.controller.model import PodInfo, WorkloadInfo
 from rebalancer.controller.planning.proposal import Proposal
 from rebalancer.controller.returns import active_record
 from rebalancer.controller.snapshot import Snapshot
 
 
 def end_load_holds(snapshot: Snapshot, contain: Containment) -> Proposal:
-    return Proposal.of(contain.run("load-hold", about("load holds"), [], _loaded, snapshot))
-
-
-def _loaded(snapshot: Snapshot) -> list[Action]:
     actions: list[Action] = []
     for pod in snapshot.pods.values():
         if not pod.held_until_ready or not pod.ready or pod.deleting:
@@ -30,9 +27,14 @@ def _loaded(snapshot: Snapshot) -> list[Action]:
         workload = snapshot.workload_of(pod)
         if workload is None:
             continue  # its ReplicaSet not in the caches yet: whether a return is on is unknown
-        if active_record(workload) is not None:
-            continue  # not over yet: the return retires its old replica first
-        if workload.surge is not None and not workload.surge.completed:
-            continue  # a replacement: the doomed replica goes first
-        actions.append(EndLoadHold(pod.key))
-    return actions
+        # Each workload on its own: one that cannot be judged keeps its hold, the others not.
+        actions += contain.run("load-hold", on_workload(workload.key), [], _loaded, pod, workload)
+    return Proposal.of(actions)
+
+
+def _loaded(pod: PodInfo, workload: WorkloadInfo) -> list[Action]:
+    if active_record(workload) is not None:
+        return []  # not over yet: the return retires its old replica first
+    if workload.surge is not None and not workload.surge.completed:
+        return []  # a replacement: the doomed replica goes first
+    return [EndLoadHold(pod.key)]
