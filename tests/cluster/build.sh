@@ -96,34 +96,43 @@ kubernetes_module() {
     go get "${pkgs[@]/%/@$K8S_VERSION}" go.etcd.io/etcd/server/v3@"$ETCD_VERSION")
 }
 
-build_kubernetes() {
-  local stamp="k8s.io/kubernetes@$K8S_VERSION go=$GO_VERSION"
-  local cmds=(kube-apiserver kube-controller-manager kube-scheduler) todo=() c
-  for c in "${cmds[@]}"; do up_to_date "$c" "$stamp" || todo+=("$c"); done
-  ((${#todo[@]})) || { log "kubernetes $K8S_VERSION: up to date"; return; }
+# One `go build` for every Kubernetes binary and etcd that is missing: one action graph, so what
+# they share compiles once and the links (one core each, 10-30 s apiece) run beside the compiles
+# and each other instead of one after the other.
+build_control_plane() {
+  local k8s_stamp="k8s.io/kubernetes@$K8S_VERSION go=$GO_VERSION"
+  local etcd_stamp="go.etcd.io/etcd/server/v3@$ETCD_VERSION with k8s.io/kubernetes@$K8S_VERSION go=$GO_VERSION"
+  local todo=() pkgs=() c
+  if wanted kubernetes; then
+    for c in kube-apiserver kube-controller-manager kube-scheduler; do
+      up_to_date "$c" "$k8s_stamp" || { todo+=("$c"); pkgs+=("k8s.io/kubernetes/cmd/$c"); }
+    done
+  fi
+  if wanted etcd && ! up_to_date etcd "$etcd_stamp"; then
+    todo+=(etcd); pkgs+=(go.etcd.io/etcd/server/v3)
+  fi
+  if ! ((${#todo[@]})); then
+    ! { wanted kubernetes || wanted etcd; } || log "kubernetes $K8S_VERSION and etcd $ETCD_VERSION: up to date"
+    return
+  fi
   kubernetes_module
-  local dir="$K8S_MODULE"
+  local dir="$K8S_MODULE" out="$K8S_MODULE/out/"
   local ld="-s -w"
   ld+=" -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
   ld+=" -X k8s.io/component-base/version.gitMajor=1"
   ld+=" -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
   ld+=" -X k8s.io/component-base/version.gitTreeState=clean"
   ld+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+  rm -rf "$out" && mkdir -p "$out"
+  (cd "$dir" && timed "build ${todo[*]} (kubernetes $K8S_VERSION, etcd $ETCD_VERSION)" \
+    go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" -ldflags "$ld" -o "$out" "${pkgs[@]}")
+  # Go names a binary after its package path's last element before a major version: etcd's
+  # server/v3 comes out as "server".
+  [[ ! -e "$out/server" ]] || mv "$out/server" "$out/etcd"
   for c in "${todo[@]}"; do
-    (cd "$dir" && timed "build $c $K8S_VERSION" \
-      go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" -ldflags "$ld" -o "$BIN/$c" k8s.io/kubernetes/cmd/"$c")
-    echo "$stamp" > "$BIN/$c.stamp"
+    mv "$out/$c" "$BIN/$c"
+    if [[ $c == etcd ]]; then echo "$etcd_stamp"; else echo "$k8s_stamp"; fi > "$BIN/$c.stamp"
   done
-}
-
-# ---------------------------------------------------------------- etcd
-build_etcd() {
-  local stamp="go.etcd.io/etcd/server/v3@$ETCD_VERSION with k8s.io/kubernetes@$K8S_VERSION go=$GO_VERSION"
-  up_to_date etcd "$stamp" && { log "etcd $ETCD_VERSION: up to date"; return; }
-  kubernetes_module
-  (cd "$K8S_MODULE" && timed "build etcd $ETCD_VERSION" \
-    go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
-  echo "$stamp" > "$BIN/etcd.stamp"
 }
 
 # ---------------------------------------------------------------- kwok and Karpenter
@@ -142,16 +151,39 @@ nodes_module() {
     go get sigs.k8s.io/kwok/cmd/kwok@"$KWOK_VERSION" sigs.k8s.io/karpenter/kwok@"$KARPENTER_VERSION")
 }
 
-build_kwok() {
-  local stamp="sigs.k8s.io/kwok@$KWOK_VERSION with sigs.k8s.io/karpenter@$KARPENTER_VERSION go=$KARPENTER_GO"
-  up_to_date kwok "$stamp" && [[ -f "$CACHE/kwok-stages.yaml" ]] && { log "kwok $KWOK_VERSION: up to date"; return; }
-  nodes_module
-  (cd "$NODES_MODULE" && nodes_go timed "build kwok $KWOK_VERSION" \
-    go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" \
-      -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
-      -o "$BIN/kwok" sigs.k8s.io/kwok/cmd/kwok)
-  echo "$stamp" > "$BIN/kwok.stamp"
-  write_kwok_stages
+# kwok and Karpenter's KWOK provider in one `go build` (one action graph, as above). Karpenter's
+# main package is tests/cluster/karpenter-kwok/main.go (below), copied into the build module: Go
+# refuses overlays of files in GOMODCACHE. Its stamp carries the file's hash, so editing it rebuilds.
+KARPENTER_MAIN="$ROOT/tests/cluster/karpenter-kwok/main.go"
+build_nodes() {
+  local kwok_stamp="sigs.k8s.io/kwok@$KWOK_VERSION with sigs.k8s.io/karpenter@$KARPENTER_VERSION go=$KARPENTER_GO"
+  local main_hash; main_hash="$(sha256sum "$KARPENTER_MAIN" | cut -c1-12)"
+  local karpenter_stamp="sigs.k8s.io/karpenter@$KARPENTER_VERSION with sigs.k8s.io/kwok@$KWOK_VERSION go=$KARPENTER_GO main.go=$main_hash"
+  local todo=() pkgs=() c
+  if wanted kwok && ! { up_to_date kwok "$kwok_stamp" && [[ -f "$CACHE/kwok-stages.yaml" ]]; }; then
+    todo+=(kwok); pkgs+=(sigs.k8s.io/kwok/cmd/kwok)
+  fi
+  if wanted karpenter && ! up_to_date karpenter-kwok "$karpenter_stamp"; then
+    todo+=(karpenter-kwok); pkgs+=(./karpenter-kwok)
+  fi
+  if ((${#todo[@]})); then
+    nodes_module
+    local out="$NODES_MODULE/out/"
+    rm -rf "$out" && mkdir -p "$out" "$NODES_MODULE/karpenter-kwok"
+    cp "$KARPENTER_MAIN" "$NODES_MODULE/karpenter-kwok/main.go"
+    (cd "$NODES_MODULE" && nodes_go timed "build ${todo[*]} (kwok $KWOK_VERSION, karpenter $KARPENTER_VERSION)" \
+      go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" \
+        -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" -o "$out" "${pkgs[@]}")
+    for c in "${todo[@]}"; do mv "$out/$c" "$BIN/$c"; done
+    [[ " ${todo[*]} " != *" kwok "* ]] || { echo "$kwok_stamp" > "$BIN/kwok.stamp"; write_kwok_stages; }
+    if [[ " ${todo[*]} " == *" karpenter-kwok "* ]]; then
+      echo "$karpenter_stamp" > "$BIN/karpenter-kwok.stamp"
+      rm -f "$CACHE/karpenter-crds.yaml"
+    fi
+  elif wanted kwok || wanted karpenter; then
+    log "kwok $KWOK_VERSION and karpenter $KARPENTER_VERSION: up to date"
+  fi
+  ! wanted karpenter || [[ -f "$CACHE/karpenter-crds.yaml" ]] || write_karpenter_crds
 }
 
 # kwok itself embeds no stages (kwokctl passes them): take the "fast" node and pod stages and the
@@ -168,27 +200,9 @@ write_kwok_stages() {
 # ---------------------------------------------------------------- Karpenter (KWOK cloud provider)
 # Karpenter core with its KWOK cloud provider: it launches NodeClaims as kwok-managed Nodes
 # (annotation kwok.x-k8s.io/node=fake, which start.sh's kwok manages). Its main package is
-# tests/cluster/karpenter-kwok/main.go, the module's kwok/main.go with one addition: the cloud
-# provider also declares karpenter-provider-azure's repair policy for PreemptionScheduled, which
-# acts only with FEATURE_GATES=NodeRepair=true (docs/karpenter.md). Copied into the build module
-# (Go refuses overlays of files in GOMODCACHE); the stamp carries its hash, so editing it rebuilds.
-KARPENTER_MAIN="$ROOT/tests/cluster/karpenter-kwok/main.go"
-build_karpenter() {
-  local main_hash; main_hash="$(sha256sum "$KARPENTER_MAIN" | cut -c1-12)"
-  local stamp="sigs.k8s.io/karpenter@$KARPENTER_VERSION with sigs.k8s.io/kwok@$KWOK_VERSION go=$KARPENTER_GO main.go=$main_hash"
-  if up_to_date karpenter-kwok "$stamp"; then
-    log "karpenter $KARPENTER_VERSION: up to date"
-  else
-    nodes_module
-    mkdir -p "$NODES_MODULE/karpenter-kwok"
-    cp "$KARPENTER_MAIN" "$NODES_MODULE/karpenter-kwok/main.go"
-    (cd "$NODES_MODULE" && nodes_go timed "build karpenter-kwok $KARPENTER_VERSION" \
-      go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" -ldflags "-s -w" -o "$BIN/karpenter-kwok" ./karpenter-kwok)
-    echo "$stamp" > "$BIN/karpenter-kwok.stamp"
-    rm -f "$CACHE/karpenter-crds.yaml"
-  fi
-  [[ -f "$CACHE/karpenter-crds.yaml" ]] || write_karpenter_crds
-}
+# upstream's kwok/main.go with one addition: the cloud provider also declares
+# karpenter-provider-azure's repair policy for PreemptionScheduled, which acts only with
+# FEATURE_GATES=NodeRepair=true (docs/karpenter.md).
 
 # Karpenter's CRDs from the same module at the pinned version: NodePool, NodeClaim, NodeOverlay,
 # CapacityBuffer (pkg/apis/crds) and the KWOK provider's KWOKNodeClass (kwok/apis/crds), as one
@@ -202,8 +216,17 @@ write_karpenter_crds() {
   done > "$CACHE/karpenter-crds.yaml"
 }
 
+wanted() { [[ " ${what[*]} " == *" $1 "* ]]; }
+
+# The two build modules side by side (both niced, -p BUILD_JOBS each): their downloads overlap,
+# and each fills the other's single-threaded steps (go get, links) with compiles.
 t0=$SECONDS
-for w in "${what[@]}"; do "build_$w"; done
+build_control_plane & control_plane=$!
+build_nodes & nodes=$!
+status=0
+wait "$control_plane" || status=$?
+wait "$nodes" || status=$?
+((status == 0)) || { log "build.sh failed (exit $status)"; exit "$status"; }
 if ((PRUNE)); then
   go clean -modcache 2>/dev/null || rm -rf "$GOMODCACHE"
   rm -rf "$GOCACHE" "$GOPATH"

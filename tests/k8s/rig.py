@@ -586,7 +586,7 @@ async def kube_rig(
         )
         # Node Events live in "default" and outlive a test: start without the last test's.
         await api.request("DELETE", "/api/v1/namespaces/default/events")
-        await api.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+        await _fresh_namespace(api, namespace)
         mirrors = {
             "pods": Mirror(api, f"/api/v1/namespaces/{namespace}/pods"),
             "deployments": Mirror(api, f"/apis/apps/v1/namespaces/{namespace}/deployments"),
@@ -626,19 +626,69 @@ async def kube_rig(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await _delete_namespace(api, namespace)
+            await _empty_namespace(api, namespace)
             await reset_nodes(api, plane)  # the session's other tests share these nodes
 
 
-async def _delete_namespace(api: AdminApi, namespace: str) -> None:
-    """Delete the namespace and wait until it is gone (its pods first, freeing their GPUs)."""
-    await api.absent(f"/api/v1/namespaces/{namespace}")
-    for _ in range(480):
-        try:
-            await api.request("GET", f"/api/v1/namespaces/{namespace}")
-        except ApiError as error:
-            if error.status == 404:
-                return
+# Workloads first, so that no controller makes new pods while the rest goes.
+WORKLOADS = ("deployments", "statefulsets", "replicasets", "daemonsets")
+
+
+async def _fresh_namespace(api: AdminApi, namespace: str) -> None:
+    """The workload namespace, empty: made once, emptied between tests (`_empty_namespace`)."""
+    try:
+        await api.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    except ApiError as error:
+        if error.status != 409:
             raise
+    await _empty_namespace(api, namespace)
+
+
+async def _empty_namespace(api: AdminApi, namespace: str) -> None:
+    """Delete everything in the namespace but its service accounts (pods need the default one),
+    pods without grace (kwok's nodes run nothing to stop), and keep the namespace itself: the
+    namespace controller starts deleting one only 5 s after the request (for HA API servers),
+    and then waits about half the grace period of pods still terminating: 10 s of every test's
+    teardown, a third of the tier's time, went there."""
+    paths = await _namespaced_collections(api, namespace)
+    for _ in range(20):
+        for path in sorted(paths, key=lambda p: p.rsplit("/", 1)[1] not in WORKLOADS):
+            await api.request("DELETE", path, params={"gracePeriodSeconds": "0"})
+        left = [
+            item["metadata"]["name"]
+            for kind in (*WORKLOADS, "pods")
+            for item in (await api.request("GET", _collection(paths, kind)))["items"]
+        ]
+        if not left:
+            return
         await asyncio.sleep(0.25)
-    raise AssertionError(f"namespace {namespace} was not gone within 120 s")
+    raise AssertionError(f"namespace {namespace} still holds {left} after 20 rounds of deletes")
+
+
+def _collection(paths: list[str], kind: str) -> str:
+    return next(p for p in paths if p.rsplit("/", 1)[1] == kind)
+
+
+_COLLECTIONS: dict[str, list[str]] = {}
+
+
+async def _namespaced_collections(api: AdminApi, namespace: str) -> list[str]:
+    """Every namespaced resource of the API server (its discovery, as the namespace controller
+    reads it) that can be deleted as a collection, as paths in `namespace`; once per server."""
+    if api.server not in _COLLECTIONS:
+        versions = ["/api/v1"] + [
+            f"/apis/{group['preferredVersion']['groupVersion']}"
+            for group in (await api.request("GET", "/apis"))["groups"]
+        ]
+        paths = []
+        for version in versions:
+            for resource in (await api.request("GET", version))["resources"]:
+                if (
+                    resource["namespaced"]
+                    and "/" not in resource["name"]
+                    and {"list", "deletecollection"} <= set(resource["verbs"])
+                    and resource["name"] != "serviceaccounts"
+                ):
+                    paths.append(f"{version}/namespaces/{{namespace}}/{resource['name']}")
+        _COLLECTIONS[api.server] = paths
+    return [p.format(namespace=namespace) for p in _COLLECTIONS[api.server]]

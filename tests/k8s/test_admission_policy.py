@@ -178,6 +178,10 @@ def guarded(control_plane: ControlPlane) -> Iterator[Guarded]:
                 plane.kubectl(
                     "delete", "--ignore-not-found", obj["kind"].lower(), obj["metadata"]["name"]
                 )
+        # The probe pod without grace first: the namespace controller waits for pods still
+        # terminating (10 s here) before it lets the namespace go.
+        plane.kubectl("delete", "pod", "agent-probe", "-n", NAMESPACE, "--ignore-not-found",
+                      "--grace-period=0", "--force")  # fmt: skip
         plane.kubectl("delete", "namespace", NAMESPACE, "--wait=true")
         for node in (OWN, OTHER_SPOT, ON_DEMAND):  # what an allowed check wrote
             plane.kubectl("annotate", "node", node, f"{names.EVENTS_ANNOTATION}-")
