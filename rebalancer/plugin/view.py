@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from rebalancer import names
 from rebalancer.azure.prices import BUNDLED, PriceTable, parse_price_file
@@ -190,6 +191,22 @@ def find_install(
     return Install(namespace, controller, agent, env, tuple(problems))
 
 
+class _DeployedSettings(ControllerSettings):
+    """The controller's settings from the values given alone: the plugin runs in the user's
+    shell, whose REBALANCER_* variables are not the controller's."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
 def settings_from_env(env: Mapping[str, str]) -> tuple[ControllerSettings, list[str]]:
     """The controller's settings as its environment gives them (literal values only, as the chart
     writes them). A value the controller would refuse leaves the defaults, and says so."""
@@ -208,10 +225,10 @@ def settings_from_env(env: Mapping[str, str]) -> tuple[ControllerSettings, list[
         else:
             values[name] = text
     try:
-        return ControllerSettings.model_validate(values), problems
+        return _DeployedSettings.model_validate(values), problems
     except ValidationError as error:
         problems.append(f"{describe_error(error)}; the defaults are assumed")
-        return ControllerSettings.model_validate({}), problems
+        return _DeployedSettings.model_validate({}), problems
 
 
 def price_table(

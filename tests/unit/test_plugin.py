@@ -222,6 +222,16 @@ def test_settings_from_the_controllers_environment(env: dict[str, str], check: A
     assert check(settings, problems)
 
 
+def test_the_users_shell_is_not_the_controllers_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("REBALANCER_DRY_RUN", "true")
+    monkeypatch.setenv("REBALANCER_RESYNC_SECONDS", "nonsense")
+    settings, problems = settings_from_env({"REBALANCER_DOCTOR_INTERVAL_SECONDS": "7"})
+    assert (settings.dry_run, problems) == (False, [])
+    assert settings.doctor_interval_seconds == 7
+
+
 def test_flags_before_or_after_the_command() -> None:
     parser = build_parser()
     before = parser.parse_args(["--context", "c1", "-n", "sr", "status", "-o", "json"])
