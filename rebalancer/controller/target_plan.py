@@ -182,12 +182,14 @@ def plan_target(
         settings=settings,
         min_on_demand=policy.min_on_demand,
         cover_rates=fresh,
+        account=account,
     )
     if record is not None and record.spot is not None and decision.spot < record.spot:
         # Fewer spot replicas only as the plan for a budget with room to spare (DOWN_BAND).
         decision = decide(
             base, 100 - (100 - held) * DOWN_BAND, groups=groups, ready_spot=ready_spot,
             rates=seen, settings=settings, min_on_demand=policy.min_on_demand, cover_rates=fresh,
+            account=account,
         )  # fmt: skip
     decision = replace(decision, why=f"{decision.why}; {account.words()}")
     spot_pools = {pool for pools in zones.values() for pool in pools}
@@ -197,7 +199,7 @@ def plan_target(
         def on_demand_with(ready: Mapping[str, int]) -> int:
             return decide(
                 base, held, groups=groups, ready_spot=ready, rates=seen, settings=settings,
-                min_on_demand=policy.min_on_demand, cover_rates=fresh,
+                min_on_demand=policy.min_on_demand, cover_rates=fresh, account=account,
             ).on_demand  # fmt: skip
 
         actions = _respread(snapshot, pods, decision, base, list(zones), ready_spot, on_demand_with)

@@ -269,11 +269,84 @@ def test_the_planner_reads_how_long_each_groups_capacity_has_held_from_its_nodes
     assert len(of_type(plan(state, Settings()).actions, SetDeletionCost)) == 2
 
 
+def test_the_planner_spends_a_quiet_accounts_allowance_on_the_cover_and_says_so() -> None:
+    nodes = three_zone_nodes((3, 2, 2), 2)
+    for node in nodes:
+        if node["metadata"]["name"].startswith("spot-"):  # up for 15 minutes
+            node["metadata"]["creationTimestamp"] = iso(NOW - timedelta(minutes=15))
+    pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+
+    def state(days: float, marked: tuple[str, ...] = ()) -> Any:
+        since = iso(NOW - timedelta(days=days))
+        record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7,
+                                                      watched_since=since).to_json()}  # fmt: skip
+        kept = [
+            pod(p.name, p.node_name, annotations={names.DELETION_COST: LOWEST})
+            if p.name in marked else p
+            for p in pods
+        ]  # fmt: skip
+        return snapshot(nodes, kept, [deployment(9, annotations=record)], history=FRESH)
+
+    # Fresh capacity: no on-demand leaves U = 0.00367 (the fresh-capacity test above), over the
+    # budget: one of the two on-demand replicas stays. 6 quiet days pace 0.00223: still one.
+    # 10 quiet days: 777.6 s in hand, 417.6 s beyond a recovery, paced 0.0048, held to 0.004
+    # (4 budgets): above 0.00367, so both go.
+    assert len(of_type(plan(state(6), Settings()).actions, SetDeletionCost)) == 1
+    assert len(of_type(plan(state(10), Settings()).actions, SetDeletionCost)) == 2
+    (scaled,) = of_type(plan(state(10, ("p7", "p8")), Settings()).actions, SetSpare)
+    assert scaled.replicas == 7 and scaled.why is not None
+    assert (
+        "0 more on on-demand while 7 of 7 spot are Ready, spending the account's 778 s in hand; "
+        "so far 100.000 % of 10.0 d all Ready" in scaled.why
+    )
+
+
 def test_the_account_says_what_the_target_allowed_and_what_was_spent() -> None:
     # 99.9 over 10 days: 864 s (14.4 min) allowed below; 120 s spent: 99.986 % all Ready.
     quiet = Account(99.9, watched_seconds=10 * 86400, below_seconds=120)
     assert quiet.words() == "so far 99.986 % of 10.0 d all Ready: 2.0 of 14.4 min below used"
     assert Account(99.9, 0, 0).words().startswith("so far 100.000 % of 0.0 d")
+
+
+def test_the_cover_paces_the_allowance_in_hand_beyond_one_recovery_over_a_day() -> None:
+    # 99.9 watched 6 days, nothing spent: 518.4 s allowed, 466.56 s in hand (a tenth in
+    # reserve); one loss spends a recovery (360 s) at once, so 106.56 s are paced over a day:
+    # 106.56 / 86400 = 0.00123 more than the budget's 0.001.
+    six_days = Account(99.9, watched_seconds=6 * 86400, below_seconds=0)
+    assert six_days.in_hand_seconds == pytest.approx(466.56)
+    assert six_days.pace(TargetSettings()) == pytest.approx(106.56 / 86400)
+    # 5 days: 388.8 s in hand, 28.8 s beyond a recovery. 300 s spent of 6 days: 166.56 in hand,
+    # less than a recovery: nothing paced. 30 days: 2332.8 s in hand, paced 0.0228, held to 3
+    # more budgets (4 in all). Missed: nothing, and `pace_seconds` 0 turns it off.
+    assert Account(99.9, 5 * 86400, 0).pace(TargetSettings()) == pytest.approx(28.8 / 86400)
+    assert Account(99.9, 6 * 86400, 300).pace(TargetSettings()) == 0.0
+    assert Account(99.9, 30 * 86400, 0).pace(TargetSettings()) == pytest.approx(0.003)
+    assert Account(99.9, 6 * 86400, 500).pace(TargetSettings()) == 0.0  # 500 > 466.56: missed
+    assert six_days.pace(TargetSettings(pace_seconds=0)) == 0.0
+
+
+def test_a_quiet_account_lets_the_cover_spend_what_it_saved() -> None:
+    seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings())
+    ready = dict.fromkeys(GROUPS, 1)
+
+    def cover(days: float) -> Any:
+        account = Account(99.9, watched_seconds=days * 86400, below_seconds=0)
+        return decide(3, 99.9, groups=GROUPS, ready_spot=ready, rates=seen,
+                      settings=TargetSettings(), account=account)  # fmt: skip
+
+    # 1 Ready in each zone, the plan 7 on spot: with 1 on-demand each pair's loss leaves 2,
+    # U = 3 * (0.0045 * 0.1 + 0.015^2 * 0.01) = 0.00135675, over the budget 0.001 (so 2, as
+    # without an account). 5 quiet days pace 0.001 + 28.8 / 86400 = 0.00133: still 2. 6 pace
+    # 0.00223: 1 on-demand is enough.
+    assert cover(5).on_demand == 2
+    assert cover(5).why.endswith("2 more on on-demand while 3 of 7 spot are Ready")
+    paced = cover(6)
+    assert (paced.spot, paced.standing_on_demand, paced.on_demand) == (7, 0, 1)
+    spending = "1 more on on-demand while 3 of 7 spot are Ready, spending the account's 467 s"
+    assert f"{spending} in hand" in paced.why
+    # Never more than 4 budgets: none on on-demand leaves 2 after any one loss, U = 3 * 0.015 *
+    # 0.1 + 0.00135675 = 0.00586, over 0.004 however quiet the account.
+    assert cover(300).on_demand == 1
 
 
 # ---- the planner -------------------------------------------------------------------------
