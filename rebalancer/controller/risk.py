@@ -167,6 +167,18 @@ class Risk:
     observed_rate: float | None  # D / E; None while the history has watched nothing
     placement_score: str  # as Azure spelled it; "" when none was used
     reasons: tuple[RiskInput, ...]
+    # What the prior would be with no Azure data (the settings' prior for the VM size): the
+    # availability targets weigh Azure's evidence by prior_rate / default_rate. None: unknown.
+    default_rate: float | None = None
+    bucket: str = ""  # Resource Graph's bucket used ("10-15"); "" when none was used
+
+    @property
+    def azure_factor(self) -> float:
+        """How many times riskier Azure's fresh data make the prior than the settings' alone
+        (bucket over the settings' prior, times the placement factor); 1 without either."""
+        if not self.default_rate:
+            return 1.0
+        return self.prior_rate / self.default_rate
 
     @property
     def key(self) -> GroupKey:
@@ -284,10 +296,12 @@ def _assess_group(
 ) -> Risk:
     pool, zone, sku = key
     reasons: list[RiskInput] = []
-    prior, prior_reason, bucket_reason = _prior(sku, region, now, settings, eviction_rates)
+    default, default_said = _default_prior(sku, settings)
+    prior, bucket, bucket_reason = _prior(sku, region, now, settings, eviction_rates)
     reasons.append(bucket_reason)
-    if prior_reason is not None:
-        reasons.append(prior_reason)
+    if not bucket:  # Azure says nothing (fresh) of the size: the settings' prior
+        prior = default
+        reasons.append(RiskInput(PRIOR, default_said, used=True))
     factor, score, score_reason = _placement(sku, region, zone, now, settings, placement_scores)
     reasons.append(score_reason)
     base = prior
@@ -309,7 +323,19 @@ def _assess_group(
         observed_rate=decayed / exposure if exposure > 0 else None,
         placement_score=score,
         reasons=tuple(reasons),
+        default_rate=default,
+        bucket=bucket,
     )
+
+
+def _default_prior(sku: str, settings: RiskSettings) -> tuple[float, str]:
+    """The settings' prior for a VM size, and its words: the prior when Azure says nothing."""
+    sku_key = sku.lower()
+    if sku_key in settings.priors:
+        rate = settings.priors[sku_key]
+        return rate, f"{rate:.3f} per node-hour for {sku} (settings)"
+    rate = settings.prior_rate_per_hour
+    return rate, f"{rate:.3f} per node-hour (default, settings)"
 
 
 def _prior(
@@ -318,31 +344,25 @@ def _prior(
     now: datetime,
     settings: RiskSettings,
     rates: EvictionRates | None,
-) -> tuple[float, RiskInput | None, RiskInput]:
-    """(prior rate, the settings' reason when the prior comes from there, Resource Graph's)."""
+) -> tuple[float, str, RiskInput]:
+    """(Resource Graph's rate, its canonical bucket, its reason); the bucket is "" when it is
+    not used (none fetched, no row, stale, unreadable), and the rate is then 0."""
     sku_key = sku.lower()
-    if sku_key in settings.priors:
-        fallback = settings.priors[sku_key]
-        said = f"{fallback:.3f} per node-hour for {sku} (settings)"
-    else:
-        fallback = settings.prior_rate_per_hour
-        said = f"{fallback:.3f} per node-hour (default, settings)"
     if rates is None:
         graph = RiskInput(RESOURCE_GRAPH, "no data (disabled or not fetched yet)", used=False)
-        return fallback, RiskInput(PRIOR, said, used=True), graph
+        return 0.0, "", graph
     age = (now - rates.fetched_at).total_seconds()
     bucket = rates.buckets.get((sku_key, region))
     if bucket is None:
         graph = RiskInput(RESOURCE_GRAPH, f"no bucket for {sku} in {region or '?'}", False, age)
-        return fallback, RiskInput(PRIOR, said, used=True), graph
+        return 0.0, "", graph
     canonical = parse_bucket(bucket)
     said_bucket = f"bucket {canonical or bucket} % per hour for {sku} in {region}"
     if canonical is None or age > settings.resource_graph_max_age_seconds:
         said_bucket += ", stale" if canonical else ", not a bucket"
-        graph = RiskInput(RESOURCE_GRAPH, said_bucket, used=False, age_seconds=age)
-        return fallback, RiskInput(PRIOR, said, used=True), graph
+        return 0.0, "", RiskInput(RESOURCE_GRAPH, said_bucket, used=False, age_seconds=age)
     rate = BUCKET_RATES[canonical]
-    return rate, None, RiskInput(RESOURCE_GRAPH, f"{said_bucket} -> {rate:.3f}", True, age)
+    return rate, canonical, RiskInput(RESOURCE_GRAPH, f"{said_bucket} -> {rate:.3f}", True, age)
 
 
 def _placement(

@@ -20,7 +20,11 @@ notice, in five steps that the log, the Event and `kubectl spot-rebalancer statu
    W0 and q0 are the priors (a wave a day; a wave hits a group 3 times in 10) and w, a their
    weights: a cluster with no record is assumed neither safe nor hopeless, and its own waves
    soon outweigh the assumption. Groups that go together (one zone, one region) show it in
-   q_gh; nothing about zones is assumed.
+   q_gh; nothing about zones is assumed. Where Azure says something fresh of a group (its
+   eviction-rate bucket, its Spot Placement Score: the snapshot's risk, `Evidence`), the
+   group's q0 is q0 times f_g, how many times riskier that makes the group's prior in the
+   risk model than the risk settings' prior alone (bucket rate x placement factor / prior),
+   held within 1/4 to 4 times and a share of at most 1; pairs start from q0_g * q0_h.
 3. **Exposure.** A replica lost is missing until its replacement on on-demand is Ready:
    `recovery_seconds` (T: the node's provisioning plus the model's load, less the notice). The
    share of time below N with a configuration is about
@@ -50,12 +54,13 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from rebalancer.controller.history import RETENTION, Entry
+from rebalancer.controller.risk import Risk
 from rebalancer.setting_groups import SETTINGS_CONFIG, setting
 from rebalancer.strict import shown
 
@@ -100,6 +105,17 @@ class TargetSettings:
     wave_weight_hours: float = 24.0  # how many hours of experience that prior counts for
     hit_share: float = 0.3  # the share of waves that hit a group, before the record
     hit_weight: float = 2.0  # how many waves of experience that prior counts for
+    # Azure's evidence moves a group's prior hit share at most this many times either way
+    # (`prior_shares`).
+    azure_prior_max_factor: float = setting(
+        4.0,
+        ge=1,
+        le=16,
+        description="Availability targets: a spot group's prior share of the waves that hit "
+        "it (3 in 10) is multiplied by how many times riskier Azure's fresh eviction-rate "
+        "bucket and Spot Placement Score make the group than the risk settings' prior alone, "
+        "held within 1/this to this (and a share of at most 1); 1 turns it off.",
+    )
     half_life_seconds: float = 6 * 3600.0
     wave_seconds: float = 600.0
     max_spares: int = 4
@@ -174,6 +190,50 @@ def waves(entries: Iterable[Entry], wave_seconds: float) -> list[Wave]:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """What Azure says of a spot group ("pool/zone") beyond the cluster's own record: how many
+    times riskier its fresh eviction-rate bucket and placement score make the group's prior
+    than the risk settings' prior alone (`Risk.azure_factor`), and those data in words."""
+
+    factor: float
+    said: str  # "Azure's eviction rate 10-15 %, placement score Low"
+
+
+def evidence_of(risks: Iterable[Risk]) -> dict[str, Evidence]:
+    """Each spot group's evidence from the snapshot's risks (assessed where the snapshot is
+    built; stale data are not used there), its riskiest VM size's where it has several.
+    Groups Azure says nothing fresh of are left out: their prior stays the settings'."""
+    found: dict[str, Evidence] = {}
+    for risk in risks:
+        if not (risk.bucket or risk.placement_score):
+            continue
+        parts = [f"eviction rate {risk.bucket} %"] if risk.bucket else []
+        if risk.placement_score:
+            parts.append(f"placement score {risk.placement_score}")
+        evidence = Evidence(risk.azure_factor, "Azure's " + ", ".join(parts))
+        group = group_of(risk.pool, risk.zone)
+        if group not in found or evidence.factor > found[group].factor:
+            found[group] = evidence
+    return found
+
+
+def prior_shares(evidence: Mapping[str, Evidence], settings: TargetSettings) -> dict[str, float]:
+    """Each group's prior hit share moved by Azure's evidence: q0 times its factor, held
+    within 1/`azure_prior_max_factor` to `azure_prior_max_factor` times and at most 1 (a wave
+    cannot hit a group more often than always). Azure's bucket is a regional average of days
+    and the score a coarse word: they place the prior, the cluster's own waves correct it.
+    x0.25 is the least Azure can say against the default prior (0-5 % with High), x4 a prior
+    of 0.2/h (15-20 % with Medium is x3.5, 10-15 % with Low x5); the fresh-capacity factor
+    stops at 4 as well. A settings' prior of 0 gives no ratio (factor 1)."""
+    bound = settings.azure_prior_max_factor
+    q = settings.hit_share
+    return {
+        group: min(1.0, q * min(bound, max(1.0 / bound, found.factor)))
+        for group, found in evidence.items()
+    }
+
+
+@dataclass(frozen=True)
 class Rates:
     """Losses per hour of each spot group (pool and zone), and of each pair together."""
 
@@ -186,6 +246,9 @@ class Rates:
     # Waves of the record that took three groups or more at once, each with its rate: such a
     # wave, seen once, may come again (the pairs' priors do not cover it).
     wide: tuple[tuple[frozenset[str], float], ...] = ()
+    # Groups whose prior hit share Azure's evidence moved: (the factor it moved by, within its
+    # bounds; what Azure said), for the words.
+    priors: Mapping[str, tuple[float, str]] = field(default_factory=dict)
 
     def of(self, group: str) -> float:
         return self.group.get(group, 0.0)
@@ -201,9 +264,11 @@ def rates(
     now: datetime,
     since: datetime | None,
     settings: TargetSettings,
+    evidence: Mapping[str, Evidence] | None = None,
 ) -> Rates:
     """Waves per hour, and the share of waves that hit each group and each pair of groups,
-    each the mean of a posterior over the record (Gamma for the rate, Beta for the shares)."""
+    each the mean of a posterior over the record (Gamma for the rate, Beta for the shares);
+    `evidence`: Azure's, by group, which moves the groups' prior shares (`prior_shares`)."""
     found = [w for w in waves(entries, settings.wave_seconds) if now - RETENTION <= w.at <= now]
     half_life_hours = settings.half_life_seconds / 3600.0
     tau = half_life_hours / math.log(2)
@@ -221,23 +286,34 @@ def rates(
         settings.wave_weight_hours + exposure
     )
     a, q = settings.hit_weight, settings.hit_share
+    moved = prior_shares(evidence or {}, settings)
+    share = {group: moved.get(group, q) for group in groups}
     group_rates: dict[str, float] = {}
     hits: dict[str, int] = {}
     for group in groups:
         hit = sum(w for wave, w in weights if group in wave.groups)
-        group_rates[group] = rate * (a * q + hit) / (a + seen)
+        group_rates[group] = rate * (a * share[group] + hit) / (a + seen)
         hits[group] = sum(1 for wave in found if group in wave.groups)
     pair_rates: dict[frozenset[str], float] = {}
     for first, second in itertools.combinations(groups[:MAX_GROUPS], 2):
         both = sum(w for wave, w in weights if {first, second} <= wave.groups)
-        pair_rates[frozenset((first, second))] = rate * (a * q * q + both) / (a + seen)
+        # Independent before the record, as q0^2: the record shows what goes together.
+        prior = a * share[first] * share[second]
+        pair_rates[frozenset((first, second))] = rate * (prior + both) / (a + seen)
     wide = []
     capped = set(groups[:MAX_GROUPS])  # as the pairs: a hostile count of pools costs nothing
     for wave, w in weights:
         taken = wave.groups & capped
         if len(taken) >= 3:
             wide.append((frozenset(taken), rate * w / (a + seen)))
-    return Rates(rate, len(found), group_rates, pair_rates, hits, watched_hours, tuple(wide))
+    priors = {
+        group: (share[group] / q, evidence[group].said)
+        for group in groups
+        if evidence and group in evidence and share[group] != q
+    }
+    return Rates(
+        rate, len(found), group_rates, pair_rates, hits, watched_hours, tuple(wide), priors
+    )
 
 
 def aged(rates: Rates, held_hours: Mapping[str, float], settings: TargetSettings) -> Rates:
@@ -495,7 +571,7 @@ def _why(
         f"{rates.waves} waves of Preempts in {rates.window_hours:.0f} h, "
         f"{rates.wave_rate:.3f}/h; riskiest {worst}: {rates.of(worst):.3f}/h, "
         f"hit by {rates.hits.get(worst, 0)}"
-    )
+    ) + _evidence_words(rates, groups)
     if spot == 0:
         plan = f"{needed} on on-demand: no plan with spot meets {target:g} % ({seen})"
     else:
@@ -510,3 +586,16 @@ def _why(
             "spot are Ready"
         )
     return plan
+
+
+def _evidence_words(rates: Rates, groups: Sequence[str]) -> str:
+    """The priors Azure's evidence moved, groups with the same factor and words together:
+    "; prior x4 for gpuspot1/eastus-1, gpuspot1/eastus-2: Azure's eviction rate 15-20 %"."""
+    together: dict[tuple[float, str], list[str]] = {}
+    for group in groups:
+        if group in rates.priors:
+            together.setdefault(rates.priors[group], []).append(group)
+    return "".join(
+        f"; prior x{factor:.2g} for {', '.join(named)}: {said}"
+        for (factor, said), named in sorted(together.items(), key=lambda item: -item[0][0])
+    )

@@ -40,6 +40,7 @@ from rebalancer.controller.target import (
     TargetSettings,
     aged,
     decide,
+    evidence_of,
     group_of,
     rates,
 )
@@ -163,6 +164,7 @@ def plan_target(
         now=snapshot.now,
         since=snapshot.history.since,
         settings=settings,
+        evidence=evidence_of(snapshot.risks.values()),
     )
     fresh = aged(seen, held_hours(snapshot), settings)
     if not settings.spot_price_share:

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from rebalancer import names
+from rebalancer.azure.risk_feeds import eviction_rate_feed
 from rebalancer.controller.returns import LOWEST
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
@@ -231,6 +232,54 @@ async def test_a_fresh_target_scales_to_the_plan_and_says_why() -> None:
     (event,) = events(em, "SpotRebalancerSpares")
     assert event["involvedObject"]["name"] == "llm"
     assert event["message"] == f"Availability target: scaled to 9: {why}"
+
+
+async def test_azures_eviction_rate_bucket_raises_the_prior_and_the_words_say_it() -> None:
+    asked: list[tuple[list[str], list[str]]] = []
+
+    async def resource_graph(regions: list[str], skus: list[str]) -> dict[Any, str]:
+        """Resource Graph's answer (the client replaced: its HTTP is tests/integration's):
+        A100 in eastus in the 5-10 % bucket."""
+        asked.append((regions, skus))
+        return {(A100.lower(), "eastus"): "5-10"}
+
+    data = three_zones({"1": 1, "2": 1, "3": 1})
+    async with (
+        emulated(data, aged=DAY, prepare=serving_on(first_of_each_zone)) as em,
+        controlling(em, **PRICED) as controller,
+    ):
+        # The feed as wiring builds it when Resource Graph is enabled; refreshed once before the
+        # controller's first pass (the fetch answers at once), then by the controller's loop.
+        feed = eviction_rate_feed(resource_graph, ttl_seconds=3600, clock=CLOCK)
+        controller.risk.eviction_rates = feed
+        controller.risk.feeds = [feed]
+        assert await feed.refresh(["eastus"], [A100])
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        await until(lambda: em.replicas() != 3, within=10, what="the plan applied")
+        await asyncio.sleep(10)  # ten passes more: the plan holds
+    # The risk model's prior for A100 in eastus: the bucket's 0.075 per node-hour instead of
+    # the settings' 0.05: x1.5 on each group's prior hit share, 0.45. No record yet: W = 0.05,
+    # lambda_g = 0.0225, lambda_gh = 0.05 * 0.45^2 = 0.010125. A pair lost alone costs
+    # 0.010125 * 0.1 + 0.0225^2 * 0.01 = 0.0010176, over the budget: today's plan (7 on spot,
+    # losing 3 with two pairs) no longer meets it, nor does any with spot alone within the 4
+    # spares (8 = (3,3,2) loses 3 with one pair). 6 on spot (2,2,2) + 1 on-demand leave 3
+    # after any pair (U = 0, cost 2.2; 2 on-demand need 3 spot: 2.6). Now, 1 Ready a zone: 2
+    # on-demand leave 3 after any pair. 6 + 2 = 8 replicas, where the first test has 9.
+    (scaled,) = scaling_patches(em)
+    assert scaled.body["spec"]["replicas"] == 8
+    assert record(em) == {"base": 3, "added": 5, "reverted": 0, "gaveUp": False, "spot": 6}
+    why = (
+        "6 on spot over 3 groups in 3 zone(s) + 1 on-demand (4 spare): expected 100.000 % for a "
+        "target of 99.9 % (0 waves of Preempts in 0 h, 0.050/h; riskiest gpuspot3/eastus-3: "
+        "0.022/h, hit by 0; prior x1.5 for gpuspot1/eastus-1, gpuspot2/eastus-2, "
+        "gpuspot3/eastus-3: Azure's eviction rate 5-10 %); 1 more on on-demand while 3 of 6 "
+        "spot are Ready; so far 100.000 % of 0.0 d all Ready: 0.0 of 0.0 min below used"
+    )  # 0.0225 is written 0.022 (its double is just below)
+    assert em.annotations(R.DEPLOYMENTS, "ml", "llm")[names.TARGET_WHY] == why
+    (event,) = events(em, "SpotRebalancerSpares")
+    assert event["message"] == f"Availability target: scaled to 8: {why}"
+    # Asked once here, once by the controller's loop for its spot nodes' regions and sizes.
+    assert asked == [(["eastus"], [A100])] * 2
 
 
 SEVEN_SPOT = {"1": 3, "2": 2, "3": 2}

@@ -24,6 +24,7 @@ from rebalancer.controller.risk import (
     HIGH,
     LOW,
     MEDIUM,
+    Risk,
     RiskSettings,
     assess,
     level_of,
@@ -492,3 +493,25 @@ def test_a_quiet_group_on_the_prior_does_not_flip_between_medium_and_low() -> No
     record = history(preempt(0), preempt(0.1, "n1"), watched_hours=3.2)
     risks = assess(nodes=nodes, history=record, now=NOW, settings=SETTINGS, previous=previous)
     assert risks[key].level == MEDIUM
+
+
+def test_each_risk_says_what_azure_did_to_its_prior_for_the_availability_targets() -> None:
+    def assessed(settings: RiskSettings, hours_ago: float, minutes_ago: float) -> Risk:
+        return assess(
+            nodes=[node("n0")], history=History(), now=NOW, settings=settings,
+            eviction_rates=rates({(A100.lower(), "eastus"): "10-15"}, hours_ago=hours_ago),
+            placement_scores=scores({(A100.lower(), "eastus", "1"): "Low"},
+                                    minutes_ago=minutes_ago),
+        )[("spota", "eastus-1", A100)]  # fmt: skip
+
+    # Fresh: bucket 10-15 (0.125) x Low (2) = 0.25 against the default prior 0.05: x5.
+    fresh = assessed(SETTINGS, hours_ago=1, minutes_ago=10)
+    assert (fresh.bucket, fresh.placement_score, fresh.default_rate) == ("10-15", "Low", 0.05)
+    assert fresh.azure_factor == pytest.approx(5)
+    # Against an operator's prior of 0.125 for the size: the bucket says the same, Low x2.
+    own = RiskSettings(prior_rates={A100: 0.125})
+    assert assessed(own, hours_ago=1, minutes_ago=10).azure_factor == pytest.approx(2)
+    # Both stale (the bucket older than 2 d, the score than 1 h): nothing used, x1.
+    stale = assessed(SETTINGS, hours_ago=49, minutes_ago=61)
+    assert (stale.bucket, stale.placement_score, stale.azure_factor) == ("", "", 1.0)
+    assert stale.prior_rate == stale.default_rate == 0.05

@@ -14,19 +14,23 @@ import pytest
 
 from rebalancer import names
 from rebalancer.azure.prices import Price, PriceTable
+from rebalancer.azure.risk_data import EvictionRates, PlacementScores
 from rebalancer.controller.actions import Evict, SetDeletionCost, SetSpare
 from rebalancer.controller.history import Entry, History
+from rebalancer.controller.model import NodeInfo
 from rebalancer.controller.placement import Group, Where, affinity_patch, choose
 from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.policy import PolicyError, parse
 from rebalancer.controller.pools import Pool
 from rebalancer.controller.records import MAX_BELOW_SECONDS, Spare
 from rebalancer.controller.returns import LOWEST
+from rebalancer.controller.risk import RiskSettings, assess
 from rebalancer.controller.target import (
     Account,
     TargetSettings,
     aged,
     decide,
+    evidence_of,
     parse_target,
     rates,
     waves,
@@ -628,6 +632,12 @@ def test_the_controllers_settings_reach_the_targets_model() -> None:
     )
     with pytest.raises(ValueError, match="target_fresh_seconds"):
         ControllerSettings(target_fresh_seconds=-1)
+    assert default.azure_prior_max_factor == 4.0
+    assert ControllerSettings(target_azure_prior_max_factor=2).planner.target == replace(
+        default, azure_prior_max_factor=2.0
+    )
+    with pytest.raises(ValueError, match="target_azure_prior_max_factor"):
+        ControllerSettings(target_azure_prior_max_factor=0.5)  # below 1: the bounds cross
 
 
 def priced(spot_share: float) -> PriceTable:
@@ -675,3 +685,146 @@ def test_dear_spot_makes_the_plan_keep_on_demand_instead_of_spares() -> None:
     # A share the operator sets wins over the table.
     own = replace(Settings(), target=replace(Settings().target, spot_price_share=0.15))
     assert planned(0.8, own)[0] == 7
+
+
+# Azure's evidence (issue 22, item 3): the risk model's prior for the test nodes' size, A100 in
+# eastus, is its default 0.05 evictions per node-hour where Azure says nothing fresh.
+A100 = "standard_nc24ads_a100_v4"
+
+
+def azure_risks(
+    buckets: dict[str, str] | None = None,
+    scores: dict[str, str] | None = None,
+    *,
+    hours_old: float = 0.5,
+    settings: RiskSettings | None = None,
+) -> Any:
+    """The snapshot's risks of the three test zones, with Azure's bucket for A100 in eastus
+    (`buckets`: region -> bucket) and its placement score by zone number, fetched `hours_old`
+    ago; None: that API is off."""
+    fetched = NOW - timedelta(hours=hours_old)
+    rates_data = (
+        EvictionRates({(A100, region): b for region, b in buckets.items()}, fetched)
+        if buckets is not None
+        else None
+    )
+    scores_data = (
+        PlacementScores({(A100, "eastus", zone): s for zone, s in scores.items()}, fetched)
+        if scores is not None
+        else None
+    )
+    nodes = [NodeInfo.from_json(n) for n in three_zone_nodes((1, 1, 1), 0)]
+    return assess(
+        nodes=nodes, history=FRESH, now=NOW, settings=settings or RiskSettings(),
+        eviction_rates=rates_data, placement_scores=scores_data,
+    )  # fmt: skip
+
+
+def test_azures_bucket_and_scores_scale_each_groups_prior_hit_share() -> None:
+    risks = azure_risks({"eastus": "5-10"}, {"1": "Low", "2": "High"})
+    found = evidence_of(risks.values())
+    # Bucket 5-10: 0.075 per node-hour, against the settings' 0.05: x1.5; Low x2, High x0.5.
+    # eastus-1: x3, eastus-2: x0.75, eastus-3 (no score): x1.5.
+    assert {g: round(e.factor, 9) for g, e in found.items()} == {
+        GROUPS[0]: 3.0, GROUPS[1]: 0.75, GROUPS[2]: 1.5,
+    }  # fmt: skip
+    assert found[GROUPS[0]].said == "Azure's eviction rate 5-10 %, placement score Low"
+    assert found[GROUPS[2]].said == "Azure's eviction rate 5-10 %"
+    seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings(), evidence=found)
+    # No record: W = 0.05; q0 = 0.3 x the factor: 0.9, 0.225, 0.45.
+    assert seen.of(GROUPS[0]) == pytest.approx(0.05 * 0.9)
+    assert seen.of(GROUPS[1]) == pytest.approx(0.05 * 0.225)
+    assert seen.of(GROUPS[2]) == pytest.approx(0.05 * 0.45)
+    # Pairs start independent: W * q0_g * q0_h.
+    assert seen.of_pair(GROUPS[0], GROUPS[1]) == pytest.approx(0.05 * 0.9 * 0.225)
+    assert seen.of_pair(GROUPS[1], GROUPS[2]) == pytest.approx(0.05 * 0.225 * 0.45)
+    # A record moves it as before: one wave that hit eastus-2 an instant ago, watched 1 h
+    # (exposure 0.9444 h): W = 1.2 + 1 over 24.9444; q_2 = (2 * 0.225 + 1) / (2 + 1).
+    record = [preempt("eastus-2", 0, "a")]
+    hour = NOW - timedelta(hours=1)
+    later = rates(record, GROUPS, now=NOW, since=hour, settings=TargetSettings(), evidence=found)
+    wave_rate = 2.2 / (24 + 8.6562 * (1 - math.exp(-1 / 8.6562)))
+    assert later.of(GROUPS[1]) == pytest.approx(wave_rate * 1.45 / 3, rel=1e-4)
+    assert later.of(GROUPS[0]) == pytest.approx(wave_rate * 1.8 / 3, rel=1e-4)
+
+
+def test_azures_evidence_moves_a_prior_at_most_four_times_and_a_share_to_at_most_one() -> None:
+    # 20+ (0.25) with Low (x2): x10, held to x4; 0.3 x 4 = 1.2, held to 1 (every wave).
+    worst = evidence_of(azure_risks({"eastus": "20+"}, {"1": "Low"}).values())
+    seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings(), evidence=worst)
+    assert worst[GROUPS[0]].factor == pytest.approx(10)
+    assert seen.of(GROUPS[0]) == pytest.approx(0.05 * 1.0)
+    # 0-5 (0.025) with High (x0.5) against an operator's prior of 0.2 for the size: 0.0125 /
+    # 0.2 = x0.0625, held to x0.25: q0 = 0.075.
+    own = RiskSettings(prior_rates={"Standard_NC24ads_A100_v4": 0.2})
+    best = evidence_of(azure_risks({"eastus": "0-5"}, {"2": "High"}, settings=own).values())
+    seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings(), evidence=best)
+    assert best[GROUPS[1]].factor == pytest.approx(0.0625)
+    assert seen.of(GROUPS[1]) == pytest.approx(0.05 * 0.075)
+    # A bound of 1 turns the evidence off.
+    off = TargetSettings(azure_prior_max_factor=1)
+    assert rates([], GROUPS, now=NOW, since=NOW, settings=off, evidence=worst) == rates(
+        [], GROUPS, now=NOW, since=NOW, settings=off
+    )
+
+
+def test_without_fresh_azure_data_the_target_plans_exactly_as_from_the_record_alone() -> None:
+    record = [preempt("eastus-1", 10, "a"), preempt("eastus-2", 9, "b")]
+    hour = NOW - timedelta(hours=1)
+    alone = rates(record, GROUPS, now=NOW, since=hour, settings=TargetSettings())
+    # APIs off; data older than their max age (2 d for buckets, 1 h for scores); a score that
+    # is no score. The risk model drops each: nothing reaches the target.
+    for risks in (
+        azure_risks(),
+        azure_risks({"eastus": "20+"}, {"1": "Low"}, hours_old=49),
+        azure_risks({"westus2": "20+"}, {"1": "DataNotFoundOrStale"}),
+    ):
+        found = evidence_of(risks.values())
+        assert found == {}
+        assert rates(record, GROUPS, now=NOW, since=hour, settings=TargetSettings(),
+                     evidence=found) == alone  # fmt: skip
+    # The whole planner: risks assessed without Azure, or no risks at all, the same actions.
+    nodes = three_zone_nodes((1, 1, 1), 0)
+    pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+    state = snapshot(nodes, pods, [deployment(3, annotations=TARGET)], history=FRESH)
+    assessed = replace(state, risks=azure_risks())
+    assert plan(assessed, Settings()).actions == plan(state, Settings()).actions
+
+
+def test_a_riskier_bucket_changes_the_plan_and_the_words_say_so() -> None:
+    nodes = three_zone_nodes((1, 1, 1), 0)
+    pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+    state = snapshot(nodes, pods, [deployment(3, annotations=TARGET)], history=FRESH)
+    state = replace(state, risks=azure_risks({"eastus": "5-10"}))
+    (action,) = of_type(plan(state, Settings()).actions, SetSpare)
+    # Bucket 5-10: x1.5, q0 = 0.45 in every zone; lambda_g = 0.0225, lambda_gh = 0.010125.
+    # A pair lost costs 0.010125 * 0.1 + 0.0225^2 * 0.01 = 0.0010176, over the 0.001 budget
+    # alone: no plan may lose 3 with a pair. On spot alone, 9 (3,3,3) would do, above the 3 + 4
+    # spares searched; 8 (3,3,2) still loses 3 with the pair of the 3s. One on-demand and 6 on
+    # spot (2,2,2) leave 3 after any pair: U = 0, cost 2.2; 5 (2,2,1) with one on-demand lose
+    # 3 with the pair of the 2s; two on-demand need 3 on spot (cost 2.6). Today's plan (7 on
+    # spot, 0 on-demand) loses 3 with two of the pairs. Now, with 1 Ready in each zone: one
+    # on-demand leaves 2 after any pair, two leave 3: 6 + 2 = 8 replicas.
+    assert action.replicas == 8
+    assert action.record is not None and action.record.spot == 6
+    assert action.why is not None
+    assert action.why.startswith(
+        "6 on spot over 3 groups in 3 zone(s) + 1 on-demand (4 spare): expected 100.000 %"
+    ), action.why
+    assert (
+        "hit by 0; prior x1.5 for spotgpu/eastus-1, spotgpu/eastus-2, spotgpu/eastus-3: "
+        "Azure's eviction rate 5-10 %); 1 more on on-demand while 3 of 6 spot are Ready"
+        in action.why
+    ), action.why
+
+
+def test_the_words_say_each_groups_evidence_riskiest_first() -> None:
+    found = evidence_of(azure_risks({"eastus": "5-10"}, {"1": "Low", "2": "High"}).values())
+    seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings(), evidence=found)
+    decided = decide(3, 99.9, groups=GROUPS, ready_spot={}, rates=seen, settings=TargetSettings())
+    assert (
+        "; prior x3 for spotgpu/eastus-1: Azure's eviction rate 5-10 %, placement score Low"
+        "; prior x1.5 for spotgpu/eastus-3: Azure's eviction rate 5-10 %"
+        "; prior x0.75 for spotgpu/eastus-2: Azure's eviction rate 5-10 %, placement score High)"
+        in decided.why
+    ), decided.why
