@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import (
     AliasChoices,
@@ -254,6 +254,10 @@ class NestedSettings(CommonSettings):
     """Settings that nest settings types (`rebalancer.setting_groups.group`), read, given and
     reported under their flat names."""
 
+    # False: from the values given alone, never this process's environment (the plugin reads
+    # the controller's settings from its Deployment, in a shell whose REBALANCER_* are the user's).
+    read_environment: ClassVar[bool] = True
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -263,6 +267,8 @@ class NestedSettings(CommonSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if not cls.read_environment:
+            return (init_settings,)
         flat_env = EnvSettingsSource(flat_model(settings_cls))
         return init_settings, flat_env, dotenv_settings, file_secret_settings
 

@@ -20,7 +20,6 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from rebalancer import names
 from rebalancer.azure.prices import BUNDLED, PriceTable, parse_price_file
@@ -195,16 +194,7 @@ class _DeployedSettings(ControllerSettings):
     """The controller's settings from the values given alone: the plugin runs in the user's
     shell, whose REBALANCER_* variables are not the controller's."""
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
+    read_environment = False
 
 
 def settings_from_env(env: Mapping[str, str]) -> tuple[ControllerSettings, list[str]]:
