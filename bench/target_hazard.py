@@ -6,6 +6,12 @@ pool had held capacity before the loss. A falling hazard means capacity that jus
 the riskiest, which is why the availability target's on-demand cover holds fresh capacity
 riskier than the record's average (docs/targets.md).
 
+Then, for sets with several pools in one region, the same losses split by whether another
+pool of the region had no capacity at that tick, and by the capacity's age (under 2 h or
+not): whether a zone that cannot get capacity makes the others riskier (a "capacity
+crunch"). It does not, on these traces (docs/targets.md): so a zone waiting for capacity is
+planned without (`target_plan.waiting_zones`), not counted as risk for the others.
+
     .venv/bin/python -m bench.target_hazard [SPOT_TRACES_DIR]
 """
 
@@ -24,6 +30,38 @@ EDGES = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # hours held
 
 def band(hours: float) -> int:
     return max(i for i, edge in enumerate(EDGES) if hours >= edge)
+
+
+def crunch(folder: Path) -> str | None:
+    """One row: a set's losses per hour of capacity while every other pool of the region has
+    capacity, and while one or more has none, each for capacity younger and older than 2 h."""
+    traces = load_traces([folder])
+    held: Counter[tuple[bool, bool]] = Counter()  # (another down, old) -> hours of capacity
+    lost: Counter[tuple[bool, bool]] = Counter()
+    for trace in traces:
+        others = [o for o in traces if o is not trace and o.region == trace.region]
+        if not others:
+            continue
+        ticks = min(len(t.data) for t in (trace, *others))
+        gap = trace.gap_seconds / 3600.0
+        age: float | None = None
+        for index in range(ticks - 1):
+            if trace.data[index] == 0:
+                age = None
+                continue
+            age = 0.0 if age is None else age + gap
+            key = (any(o.data[index] == 0 for o in others), age >= 2.0)
+            held[key] += gap
+            lost[key] += trace.data[index + 1] == 0
+    if not held:
+        return None
+
+    def cell(key: tuple[bool, bool]) -> str:
+        hours = held[key]
+        return f"{lost[key] / hours:.2f}/h ({lost[key]} in {hours:.0f} h)" if hours else "-"
+
+    keys = [(False, False), (True, False), (False, True), (True, True)]
+    return f"| {folder.parent.name}/{folder.name} | " + " | ".join(map(cell, keys)) + " |"
 
 
 def main() -> None:
@@ -52,6 +90,16 @@ def main() -> None:
             for i in range(len(EDGES))
         ]
         print(f"| {folder.parent.name}/{folder.name} | " + " | ".join(cells) + " |")
+    print()
+    print(
+        "| trace set | < 2 h, all others up | < 2 h, another down | >= 2 h, all others up "
+        "| >= 2 h, another down |"
+    )
+    print("|---" * 5 + "|")
+    for folder in sorted({p.parent for p in root.rglob("*.json")}):
+        line = crunch(folder)
+        if line is not None:
+            print(line)
 
 
 if __name__ == "__main__":

@@ -279,6 +279,7 @@ def review(
         failing_over=failing_over,
         evicting=view.evicting,
         target_spot=spare.spot if policy.target and spare is not None else None,
+        target_waiting=spare.waiting if spare is not None else (),
     )
     hold = unheld and (failing_over or until_ready or policy.spare)
     held = _held(failing_over=failing_over, spare=policy.spare > 0) if hold else {}

@@ -115,11 +115,13 @@ def choose(
     failing_over: bool,
     evicting: set[tuple[str, str]],
     target_spot: int | None = None,
+    target_waiting: Iterable[str] = (),
 ) -> Decision | None:
     """The group for one new pod; None when no pool the policy allows fits it (placed as
     without a policy). `fits`: the pools the pod's own template can run on; `evicting`: the
     (pool, zone) of nodes under notice; `target_spot`: with an availability target, the
-    replicas its plan keeps on spot."""
+    replicas its plan keeps on spot; `target_waiting`: its zones waiting for spot capacity,
+    which hold one of them."""
     allowed = [pool for pool in fits if policy.allows_pool(pool.name)]
     names_allowed = {pool.name for pool in allowed}
     on_demand = sorted(
@@ -127,7 +129,9 @@ def choose(
         key=lambda name: (where.in_pool(name), name),
     )
     if target_spot is not None and not failing_over:
-        return _for_target(policy, target_spot, allowed, groups, where, evicting, on_demand)
+        return _for_target(
+            policy, target_spot, allowed, groups, where, evicting, on_demand, target_waiting
+        )
     if failing_over and policy.failover_to == "on-demand" and on_demand:
         return Decision(
             on_demand[0], "", False,
@@ -175,6 +179,7 @@ def _for_target(
     where: Where,
     evicting: set[tuple[str, str]],
     on_demand: list[str],
+    waiting: Iterable[str] = (),
 ) -> Decision | None:
     """An availability target's pod: spot while fewer than the plan's spot replicas are kept
     there (required: a spot replica that cannot have spot waits for it, asking the autoscaler,
@@ -190,9 +195,12 @@ def _for_target(
     for g in accepted:
         kept_by_zone[g.zone] = kept_by_zone.get(g.zone, 0) + where.counts.get((g.pool, g.zone), 0)
     kept = where.spot_kept
-    zones = open_zones(target_spot, kept_by_zone, len({g.zone for g in planned}))
+    zones = open_zones(target_spot, kept_by_zone, {g.zone for g in planned}, waiting)
     if zones:
         accepted = [g for g in accepted if g.zone in zones]
+    else:  # every zone full: the emptiest group takes it, but no zone waiting for capacity
+        waits = set(waiting)
+        accepted = [g for g in accepted if g.zone not in waits]
     if kept < target_spot and accepted:
         best = min(accepted, key=lambda g: _spread_key(policy, where, g))
         return Decision(

@@ -42,6 +42,9 @@ class Spare:
     watched_since: str | None = None
     below_seconds: int = 0
     below_since: str | None = None
+    # With a target, its zones waiting for spot capacity (`target_plan.waiting_zones`): the
+    # webhook sends one of the plan's spot replicas to each, the rest to the others.
+    waiting: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -55,6 +58,8 @@ class Spare:
             data["belowSeconds"] = self.below_seconds
         if self.below_since is not None:
             data["belowSince"] = self.below_since
+        if self.waiting:
+            data["waiting"] = list(self.waiting)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -73,6 +78,9 @@ class Spare:
         below = data.get("belowSeconds", 0)
         if type(below) is not int or not 0 <= below <= MAX_BELOW_SECONDS:
             raise ValueError(f"belowSeconds is not a whole number from 0 to {MAX_BELOW_SECONDS}")
+        waiting = _strings(data, "waiting")
+        if len(waiting) > (spot or 0):
+            raise ValueError("more zones waiting for spot capacity than spot replicas")
         return cls(
             base=_count(data, "base"),
             added=_count(data, "added"),
@@ -82,6 +90,7 @@ class Spare:
             watched_since=watched_since,
             below_seconds=below,
             below_since=below_since,
+            waiting=waiting,
         )
 
 

@@ -129,6 +129,17 @@ class TargetSettings:
         "times; 0 turns it off.",
     )
     fresh_factor: float = 4.0
+    # A zone whose replica has waited this long for spot capacity plans without it
+    # (`target_plan.waiting_zones`).
+    capacity_wait_seconds: float = setting(
+        600.0,
+        ge=0,
+        le=86400,
+        description="Availability targets: a spot zone where one of the workload's replicas "
+        "has waited this long for a node, and that has no Ready spot node, is planned as "
+        "without capacity: its replica waits there for it, the plan's other spot replicas go "
+        "to the zones that have capacity; 0 turns it off.",
+    )
     # The cover spends the account's allowance in hand over this horizon (`Account.pace`).
     pace_seconds: float = setting(
         86400.0,
@@ -391,14 +402,33 @@ def spread(count: int, groups: Sequence[str]) -> dict[str, int]:
     return placed
 
 
-def open_zones(target_spot: int, kept_by_zone: Mapping[str, int], zones: int) -> list[str]:
-    """Zones a new spot replica of a plan may go to: those with fewer than their share of the
-    plan's spot replicas (an even split over the plan's `zones`, rounded up), so that a zone with
-    capacity while the others have none does not collect them all, which would make its one
-    loss take them all. `kept_by_zone`: the zones open to new replicas (not under notice), with
-    their spot replicas now; a zone under notice still counts in the split."""
-    share = math.ceil(target_spot / max(zones, len(kept_by_zone), 1))
-    return sorted(zone for zone, kept in kept_by_zone.items() if kept < share)
+def zone_shares(
+    target_spot: int, zones: Iterable[str], waiting: Iterable[str] = ()
+) -> dict[str, int]:
+    """How many of a plan's spot replicas each of its zones holds at most: one in a zone
+    waiting for spot capacity (`waiting_zones`: the probe that takes capacity when it comes
+    back), an even split of the rest over the others, rounded up, so that a zone with capacity
+    while the others have none does not collect them all, which would make its one loss take
+    them all."""
+    every = sorted(set(zones))
+    probes = [zone for zone in every if zone in set(waiting)]
+    live = len(every) - len(probes)
+    share = math.ceil(max(0, target_spot - len(probes)) / max(live, 1))
+    return {zone: 1 if zone in probes else share for zone in every}
+
+
+def open_zones(
+    target_spot: int,
+    kept_by_zone: Mapping[str, int],
+    zones: Iterable[str],
+    waiting: Iterable[str] = (),
+) -> list[str]:
+    """Zones a new spot replica of a plan may go to: those holding fewer than their share
+    (`zone_shares`) of the plan's spot replicas. `kept_by_zone`: the zones open to new replicas
+    (not under notice), with their spot replicas now; `zones`: every zone of the plan (a zone
+    under notice still counts in the split)."""
+    shares = zone_shares(target_spot, [*zones, *kept_by_zone], waiting)
+    return sorted(zone for zone, kept in kept_by_zone.items() if kept < shares[zone])
 
 
 @dataclass(frozen=True)
@@ -478,6 +508,8 @@ class TargetPlan:
     standing_on_demand: int  # the plan's on-demand before losses (the floor)
     unavailability: float  # expected share of time below the owner's count, as planned
     why: str
+    # Zones waiting for spot capacity: one of `spot` waits in each (`target_plan.waiting_zones`).
+    waiting: tuple[str, ...] = ()
 
     @property
     def replicas(self) -> int:

@@ -42,7 +42,9 @@ from rebalancer.controller.target import (
     decide,
     evidence_of,
     group_of,
+    open_zones,
     rates,
+    zone_shares,
 )
 from rebalancer.strict import moment
 from rebalancer.timefmt import iso
@@ -87,6 +89,41 @@ def held_hours(snapshot: Snapshot) -> dict[str, float]:
             hours = max(0.0, (snapshot.now - node.created).total_seconds() / 3600.0)
             held[group] = max(held.get(group, 0.0), hours)
     return held
+
+
+def waiting_zones(
+    snapshot: Snapshot,
+    pods: list[PodInfo],
+    zones: Mapping[str, tuple[str, ...]],
+    record: Spare | None,
+    wait_seconds: float,
+) -> tuple[str, ...]:
+    """The accepted zones without spot capacity, as far as the cluster shows: none of the zone's
+    accepted spot pools has a Ready node (under notice or not), and one of the workload's replicas
+    sent there has waited `wait_seconds` for a node, or the record already says the zone waits
+    (a probe made again after a scale-down is not a fresh start). The plan keeps one replica
+    waiting in each, which takes the capacity when it comes back, and sends the rest of its spot
+    replicas to zones that have capacity: spot spares in a zone without capacity keep nothing
+    Ready, so the on-demand cover paid for them."""
+    if wait_seconds <= 0:
+        return ()
+    # A node under notice still had capacity a moment ago: the notice steers placement away.
+    live = {
+        node.zone
+        for node in snapshot.nodes.values()
+        if node.spot and node.ready and node.pool in zones.get(node.zone, ())
+    }
+    found = {zone for zone in (record.waiting if record is not None else ()) if zone in zones}
+    for pod in pods:
+        if pod.node_name or not pod.placed or pod.created is None:
+            continue
+        zone = pod.placed.partition("/")[2]
+        if zone in zones and (snapshot.now - pod.created).total_seconds() >= wait_seconds:
+            found.add(zone)
+    waiting = found - live
+    # No zone has capacity: nothing to send the spares to; they wait where the plan puts them,
+    # and take the capacity wherever it comes back first.
+    return () if waiting >= set(zones) else tuple(sorted(waiting))
 
 
 def _alive(pods: list[PodInfo]) -> list[PodInfo]:
@@ -150,9 +187,14 @@ def plan_target(
         return [SetSpare(workload.key, None, None, basis=basis, why="")] if record else []
 
     zones = accepted_zones(snapshot, workload, policy, declared)
-    groups = [group_of(pool, zone) for zone, pools in zones.items() for pool in pools]
     nodes = snapshot.nodes
     pods = _alive(snapshot.pods_by_workload.get(workload.key, []))
+    waiting = waiting_zones(snapshot, pods, zones, record, settings.capacity_wait_seconds)
+    # The plan's groups: the accepted ones with capacity (a waiting zone gets its one probe).
+    groups = [
+        group_of(pool, zone) for zone, pools in zones.items() if zone not in waiting
+        for pool in pools
+    ]  # fmt: skip
     ready_spot: Counter[str] = Counter()
     for pod in pods:
         node = nodes.get(pod.node_name)
@@ -175,36 +217,34 @@ def plan_target(
     )  # fmt: skip
     account = _account_now(owner, target, snapshot.now)
     held = account.held_target()
-    decision = decide(
-        base,
-        held,
-        groups=groups,
-        ready_spot=ready_spot,
-        rates=seen,
-        settings=settings,
-        min_on_demand=policy.min_on_demand,
-        cover_rates=fresh,
-        account=account,
-    )
+
+    def plan(percent: float, ready: Mapping[str, int]) -> TargetPlan:
+        decided = decide(
+            base, percent, groups=groups, ready_spot=ready, rates=seen, settings=settings,
+            min_on_demand=policy.min_on_demand, cover_rates=fresh, account=account,
+        )  # fmt: skip
+        if not waiting:
+            return decided
+        probes = f"; 1 more on spot waiting for capacity in {', '.join(waiting)}"
+        return replace(
+            decided, spot=decided.spot + len(waiting), waiting=waiting, why=decided.why + probes
+        )
+
+    decision = plan(held, ready_spot)
     if record is not None and record.spot is not None and decision.spot < record.spot:
         # Fewer spot replicas only as the plan for a budget with room to spare (DOWN_BAND).
-        decision = decide(
-            base, 100 - (100 - held) * DOWN_BAND, groups=groups, ready_spot=ready_spot,
-            rates=seen, settings=settings, min_on_demand=policy.min_on_demand, cover_rates=fresh,
-            account=account,
-        )  # fmt: skip
+        decision = plan(100 - (100 - held) * DOWN_BAND, ready_spot)
     decision = replace(decision, why=f"{decision.why}; {account.words()}")
     spot_pools = {pool for pools in zones.values() for pool in pools}
-    actions = _converge(snapshot, workload, pods, decision, owner, record, spot_pools)
+    actions = _converge(snapshot, workload, pods, decision, owner, record, spot_pools, list(zones))
     if not actions:
 
         def on_demand_with(ready: Mapping[str, int]) -> int:
-            return decide(
-                base, held, groups=groups, ready_spot=ready, rates=seen, settings=settings,
-                min_on_demand=policy.min_on_demand, cover_rates=fresh, account=account,
-            ).on_demand  # fmt: skip
+            return plan(held, ready).on_demand
 
-        actions = _respread(snapshot, pods, decision, base, list(zones), ready_spot, on_demand_with)
+        actions = _respread(
+            snapshot, pods, decision, base, list(zones), ready_spot, on_demand_with, record
+        )
     if (
         record is not None
         and _account_of(record) != _account_of(owner)
@@ -269,8 +309,10 @@ def _converge(
     owner: Spare,
     record: Spare | None,
     spot_pools: set[str],
+    zones: list[str],
 ) -> list[Action]:
-    """The actions that bring the workload to the decision, one step a pass."""
+    """The actions that bring the workload to the decision, one step a pass; `zones`: the
+    accepted spot zones."""
     basis = WorkloadBasis.of(workload)
     replicas = workload.replicas
     # Spot replicas beyond the plan stay until the on-demand ones that take their place are
@@ -279,7 +321,7 @@ def _converge(
     ready_on_demand = sum(1 for p in on_demand if p.ready)
     swap = min(len(spot) - decision.spot, decision.on_demand - ready_on_demand)
     wanted = decision.replicas + max(0, swap)
-    fresh = replace(owner, added=wanted - owner.base, spot=decision.spot)
+    fresh = replace(owner, added=wanted - owner.base, spot=decision.spot, waiting=decision.waiting)
     if wanted > replicas or (wanted == replicas and record != fresh):
         # The same plan, only the target's account moved: bookkeeping, not a change.
         same = record is not None and _with_account(record, fresh) == fresh
@@ -305,7 +347,7 @@ def _converge(
             if unmarked:
                 return [lower_cost(p, Reason.SPARE) for p in unmarked]
         return [SetSpare(workload.key, wanted, fresh, basis=basis, why=decision.why)]
-    return _recompose(snapshot, pods, decision, owner.base, spot_pools)
+    return _recompose(snapshot, pods, decision, owner.base, spot_pools, zones)
 
 
 def _recompose(
@@ -314,6 +356,7 @@ def _recompose(
     decision: TargetPlan,
     base: int,
     spot_pools: set[str],
+    zones: list[str],
 ) -> list[Action]:
     """The right count, the wrong mix: on-demand replicas the plan no longer needs while spot
     ones are missing (the ReplicaSet, scaling down, removed spot replicas that were not Ready
@@ -334,11 +377,13 @@ def _recompose(
     if len(spot) > decision.spot and len(on_demand) < decision.on_demand and waiting:
         pod = waiting[0]
         return [Evict(pod.key, pod.uid, pod.node_name, "", reason=Reason.SPARE)]
-    # The webhook sends no replica to a spot group under notice: nothing to gain there.
-    evicting = {n.pool for n in snapshot.nodes.values() if n.notices}
-    if not (
-        len(on_demand) > decision.on_demand and len(spot) < decision.spot and spot_pools - evicting
-    ):
+    # The webhook sends no replica to a spot group under notice, nor to a zone waiting for
+    # capacity that holds its one: the replacement must have a zone it may go to.
+    kept = _kept_by_zone(snapshot, pods, zones)
+    goes_to_spot = open_zones(decision.spot, kept, zones, decision.waiting) or any(
+        zone not in decision.waiting for zone in kept
+    )
+    if not (len(on_demand) > decision.on_demand and len(spot) < decision.spot and goes_to_spot):
         return []
     ready = sum(1 for p in pods if p.ready)
     for pod in sorted(on_demand, key=lambda p: (p.ready, p.name)):
@@ -355,6 +400,7 @@ def _respread(
     zones: list[str],
     ready_spot: Mapping[str, int],
     on_demand_with: Callable[[Mapping[str, int]], int],
+    record: Spare | None,
 ) -> list[Action]:
     """A zone holding more than its share of the plan's spot replicas while another accepted
     zone holds fewer (spot capacity was in one zone when they were placed): one Ready replica
@@ -364,25 +410,33 @@ def _respread(
     the owner's count stays Ready without it, on-demand now does not rise for it, and the
     webhook is seen placing the workload's pods (without it the replacement lands anywhere)."""
     nodes = snapshot.nodes
-    evicting = {n.zone for n in nodes.values() if n.spot and n.notices}
-    accepted = [zone for zone in zones if zone not in evicting]
-    kept = dict.fromkeys(accepted, 0)  # as the webhook counts: a waiting pod where it was sent
-    for pod in pods:
-        node = nodes.get(pod.node_name) if pod.node_name else None
-        if node is not None and node.spot and not node.notices:
-            zone = node.zone
-        elif node is None and pod.placed:
-            zone = pod.placed.partition("/")[2]
-        else:
-            continue
-        if zone in kept:
-            kept[zone] += 1
-    share = math.ceil(decision.spot / max(len(zones), 1))
-    if not kept or not any(count < share for count in kept.values()):
-        return []
-    fullest = max(kept, key=lambda zone: (kept[zone], zone))
+    kept = _kept_by_zone(snapshot, pods, zones)
+    shares = zone_shares(decision.spot, zones, decision.waiting)
     placed = _newest(pods, snapshot).placed
-    if kept[fullest] <= share or not placed or sum(p.ready for p in pods) - 1 < base:
+    noticed = {(n.pool, n.zone) for n in nodes.values() if n.spot and n.notices}
+    in_force = record.waiting if record is not None and record.spot == decision.spot else ()
+    for zone in decision.waiting:
+        # More than the one probe waits there (sent before the zone was known to wait): one
+        # goes, and its replacement is sent to a zone that has capacity. Counted as the webhook
+        # counts: not those sent to a pool under notice there.
+        there = sorted(
+            (
+                p
+                for p in pods
+                if not p.node_name
+                and p.placed.partition("/")[2] == zone
+                and tuple(p.placed.split("/", 1)) not in noticed
+            ),
+            key=lambda p: p.name,
+        )
+        # Only once the record says so: the webhook places by the record.
+        if placed and len(there) > shares.get(zone, 1) and zone in in_force:
+            pod = there[-1]
+            return [Evict(pod.key, pod.uid, pod.node_name, "", reason=Reason.SPARE)]
+    if not kept or not any(count < shares[zone] for zone, count in kept.items()):
+        return []
+    fullest = max(kept, key=lambda zone: (kept[zone] - shares[zone], kept[zone], zone))
+    if kept[fullest] <= shares[fullest] or not placed or sum(p.ready for p in pods) - 1 < base:
         return []
     candidates = [
         p
@@ -402,6 +456,25 @@ def _respread(
     if on_demand_with(after) > decision.on_demand:
         return []
     return [Evict(victim.key, victim.uid, victim.node_name, "", reason=Reason.SPARE)]
+
+
+def _kept_by_zone(snapshot: Snapshot, pods: list[PodInfo], zones: list[str]) -> dict[str, int]:
+    """The workload's spot replicas per accepted zone without a spot node under notice, as the
+    webhook counts them: a pod not yet scheduled where it was sent."""
+    nodes = snapshot.nodes
+    evicting = {n.zone for n in nodes.values() if n.spot and n.notices}
+    kept = dict.fromkeys((zone for zone in zones if zone not in evicting), 0)
+    for pod in pods:
+        node = nodes.get(pod.node_name) if pod.node_name else None
+        if node is not None and node.spot and not node.notices:
+            zone = node.zone
+        elif node is None and pod.placed:
+            zone = pod.placed.partition("/")[2]
+        else:
+            continue
+        if zone in kept:
+            kept[zone] += 1
+    return kept
 
 
 def _newest(pods: list[PodInfo], snapshot: Snapshot) -> PodInfo:

@@ -35,7 +35,7 @@ from rebalancer.controller.target import (
     rates,
     waves,
 )
-from rebalancer.controller.target_plan import spot_share
+from rebalancer.controller.target_plan import spot_share, waiting_zones
 from rebalancer.timefmt import iso
 from tests.unit.test_planner import NOW, deployment, node_json, of_type, pod, snapshot
 
@@ -828,3 +828,108 @@ def test_the_words_say_each_groups_evidence_riskiest_first() -> None:
         "; prior x0.75 for spotgpu/eastus-2: Azure's eviction rate 5-10 %, placement score High)"
         in decided.why
     ), decided.why
+
+
+# ---- zones waiting for spot capacity -------------------------------------------------------
+
+
+def _waiting_in_zone_3(minutes: float) -> tuple[list[dict[str, Any]], list[Any]]:
+    """(3,3) spot nodes in eastus-1 and -2 and one in eastus-3 that is not Ready (the zone's
+    capacity is gone); 3 replicas Ready in eastus-1, 2 in eastus-2, 1 on on-demand, and the 2
+    the plan sent to eastus-3 unscheduled for `minutes`."""
+    nodes = three_zone_nodes((3, 3, 1), 1)
+    gone = next(n for n in nodes if n["metadata"]["name"] == "spot-3-0")
+    gone["status"]["conditions"][0]["status"] = "False"
+    on = ["spot-1-0", "spot-1-1", "spot-1-2", "spot-2-0", "spot-2-1", "od-0"]
+    pods = [pod(f"p{i}", name) for i, name in enumerate(on)]
+    sent = {names.PLACED: "spotgpu/eastus-3"}
+    pods += [
+        replace(
+            pod(f"w{i}", "", ready=False, annotations=sent),
+            created=NOW - timedelta(minutes=minutes),
+        )
+        for i in range(2)
+    ]
+    return nodes, pods
+
+
+def test_a_zone_whose_replica_waited_for_capacity_is_planned_without_it() -> None:
+    # The standing plan over three zones is 7 on spot (ceil(7/3) = 3 a zone), as above; with 5
+    # Ready (3,2,0), the cover is 1 on-demand: 8 replicas, the two of eastus-3 waiting. After
+    # 10 minutes (REBALANCER_TARGET_CAPACITY_WAIT_SECONDS) with no Ready node in eastus-3, the
+    # plan is over eastus-1 and -2 alone: on spot alone, (3,3) leaves 3 after either loss and
+    # the pair costs U = 0.0045 * 0.1 + 0.015^2 * 0.01 = 0.00045 <= 0.001 (cost 1.2); fewer
+    # spot leave 2 after a single loss (U >= 0.0015), one on-demand with (2,2) costs 1.8. So 6
+    # on spot and 1 more waiting in eastus-3: 7, and the cover still 1 (3,2 Ready): 8 replicas.
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 5, spot=7, watched_since=WATCHED).to_json()}
+    nodes, pods = _waiting_in_zone_3(minutes=9)
+    state = snapshot(nodes, pods, [deployment(8, annotations=record)], history=FRESH)
+    assert of_type(plan(state, Settings()).actions, SetSpare) == []  # not waited long enough
+    nodes, pods = _waiting_in_zone_3(minutes=10)
+    state = snapshot(nodes, pods, [deployment(8, annotations=record)], history=FRESH)
+    (written,) = of_type(plan(state, Settings()).actions, SetSpare)
+    assert (written.replicas, written.record) == (
+        8,
+        Spare(3, 5, spot=7, watched_since=WATCHED, waiting=("eastus-3",)),
+    )
+    assert written.why is not None
+    assert written.why.startswith("6 on spot over 2 groups in 2 zone(s) + 0 on-demand")
+    assert "; 1 more on spot waiting for capacity in eastus-3" in written.why
+    # Next pass, the record in force: one of the two waiting in eastus-3 goes (the last by
+    # name); the webhook sends its replacement to eastus-2, below its share of 3.
+    waits = Spare(3, 5, spot=7, watched_since=WATCHED, waiting=("eastus-3",))
+    record = {**TARGET, names.SPARE_RECORD: waits.to_json()}
+    state = snapshot(nodes, pods, [deployment(8, annotations=record)], history=FRESH)
+    (evicted,) = of_type(plan(state, Settings()).actions, Evict)
+    assert evicted.pod == ("ml", "w1")
+    counts = {
+        ("spotgpu", "eastus-1"): 3, ("spotgpu", "eastus-2"): 2, ("spotgpu", "eastus-3"): 1,
+        ("odgpu", ""): 1,
+    }  # fmt: skip
+    decision = choose(
+        parse(TARGET), fits=[SPOT_POOL, OD_POOL], groups=SPOT_GROUPS,
+        where=Where(counts, 1), failing_over=False, evicting=set(), target_spot=7,
+        target_waiting=("eastus-3",),
+    )  # fmt: skip
+    assert (decision.spot, decision.zone) == (True, "eastus-2")
+    # Once eastus-2 holds its 3 as well, nothing more goes to eastus-3: on-demand.
+    counts[("spotgpu", "eastus-2")] = 3
+    decision = choose(
+        parse(TARGET), fits=[SPOT_POOL, OD_POOL], groups=SPOT_GROUPS,
+        where=Where(counts, 1), failing_over=False, evicting=set(), target_spot=8,
+        target_waiting=("eastus-3",),
+    )  # fmt: skip
+    assert (decision.spot, decision.zone) == (True, "eastus-1")  # the emptiest with capacity
+    decision = choose(
+        parse(TARGET), fits=[SPOT_POOL, OD_POOL], groups=SPOT_GROUPS,
+        where=Where(counts, 1), failing_over=False, evicting=set(), target_spot=7,
+        target_waiting=("eastus-3",),
+    )  # fmt: skip
+    assert decision.spot is False
+
+
+def test_a_zone_stays_waiting_until_a_node_there_is_ready_and_no_zone_waits_alone() -> None:
+    nodes, pods = _waiting_in_zone_3(minutes=1)  # a probe made again: the record remembers
+    waits = Spare(3, 5, spot=7, watched_since=WATCHED, waiting=("eastus-3",))
+    zones = {"eastus-1": ("spotgpu",), "eastus-2": ("spotgpu",), "eastus-3": ("spotgpu",)}
+    state = snapshot(nodes, pods, history=FRESH)
+    assert waiting_zones(state, pods, zones, waits, 600) == ("eastus-3",)
+    assert waiting_zones(state, pods, zones, None, 600) == ()
+    assert waiting_zones(state, pods, zones, waits, 0) == ()  # turned off
+    back = [n for n in nodes if n["metadata"]["name"] != "spot-3-0"]
+    back.append(node_json("spot-3-0", zone="eastus-3"))
+    state = snapshot(back, pods, history=FRESH)
+    assert waiting_zones(state, pods, zones, waits, 600) == ()  # capacity is back
+    # Every zone waiting: nothing to send the spares to, they wait where the plan puts them.
+    alone = {"eastus-3": ("spotgpu",)}
+    state = snapshot(nodes, pods, history=FRESH)
+    assert waiting_zones(state, pods, alone, waits, 600) == ()
+
+
+def test_a_record_with_more_zones_waiting_than_spot_replicas_is_refused() -> None:
+    waits = Spare(3, 5, spot=7, waiting=("eastus-3",))
+    assert Spare.from_json(waits.to_json()) == waits
+    with pytest.raises(ValueError, match="waiting"):
+        Spare.from_json('{"base": 3, "added": 0, "spot": 0, "waiting": ["eastus-3"]}')
+    with pytest.raises(ValueError, match="waiting"):
+        Spare.from_json('{"base": 3, "added": 0, "waiting": "eastus-3"}')
