@@ -15,9 +15,9 @@ that has held a day is no longer fresh: `target.aged`), an on-demand pool `gpuon
 `llm` (3 replicas, target 99.9) serving from the nodes each test names. The placement webhook
 is the controller's own, called over HTTPS by the emulated API server on each Pod CREATE, as
 kube-apiserver does with the chart's configuration (two tests: the target's placement is half
-its decisions). Not covered, because not built: re-spreading at a constant count (a zone over
-its share while another is under it stays so; the scale-down takes spot replicas beyond the
-plan from the fullest zone, nothing else moves them).
+its decisions). Not covered here: re-spreading at a constant count (a zone over its share while
+another is under it gives one Ready replica up), tested on the planner alone in
+tests/unit/test_target.py.
 """
 
 from __future__ import annotations
@@ -352,13 +352,15 @@ async def test_on_demand_goes_once_spot_is_ready_lowest_cost_first() -> None:
 
 
 @contextlib.asynccontextmanager
-async def placing(em: Emulated) -> Any:
+async def placing(em: Emulated, **overrides: Any) -> Any:
     """The controller with its placement webhook, registered with the emulated API server as
     the chart registers it; the target set once the webhook serves (a pod created before is
-    admitted unplaced: failurePolicy Ignore)."""
+    admitted unplaced: failurePolicy Ignore). `overrides`: more of the controller's settings."""
     port = free_port()
     register_placement_webhook(em.cluster, port=port, namespace=NAMESPACE)
-    async with controlling(em, webhook_enabled=True, webhook_port=port, **PRICED) as controller:
+    async with controlling(
+        em, webhook_enabled=True, webhook_port=port, **PRICED, **overrides
+    ) as controller:
         await until(lambda: controller.elector.is_leader, within=10, what="leading")
 
         def ca_bundle() -> str:
@@ -517,3 +519,56 @@ async def test_new_spot_replicas_go_to_the_zones_below_their_share() -> None:
     assert len(set(on_demand_new)) == len(on_demand_new) == 3
     assert not set(eastus_1[3:]) & set(new.values())  # eastus-1's two free nodes stay free
     assert [w.body["spec"]["replicas"] for w in scaling_patches(em)] == [10, 7]
+
+
+async def test_spares_go_to_the_zones_with_capacity_once_a_replica_waited_for_one() -> None:
+    # eastus-1 and eastus-2 have 3 spot nodes each; eastus-3's spot pool (declared, as the
+    # README asks for a pool the autoscaler keeps at zero) has no capacity: nothing the
+    # emulated autoscaler can add. `llm` serves on 2 nodes of eastus-1 and 1 of eastus-2.
+    data = three_zones({"1": 3, "2": 3}, on_demand=3, placement=True)
+    zone_3 = {
+        "name": "gpuspot3", "spot": True, "gpus": 1,
+        "labels": {names.ZONE_LABEL: "eastus-3"},
+        "taints": ["kubernetes.azure.com/scalesetpriority=spot:NoSchedule"],
+    }  # fmt: skip
+    chosen = lambda c: [*spot_nodes(c, "1")[:2], spot_nodes(c, "2")[0]]  # noqa: E731
+    async with (
+        emulated(data, aged=DAY, prepare=serving_on(chosen, target=False)) as em,
+        placing(em, pools=[zone_3]),
+    ):
+        started = CLOCK.monotonic()
+
+        def waiting_in_3() -> bool:
+            annotations = em.annotations(R.DEPLOYMENTS, "ml", "llm")
+            return names.SPARE_RECORD in annotations and "waiting" in record(em)
+
+        await until(waiting_in_3, within=700, what="eastus-3 waiting for capacity")
+        waited = CLOCK.monotonic() - started
+
+        def settled() -> bool:
+            return (
+                len(em.ready_pods()) == 6 and len(em.pods()) == em.replicas() == 7
+                and not on_demand_pods(em)
+            )  # fmt: skip
+
+        await until(settled, within=300, what="the spares where capacity is")
+        spread = spread_of(em)
+        unscheduled = [p for p in em.pods() if not p["spec"].get("nodeName")]
+        why = em.annotations(R.DEPLOYMENTS, "ml", "llm")[names.TARGET_WHY]
+        final = record(em)
+    # Before: the plan over three zones with the priors alone (the first test): 7 on spot, a
+    # share of 3 a zone, the ones sent to eastus-3 waiting there, and on-demand covering them.
+    # A replica sent to eastus-3 has waited 10 minutes (REBALANCER_TARGET_CAPACITY_WAIT_SECONDS)
+    # with no Ready spot node there: the plan is over eastus-1 and -2 (the unit test's
+    # derivation): 6 on spot (3,3) and 0 on-demand, U = 0.0045 * 0.1 + 0.015^2 * 0.01 =
+    # 0.00045, plus 1 waiting in eastus-3: 7 replicas, every node of eastus-1 and -2 used.
+    assert 600 <= waited < 660
+    assert final == {
+        "base": 3, "added": 4, "reverted": 0, "gaveUp": False, "spot": 7,
+        "waiting": ["eastus-3"],
+    }  # fmt: skip
+    assert spread == {"eastus-1": 3, "eastus-2": 3}
+    (probe,) = unscheduled
+    assert probe["metadata"]["annotations"][names.PLACED] == "gpuspot3/eastus-3"
+    assert why.startswith("6 on spot over 2 groups in 2 zone(s) + 0 on-demand (3 spare)"), why
+    assert "; 1 more on spot waiting for capacity in eastus-3;" in why
