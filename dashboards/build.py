@@ -648,6 +648,47 @@ def cost_and_savings() -> dashboard.Dashboard:
             ],
         ),
         (
+            "Availability targets",
+            [
+                series(
+                    "Error budget spent",
+                    "Per workload with an availability target: the seconds below its owner's "
+                    "count over the seconds the target allowed so far (100 %: all of it; above "
+                    "90 % the controller plans the target for a tenth of its budget).",
+                    "percentunit",
+                    q(
+                        "max by (namespace, workload) "
+                        f"(rebalancer_target_budget_spent_ratio{{{CLUSTER}}})",
+                        "{{namespace}}/{{workload}}",
+                    ),
+                    span=6,
+                ),
+                series(
+                    "All Ready",
+                    "Per workload with an availability target: the share of the time since its "
+                    "owner's count was first all Ready with that count all Ready.",
+                    "percentunit",
+                    q(
+                        "max by (namespace, workload) "
+                        f"(rebalancer_target_all_ready_ratio{{{CLUSTER}}})",
+                        "{{namespace}}/{{workload}}",
+                    ),
+                    span=6,
+                ),
+                series(
+                    "Replicas the targets keep",
+                    "The plan in force per workload: on spot (waiting: of those, left waiting "
+                    "in zones without spot capacity) and on on-demand, beside its owner's count.",
+                    "short",
+                    q(
+                        "max by (namespace, workload, kind) "
+                        f"(rebalancer_target_replicas{{{CLUSTER}}})",
+                        "{{namespace}}/{{workload}} {{kind}}",
+                    ),
+                ),
+            ],
+        ),
+        (
             "Prices",
             [
                 table.Panel()

@@ -477,6 +477,36 @@ class ControllerMetrics:
             ["reason"],
             registry=r,
         )
+        self.target = Gauge(
+            "rebalancer_target_percent",
+            "A workload's availability target: the share of time its owner's replica count is "
+            "to be all Ready, in percent (spot-rebalancer.io/availability-target).",
+            ["namespace", "workload"],
+            registry=r,
+        )
+        self.target_all_ready = Gauge(
+            "rebalancer_target_all_ready_ratio",
+            "Share of the time since a workload's owner's count was first all Ready (its "
+            "target's account opened) with that count all Ready.",
+            ["namespace", "workload"],
+            registry=r,
+        )
+        self.target_budget_spent = Gauge(
+            "rebalancer_target_budget_spent_ratio",
+            "Seconds below a workload's owner's count over the seconds its target allowed so "
+            "far: 1 is all of its error budget spent; above 0.9 the target counts as missed "
+            "and is planned for a tenth of its budget until it is met again.",
+            ["namespace", "workload"],
+            registry=r,
+        )
+        self.target_replicas = Gauge(
+            "rebalancer_target_replicas",
+            "The plan in force of a workload with an availability target, by kind: owner (its "
+            "owner's count), spot, on_demand, waiting (spot replicas left waiting in zones "
+            "without spot capacity, among spot).",
+            ["namespace", "workload", "kind"],
+            registry=r,
+        )
         self.policy_refused = Gauge(
             "rebalancer_placement_policy_refused",
             "1 while a workload's declared placement policy is invalid (the last valid one, if "

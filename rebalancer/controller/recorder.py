@@ -16,6 +16,7 @@ policies, log lines, blocked causes) keep digests, bounded (`bounded.py`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -74,6 +75,7 @@ from rebalancer.controller.risk import (
     GroupKey,
 )
 from rebalancer.controller.snapshot import Snapshot
+from rebalancer.controller.target_plan import account_of
 from rebalancer.kube.errors import KubeError
 from rebalancer.kube.events import EventRecorder
 from rebalancer.metrics import ControllerMetrics, initialise
@@ -169,6 +171,7 @@ class Recorder:
         self._reported_pods = SaidOnce(SAID_ONCE_LIMIT)
         self._placed: set[tuple[str, str]] = set()  # (pod uid, which Event): live pods only
         self._refused_series: set[tuple[str, str]] = set()
+        self._target_series: set[tuple[str, str]] = set()  # (namespace, name) with a target
         # What the last pass refused or failed on: reported when it appears, not every pass.
         # Bounded by the objects the cluster has now, never by what was ever written.
         self._refused_inputs: set[tuple[tuple[str, str, str], tuple[str, ...]]] = set()
@@ -203,6 +206,7 @@ class Recorder:
         self._placements(snapshot, plan)
         self._contained(snapshot, plan)
         self._policies(snapshot)
+        self._targets(snapshot)
         self._evictions(snapshot)
         self._risk(snapshot)
         self._accountant.account(snapshot, plan.managed, self._clock.monotonic())
@@ -410,6 +414,43 @@ class Recorder:
                 continue
             self._placed.add((pod.uid, "policy"))
             self._emit(pod_placed(owner.key, owner.uid, pod.name, pod.placed, pod.placed_why, node))
+
+    def _targets(self, snapshot: Snapshot) -> None:
+        """The availability targets' gauges, from each target's record as the planner wrote
+        it: the target, its account brought up to now, and the plan in force."""
+        m = self.metrics
+        series: set[tuple[str, str]] = set()
+        for workload in snapshot.workloads.values():
+            policy = in_force(workload.annotations).policy
+            record = workload.spare
+            target = policy.target_percent if policy is not None else None
+            if target is None or record is None or record.spot is None:
+                continue
+            key = (workload.namespace, workload.name)
+            series.add(key)
+            m.target.labels(*key).set(target)
+            account = account_of(record, target, snapshot.now)
+            if account.watched_seconds > 0:
+                below = account.below_seconds
+                m.target_all_ready.labels(*key).set(1.0 - below / account.watched_seconds)
+                allowed = account.allowed_seconds
+                m.target_budget_spent.labels(*key).set(below / allowed if allowed > 0 else 0.0)
+            replicas = record.base + record.added
+            kinds = {
+                "owner": record.base,
+                "spot": record.spot,
+                "on_demand": max(0, replicas - record.spot),
+                "waiting": len(record.waiting),
+            }
+            for kind, count in kinds.items():
+                m.target_replicas.labels(*key, kind).set(count)
+        for gone in self._target_series - series:
+            for gauge in (m.target, m.target_all_ready, m.target_budget_spent):
+                with contextlib.suppress(KeyError):  # the account's: only once it opened
+                    gauge.remove(*gone)
+            for kind in ("owner", "spot", "on_demand", "waiting"):
+                m.target_replicas.remove(*gone, kind)
+        self._target_series = series
 
     def _emit(self, event: KubeEvent) -> None:
         self._log.info("event", reason=str(event.reason), message=event.message)

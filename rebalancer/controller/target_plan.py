@@ -215,7 +215,7 @@ def plan_target(
         Spare(base, 0, reverted), record, below=sum(1 for p in pods if p.ready) < base,
         now=snapshot.now,
     )  # fmt: skip
-    account = _account_now(owner, target, snapshot.now)
+    account = account_of(owner, target, snapshot.now)
     held = account.held_target()
 
     def plan(percent: float, ready: Mapping[str, int]) -> TargetPlan:
@@ -291,7 +291,9 @@ def _account(owner: Spare, record: Spare | None, *, below: bool, now: datetime) 
     )
 
 
-def _account_now(account: Spare, target: float, now: datetime) -> Account:
+def account_of(account: Spare, target: float, now: datetime) -> Account:
+    """The target's account on a record, brought up to `now` (a stretch below in progress
+    counts to now): what the planner holds the target to and what the metrics show."""
     if account.watched_since is None:
         return Account(target, 0.0, 0.0)
     watched = max(0.0, (now - moment(account.watched_since)).total_seconds())

@@ -93,6 +93,7 @@ CONTROLLER_ALERTS = {
     "SpotRebalancerFallbackCostHigh",
     "SpotRebalancerFailoverSlow",
     "SpotRebalancerDoctorFindings",
+    "SpotRebalancerTargetBudgetSpent",
 }
 RUNBOOKS = ALERTS_FILE.parents[2] / "docs" / "runbooks.md"
 

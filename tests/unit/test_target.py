@@ -11,10 +11,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from rebalancer import names
 from rebalancer.azure.prices import Price, PriceTable
 from rebalancer.azure.risk_data import EvictionRates, PlacementScores
+from rebalancer.clock import ManualClock
 from rebalancer.controller.actions import Evict, SetDeletionCost, SetSpare
 from rebalancer.controller.history import Entry, History
 from rebalancer.controller.model import NodeInfo
@@ -38,6 +40,7 @@ from rebalancer.controller.target import (
 from rebalancer.controller.target_plan import spot_share, waiting_zones
 from rebalancer.timefmt import iso
 from tests.unit.test_planner import NOW, deployment, node_json, of_type, pod, snapshot
+from tests.unit.test_risk_metrics import controller, samples
 
 GROUPS = ["spotgpu/eastus-1", "spotgpu/eastus-2", "spotgpu/eastus-3"]
 FRESH = History(since=NOW)  # a record that starts now: the priors alone
@@ -933,3 +936,36 @@ def test_a_record_with_more_zones_waiting_than_spot_replicas_is_refused() -> Non
         Spare.from_json('{"base": 3, "added": 0, "spot": 0, "waiting": ["eastus-3"]}')
     with pytest.raises(ValueError, match="waiting"):
         Spare.from_json('{"base": 3, "added": 0, "waiting": "eastus-3"}')
+
+
+def test_a_targets_account_and_plan_are_gauges_while_it_has_a_target() -> None:
+    ctl, metrics = controller(ManualClock())
+    # Watched for 10 days, 600 s below before a stretch that began a minute ago; 7 of 8 on
+    # spot, one of them waiting for capacity in eastus-3.
+    kept = Spare(3, 5, spot=7, watched_since=iso(NOW - timedelta(days=10)), below_seconds=600,
+                 below_since=iso(NOW - timedelta(seconds=60)), waiting=("eastus-3",))  # fmt: skip
+    workload = deployment(8, annotations={**TARGET, names.SPARE_RECORD: kept.to_json()})
+    state = snapshot(three_zone_nodes((3, 3, 0), 1), [], [workload], history=FRESH)
+    ctl.recorder.observe(state, plan(state, ctl.planner_settings), 1.0)
+
+    def of(registry: CollectorRegistry) -> dict[tuple[str, str], float]:
+        return {
+            (name, dict(labels).get("kind", "")): value
+            for (name, labels), value in samples(registry).items()
+            if name.startswith("rebalancer_target_") and dict(labels)["workload"] == "infer"
+        }
+
+    # Allowed so far: 0.001 * 864000 s = 864 s; spent 600 + 60 = 660 s.
+    assert of(metrics.registry) == pytest.approx({
+        ("rebalancer_target_percent", ""): 99.9,
+        ("rebalancer_target_all_ready_ratio", ""): 1 - 660 / 864000,
+        ("rebalancer_target_budget_spent_ratio", ""): 660 / 864,
+        ("rebalancer_target_replicas", "owner"): 3,
+        ("rebalancer_target_replicas", "spot"): 7,
+        ("rebalancer_target_replicas", "on_demand"): 1,
+        ("rebalancer_target_replicas", "waiting"): 1,
+    })  # fmt: skip
+    # The target removed: its series go.
+    gone = snapshot(three_zone_nodes((3, 3, 0), 1), [], [deployment(3)], history=FRESH)
+    ctl.recorder.observe(gone, plan(gone, ctl.planner_settings), 1.0)
+    assert of(metrics.registry) == {}

@@ -289,6 +289,32 @@ groups:
             the on-demand pool scales up from zero, images pull slowly or models load slowly.
       {{- end }}
       {{- end }}
+      {{- with $rules.targetBudgetSpent }}
+      {{- if .enabled }}
+      - alert: SpotRebalancerTargetBudgetSpent
+        # Both replicas read the same record and set the gauge: max, not sum.
+        expr: |-
+          max by (cluster, namespace, workload) (rebalancer_target_budget_spent_ratio) > {{ .spentRatio }}
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $extra }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          {{- with $runbook }}
+          runbook_url: {{ . }}#spotrebalancertargetbudgetspent
+          {{- end }}
+          summary: "{{`{{ $labels.namespace }}/{{ $labels.workload }}`}} has spent its availability target's error budget{{ $inCluster }}."
+          description: >-
+            {{`{{ $labels.namespace }}/{{ $labels.workload }}`}} was below its owner's replica
+            count for {{`{{ $value | humanizePercentage }}`}} of the time its availability target
+            allows so far, for {{ .for }}: the target is missed so far, and the controller plans
+            it for a tenth of its budget until it is met again (more replicas on on-demand).
+            kubectl spot-rebalancer status says why (spot capacity lost, waves of evictions,
+            on-demand replicas that did not come).
+      {{- end }}
+      {{- end }}
       {{- with $rules.doctorFindings }}
       {{- if .enabled }}
       - alert: SpotRebalancerDoctorFindings
