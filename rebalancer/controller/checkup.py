@@ -176,8 +176,6 @@ class Setup:
     # The chart fixes are applied to: the published one the release came from, when known.
     helm_upgrade: str = "helm upgrade <release> <chart> --reuse-values -f fix.yaml"
     nodepools: Sequence[NodePoolInfo] | None = None  # Karpenter's; None: not read, checks skipped
-    # Deployments an HorizontalPodAutoscaler scales, as (namespace, name).
-    autoscaled: frozenset[tuple[str, str]] = frozenset()
     # KAITO's Workspaces, [] without KAITO; None: not read, their check skipped.
     workspaces: Sequence[WorkspaceInfo] | None = None
     # The workloads KAITO made for them, managed or not (the check is about KAITO's setup).
@@ -217,11 +215,6 @@ def setup_of(
         idle_spells=idle_spells,
         idle_limit_seconds=idle_limit_seconds,
         helm_upgrade=helm_upgrade or Setup.helm_upgrade,
-        autoscaled=frozenset(
-            (s.namespace, s.target[1])
-            for s in snapshot.scalers.values()
-            if s.target[0] == "Deployment"
-        ),
         workspaces=workspaces,
         kaito_workloads=tuple(w for w in snapshot.workloads.values() if made_by_kaito(w)),
     )
@@ -579,7 +572,7 @@ def spot_findings(workloads: Sequence[WorkloadInfo], pools: Mapping[str, Pool]) 
 
 def target_findings(setup: Setup) -> list[Finding]:
     """Workloads with an availability target the controller does not act on: it scales a
-    Deployment's own count, so neither a StatefulSet's nor one an HPA owns, and it plans at
+    Deployment's count (an HPA's: its own wish plus ours), not a StatefulSet's, and it plans at
     most MAX_TARGET_REPLICAS (the search must not hold up the pass for everyone else)."""
     findings = []
     for workload in setup.workloads:
@@ -589,12 +582,6 @@ def target_findings(setup: Setup) -> list[Finding]:
         if workload.kind != "Deployment":
             what = "a StatefulSet: its replicas keep their names and volumes, we do not add any"
             fix = "Remove the target; a StatefulSet's replicas are failed over at a notice."
-        elif (workload.namespace, workload.name) in setup.autoscaled:
-            what = "an HorizontalPodAutoscaler sets its replicas, the target cannot add any"
-            fix = (
-                "Remove the target, or the HPA; an HPA's own replicas are failed over at a notice "
-                "(its minReplicas is raised while replacements load)."
-            )
         elif workload.replicas > MAX_TARGET_REPLICAS:
             what = f"{workload.replicas} replicas: a target plans at most {MAX_TARGET_REPLICAS}"
             fix = "Split the workload, or use spare-replicas instead of a target."

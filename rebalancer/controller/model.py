@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from rebalancer import names, pool_kind
-from rebalancer.controller.records import ReturnRecord, Spare, Surge
+from rebalancer.controller.records import MAX_RECORD_REPLICAS, ReturnRecord, Spare, Surge
 from rebalancer.controller.scheduling import Taint
 from rebalancer.names import (
     DELETION_COST,
@@ -28,7 +28,7 @@ from rebalancer.names import (
     SURGE_ANNOTATION,
 )
 from rebalancer.notices import Notice, notices_of
-from rebalancer.strict import moment
+from rebalancer.strict import moment, whole_number
 from rebalancer.timefmt import parse_iso
 
 # A Kubernetes quantity: a signed decimal and an optional suffix (binary SI, decimal SI or an
@@ -252,9 +252,25 @@ class HoldInfo:
 
 
 @dataclass(frozen=True)
+class ScalerMetric:
+    """One of an HPA's metrics as its recommendation reads it (upstream's replica_calculator.go):
+    the target and the value its status reports now (None: none, the HPA could not read it).
+    `per_pod`: the value is an average over the Ready pods, or a Value target's usage ratio,
+    which upstream also multiplies by the Ready pods; False: an Object or External
+    `AverageValue`, the total over the HPA's current replicas (status.currentReplicas)."""
+
+    name: str  # for words: "cpu", "Pods requests_per_second", "External queue_depth"
+    target: float
+    current: float | None
+    per_pod: bool = True
+
+
+@dataclass(frozen=True)
 class ScalerInfo:
-    """An HorizontalPodAutoscaler (autoscaling/v2), as far as a surge cares: what it scales and
-    its bounds, and the bounds it had before we raised them (our annotation), if we did."""
+    """An HorizontalPodAutoscaler (autoscaling/v2): what it scales and its bounds, the bounds it
+    had before we raised them (our annotation), if we did, and what an availability target reads
+    of it to know the count the HPA wants (its metrics, their current values, its scale-down
+    window)."""
 
     namespace: str
     name: str
@@ -268,16 +284,40 @@ class ScalerInfo:
     # is not ours (`refused` says why), which is never put back.
     saved: str | None = None
     refused: str = ""
+    metrics: tuple[ScalerMetric, ...] = ()
+    current_replicas: int = 0  # status.currentReplicas
+    # spec.behavior.scaleDown.stabilizationWindowSeconds (upstream's default 300); None: the
+    # HPA never scales down (selectPolicy Disabled).
+    scale_down_window: float | None = 300.0
 
     @property
     def key(self) -> tuple[str, str]:
         return self.namespace, self.name
 
+    def own_bounds(self) -> tuple[int, int]:
+        """The bounds it had before we raised them ("min,max" in our annotation), read
+        strictly: anyone who may annotate the HPA could write "100000,100000" there. None
+        recorded, unreadable or not ours (its seal, seal.py): today's bounds."""
+        low, _, high = self.saved.partition(",") if self.saved else ("", "", "")
+        try:
+            bounds = (
+                whole_number(low, low=1, high=MAX_RECORD_REPLICAS),
+                whole_number(high, low=1, high=MAX_RECORD_REPLICAS),
+            )
+        except ValueError:
+            return self.min_replicas, self.max_replicas
+        if bounds[0] > bounds[1]:
+            return self.min_replicas, self.max_replicas
+        return bounds
+
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> ScalerInfo:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
         ref = spec.get("scaleTargetRef") or {}
+        down = (spec.get("behavior") or {}).get("scaleDown") or {}
+        window = down.get("stabilizationWindowSeconds")
         return cls(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
@@ -289,7 +329,71 @@ class ScalerInfo:
             uid=str(meta.get("uid", "")),
             # Unchecked until the seal is (the controller's snapshot); simulations trust it.
             saved=(meta.get("annotations") or {}).get(HPA_ORIGINAL_ANNOTATION),
+            metrics=scaler_metrics(spec.get("metrics"), status.get("currentMetrics")),
+            current_replicas=_whole(status.get("currentReplicas")),
+            scale_down_window=(
+                None
+                if down.get("selectPolicy") == "Disabled"
+                else 300.0
+                if window is None
+                else float(_whole(window))
+            ),
         )
+
+
+# Where each metric type keeps its target and its status (autoscaling/v2 MetricSpec/Status).
+_METRIC_FIELDS = {
+    "Resource": "resource", "ContainerResource": "containerResource", "Pods": "pods",
+    "Object": "object", "External": "external",
+}  # fmt: skip
+
+
+def scaler_metrics(specs: object, statuses: object) -> tuple[ScalerMetric, ...]:
+    """An HPA's metrics with their current values. The status lists them in the spec's order
+    (upstream's computeReplicasForMetrics fills `statuses[i]` for `metricSpecs[i]`, an empty
+    status for one it could not read); one that does not match its spec has no current value.
+    A metric whose target is not a positive number is left out (the API server refuses those)."""
+    specs = specs if isinstance(specs, list) else []
+    statuses = statuses if isinstance(statuses, list) else []
+    found = []
+    for index, spec in enumerate(specs):
+        kind = spec.get("type") if isinstance(spec, Mapping) else None
+        field_name = _METRIC_FIELDS.get(str(kind))
+        if field_name is None:
+            continue
+        source = spec.get(field_name) or {}
+        target = source.get("target") or {}
+        target_type = target.get("type")
+        key = {"Utilization": "averageUtilization", "AverageValue": "averageValue"}.get(
+            str(target_type), "value"
+        )
+        if kind in ("Resource", "ContainerResource", "Pods") and key == "value":
+            continue  # not a valid target for a per-pod metric
+        wanted = parse_quantity(target.get(key))
+        if not wanted > 0:
+            continue
+        status = statuses[index] if index < len(statuses) else None
+        current = None
+        if isinstance(status, Mapping) and status.get("type") == kind:
+            value = (status.get(field_name) or {}).get("current") or {}
+            if value.get(key) is not None:
+                current = quantity(str(value[key]))
+        metric = source.get("metric") or {}
+        name = str(source.get("name") or metric.get("name") or "")
+        found.append(
+            ScalerMetric(
+                name=name if kind in ("Resource", "ContainerResource") else f"{kind} {name}",
+                target=wanted,
+                current=current,
+                per_pod=not (kind in ("Object", "External") and key == "averageValue"),
+            )
+        )
+    return tuple(found)
+
+
+def _whole(value: object) -> int:
+    """A count from the API: a non-negative int, else 0."""
+    return value if type(value) is int and value >= 0 else 0
 
 
 @dataclass(frozen=True)
@@ -323,6 +427,7 @@ class PodInfo:
     # Held from Karpenter's voluntary disruption by our webhook until it is Ready (a return's
     # new replica): names.HELD_UNTIL_READY.
     held_until_ready: bool = False
+    ready_since: datetime | None = None  # the Ready condition's lastTransitionTime, when Ready
 
     @property
     def key(self) -> tuple[str, str]:
@@ -350,16 +455,22 @@ class PodInfo:
             ),
             None,
         )
+        ready = next(
+            (
+                c
+                for c in status.get("conditions") or []
+                if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+            ),
+            None,
+        )
         return cls(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")),
             node_name=str(spec.get("nodeName") or ""),
             phase=str(status.get("phase", "Pending")),
-            ready=any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in status.get("conditions") or []
-            ),
+            ready=ready is not None,
+            ready_since=parse_iso(ready.get("lastTransitionTime")) if ready else None,
             deleting=meta.get("deletionTimestamp") is not None,
             owner=owner,
             gpus=gpus_of(spec),

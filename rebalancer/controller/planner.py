@@ -83,20 +83,20 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     history = record_history(snapshot, settings, contain)
     cordoned = cordons(snapshot, active, contain)
     surge = surges(snapshot, settings, active, contain)
+    spare = spares(snapshot, settings, surge.workloads, contain)
     proposals = [
         history,
         cordoned,
         surge,
         scale_backs(snapshot, settings, active, contain),
         holds(snapshot, settings, surge, contain),
-        bounds(snapshot, surge, contain),
+        bounds(snapshot, surge, spare, contain),
         drain(snapshot, settings, active, surge.pods, contain),
         cooldowns(snapshot, settings, active, contain),
         restore_deletion_costs(snapshot, active, contain),
         end_load_holds(snapshot, contain),
         record_policies(snapshot, contain),
     ]
-    spare = spares(snapshot, settings, surge.workloads, contain)
     returns = plan_returns(
         snapshot,
         managed=set(chosen),

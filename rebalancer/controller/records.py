@@ -45,6 +45,16 @@ class Spare:
     # With a target, its zones waiting for spot capacity (`target_plan.waiting_zones`): the
     # webhook sends one of the plan's spot replicas to each, the rest to the others.
     waiting: tuple[str, ...] = ()
+    # With a target on a Deployment an HPA scales (`hpa_count.py`): the HPA's recommendation
+    # has been below `base` since when (RFC 3339), and the highest it was since; `base` follows
+    # it down once that has lasted the HPA's scale-down window.
+    lower_since: str | None = None
+    lower_high: int = 0
+    # With a target and an HPA: N before the HPA raised it (0: no rise loading) and since when
+    # (RFC 3339), until the new N is first all Ready or a recovery has passed; the target's
+    # account measures against it meanwhile.
+    rising_from: int = 0
+    rising_since: str | None = None
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -60,6 +70,12 @@ class Spare:
             data["belowSince"] = self.below_since
         if self.waiting:
             data["waiting"] = list(self.waiting)
+        if self.lower_since is not None:
+            data["lowerSince"] = self.lower_since
+            data["lowerHigh"] = self.lower_high
+        if self.rising_since is not None:
+            data["risingFrom"] = self.rising_from
+            data["risingSince"] = self.rising_since
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -81,6 +97,18 @@ class Spare:
         waiting = _strings(data, "waiting")
         if len(waiting) > (spot or 0):
             raise ValueError("more zones waiting for spot capacity than spot replicas")
+        lower_since = _optional_str(data, "lowerSince")
+        if lower_since is not None:
+            moment(lower_since)
+        lower_high = _count(data, "lowerHigh") if "lowerHigh" in data else 0
+        if lower_high > _count(data, "base"):
+            raise ValueError("lowerHigh is above base: it is a recommendation below it")
+        rising_since = _optional_str(data, "risingSince")
+        if rising_since is not None:
+            moment(rising_since)
+        rising_from = _count(data, "risingFrom") if rising_since is not None else 0
+        if rising_since is not None and rising_from >= _count(data, "base"):
+            raise ValueError("risingFrom is not below base: it is the count before a rise")
         return cls(
             base=_count(data, "base"),
             added=_count(data, "added"),
@@ -91,6 +119,10 @@ class Spare:
             below_seconds=below,
             below_since=below_since,
             waiting=waiting,
+            lower_since=lower_since,
+            lower_high=lower_high,
+            rising_from=rising_from,
+            rising_since=rising_since,
         )
 
 

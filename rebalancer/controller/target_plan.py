@@ -25,6 +25,7 @@ from datetime import datetime
 from rebalancer import names
 from rebalancer.controller.actions import Action, Evict, SetDeletionCost, SetSpare, WorkloadBasis
 from rebalancer.controller.cost import region_of
+from rebalancer.controller.hpa_count import hpa_count, metered, scaler_of
 from rebalancer.controller.model import PodInfo, WorkloadInfo
 from rebalancer.controller.placement import spot_groups
 from rebalancer.controller.policy import Policy
@@ -166,8 +167,17 @@ def plan_target(
     replicas = workload.replicas
     if record is not None and record.gave_up:
         return []
+    pods = _alive(snapshot.pods_by_workload.get(workload.key, []))
     reverted = record.reverted if record is not None else 0
-    if record is None:
+    scaler = scaler_of(snapshot, workload)
+    counted = None
+    if scaler is not None:  # the HPA owns N; its bounds hold ours (planning/bounds.py)
+        counted = hpa_count(
+            scaler, ready=metered(pods, snapshot.now), record=record, replicas=replicas,
+            now=snapshot.now,
+        )  # fmt: skip
+        base = counted.base
+    elif record is None:
         base = replicas
     elif replicas == record.base + record.added:
         base = record.base
@@ -188,7 +198,6 @@ def plan_target(
 
     zones = accepted_zones(snapshot, workload, policy, declared)
     nodes = snapshot.nodes
-    pods = _alive(snapshot.pods_by_workload.get(workload.key, []))
     waiting = waiting_zones(snapshot, pods, zones, record, settings.capacity_wait_seconds)
     # The plan's groups: the accepted ones with capacity (a waiting zone gets its one probe).
     groups = [
@@ -211,9 +220,19 @@ def plan_target(
     fresh = aged(seen, held_hours(snapshot), settings)
     if not settings.spot_price_share:
         settings = replace(settings, spot_price_share=spot_share(snapshot, zones) or 0.0)
+    ready_now = sum(1 for p in pods if p.ready)
+    lower = (counted.lower_since, counted.lower_high) if counted else (None, 0)
+    rising = (
+        _rising(record, base, ready_now, snapshot.now, settings.recovery_seconds)
+        if counted
+        else (0, None)
+    )
     owner = _account(
-        Spare(base, 0, reverted), record, below=sum(1 for p in pods if p.ready) < base,
-        now=snapshot.now,
+        Spare(
+            base, 0, reverted, lower_since=lower[0], lower_high=lower[1], rising_from=rising[0],
+            rising_since=rising[1],
+        ),
+        record, below=ready_now < (rising[0] or base), now=snapshot.now,
     )  # fmt: skip
     account = account_of(owner, target, snapshot.now)
     held = account.held_target()
@@ -231,10 +250,17 @@ def plan_target(
         )
 
     decision = plan(held, ready_spot)
-    if record is not None and record.spot is not None and decision.spot < record.spot:
-        # Fewer spot replicas only as the plan for a budget with room to spare (DOWN_BAND).
+    if (
+        record is not None
+        and record.spot is not None
+        and record.base == base
+        and decision.spot < record.spot
+    ):
+        # Fewer spot replicas only as the plan for a budget with room to spare (DOWN_BAND),
+        # for the same N (a new N is a new plan: a stricter budget may hold fewer on spot).
         decision = plan(100 - (100 - held) * DOWN_BAND, ready_spot)
-    decision = replace(decision, why=f"{decision.why}; {account.words()}")
+    scaled = f"; {counted.why}" if counted else ""
+    decision = replace(decision, why=f"{decision.why}; {account.words()}{scaled}")
     spot_pools = {pool for pools in zones.values() for pool in pools}
     actions = _converge(snapshot, workload, pods, decision, owner, record, spot_pools, list(zones))
     if not actions:
@@ -259,17 +285,47 @@ def plan_target(
     return actions
 
 
-def _account_of(record: Spare) -> tuple[str | None, int, str | None]:
-    return record.watched_since, record.below_seconds, record.below_since
+def _rising(
+    record: Spare | None, base: int, ready: int, now: datetime, recovery_seconds: float
+) -> tuple[int, str | None]:
+    """With an HPA: N before the HPA raised it and since when, until the new N is first all
+    Ready or one recovery (a node and a load) has passed ((0, None): no rise loading). The
+    account measures against it meanwhile: a rise's load is the autoscaler's own lag (which
+    the spares, Ready, often absorb), as a rollout's first load is not a miss; a replica still
+    missing after a recovery is."""
+    if record is None or ready >= base:
+        return 0, None
+    if record.rising_since is not None:
+        before, since = record.rising_from, record.rising_since
+    elif base > record.base:
+        before, since = record.base, iso(now)
+    else:
+        return 0, None
+    if before >= base or (now - moment(since)).total_seconds() >= recovery_seconds:
+        return 0, None
+    return before, since
+
+
+def _account_of(record: Spare) -> tuple[object, ...]:
+    """The record's bookkeeping: the target's account, and an HPA's stretches below and above
+    N."""
+    return (
+        record.watched_since, record.below_seconds, record.below_since, record.lower_since,
+        record.lower_high, record.rising_from, record.rising_since,
+    )  # fmt: skip
 
 
 def _with_account(record: Spare, source: Spare) -> Spare:
-    """`record` with the target's account of `source`."""
+    """`record` with the bookkeeping of `source` (`_account_of`)."""
     return replace(
         record,
         watched_since=source.watched_since,
         below_seconds=source.below_seconds,
         below_since=source.below_since,
+        lower_since=source.lower_since,
+        lower_high=source.lower_high,
+        rising_from=source.rising_from,
+        rising_since=source.rising_since,
     )
 
 

@@ -226,3 +226,74 @@ async def test_a_target_gets_its_spares_and_its_fallback_and_gives_the_fallback_
     await rig.more_passes("controller-0", 2)  # and it stays there
     assert rig.deployment()["spec"]["replicas"] == 7
     assert len(rig.pods()) == 7
+
+
+HPAS = "/apis/autoscaling/v2/namespaces/inference/horizontalpodautoscalers"
+
+
+async def test_with_an_hpa_its_bounds_hold_the_targets_count_and_go_back_without_it(
+    rig: KubeRig,
+) -> None:
+    """The real HPA controller (kube-controller-manager's, a sync every 15 s) scales llm: 1 to 5
+    replicas at 50 % CPU. There is no metrics API here, so the HPA has no wish of its own and
+    only keeps the count within its bounds: the target's N stays the count it had (3: "no
+    metric value"); the plan's 9 is above the HPA's max, which it would cut within a sync, so
+    the HPA's bounds are raised to 9 (its own sealed on it) before the count; without the target
+    they go back and the HPA takes the count down to its max of 5."""
+    api = rig.api
+    rig.start_controller(
+        REBALANCER_TARGET_FRESH_SECONDS="0", REBALANCER_TARGET_SPOT_PRICE_SHARE="0.2"
+    )  # the plan of the test above: 7 on spot, 2 more on on-demand while 3 are Ready
+    await rig.deploy(replicas=3, startup_seconds=2)
+    await rig.until_ready(replicas=3)
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "llm", "namespace": "inference"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 5,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                "type": "Utilization", "averageUtilization": 50}}}],
+        },
+    }  # fmt: skip
+    await api.request("POST", HPAS, hpa)
+    await api.request(
+        "PATCH", DEPLOYMENT, {"metadata": {"annotations": TARGET}}, content_type=MERGE
+    )
+    await rig.wait_for(
+        lambda: rig.deployment()["spec"]["replicas"] == 9, timeout=15, what="9 replicas"
+    )
+    raised = await api.request("GET", f"{HPAS}/llm")
+    assert (raised["spec"]["minReplicas"], raised["spec"]["maxReplicas"]) == (9, 9)
+    saved = raised["metadata"]["annotations"][names.HPA_ORIGINAL_ANNOTATION]
+    assert saved.startswith("1,5 seal="), saved
+    why = rig.deployment()["metadata"]["annotations"][names.TARGET_WHY]
+    assert why.endswith("; the HPA llm: no metric value, kept at 3"), why
+
+    async def synced_at_nine() -> bool:  # the HPA's sync saw 9 and let it be
+        status = (await api.request("GET", f"{HPAS}/llm")).get("status") or {}
+        return status.get("currentReplicas") == 9
+
+    await eventually(synced_at_nine, timeout=40, what="an HPA sync at 9 replicas")
+    await rig.more_passes("controller-0", 2)
+    assert rig.deployment()["spec"]["replicas"] == 9
+    assert record(rig) == Spare(base=3, added=6, spot=7)
+
+    await api.request(
+        "PATCH", DEPLOYMENT,
+        {"metadata": {"annotations": {names.AVAILABILITY_TARGET: None}}}, content_type=MERGE,
+    )  # fmt: skip
+
+    async def bounds_back() -> bool:
+        spec_now = await api.request("GET", f"{HPAS}/llm")
+        annotations = spec_now["metadata"].get("annotations") or {}
+        bounds = (spec_now["spec"]["minReplicas"], spec_now["spec"]["maxReplicas"])
+        return bounds == (1, 5) and names.HPA_ORIGINAL_ANNOTATION not in annotations
+
+    await eventually(bounds_back, timeout=15, what="the HPA's own bounds back")
+    assert record(rig) is None
+    await rig.wait_for(
+        lambda: rig.deployment()["spec"]["replicas"] == 5, timeout=40, what="the HPA's max"
+    )

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import itertools
 import json
 from collections.abc import Callable
 from datetime import timedelta
@@ -37,7 +38,7 @@ from rebalancer.azure.risk_feeds import eviction_rate_feed
 from rebalancer.controller.returns import LOWEST
 from rebalancer_sim import resources as R
 from rebalancer_sim.cluster import ClusterEmulator
-from rebalancer_sim.scenario import STARTUP_ANNOTATION
+from rebalancer_sim.scenario import LOAD_ANNOTATION, STARTUP_ANNOTATION
 from tests.e2e.rig import register_placement_webhook
 from tests.helpers import free_port
 from tests.loop.emulated import Emulated, controlling, emulated
@@ -572,3 +573,68 @@ async def test_spares_go_to_the_zones_with_capacity_once_a_replica_waited_for_on
     assert probe["metadata"]["annotations"][names.PLACED] == "gpuspot3/eastus-3"
     assert why.startswith("6 on spot over 2 groups in 2 zone(s) + 0 on-demand (3 spare)"), why
     assert "; 1 more on spot waiting for capacity in eastus-3;" in why
+
+
+def hpa_spec(em: Emulated) -> tuple[int, int, str | None]:
+    hpa = em.get(R.HPAS, "ml", "llm")
+    saved = (hpa["metadata"].get("annotations") or {}).get(names.HPA_ORIGINAL_ANNOTATION)
+    return hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"], saved
+
+
+def set_load(em: Emulated, percent: int) -> None:
+    em.edit(R.HPAS, "ml", "llm", lambda h: h["metadata"]["annotations"].update(
+        {LOAD_ANNOTATION: str(percent)}))  # fmt: skip
+
+
+async def test_with_an_hpa_the_spares_ride_on_its_own_count_and_its_bounds_hold_them() -> None:
+    """llm is scaled by an HPA (the emulator's, upstream's arithmetic, a sync every 15 s): 1 to
+    8 replicas at 50 % CPU, a load of 150 % of one pod's request (3 pods). The target's N is
+    what the HPA wants, computed from its status; the HPA's minReplicas holds N plus the plan
+    (it would otherwise scale the spares back within 15 s); N follows the load up at once and
+    down after the HPA's scale-down window (300 s); without the target, the bounds go back."""
+    data = three_zones({"1": 1, "2": 1, "3": 1})
+    data["workloads"][0]["hpa"] = {
+        "minReplicas": 1, "maxReplicas": 8, "targetCPUUtilization": 50, "load": 150,
+    }  # fmt: skip
+    async with (
+        emulated(data, aged=DAY, prepare=serving_on(first_of_each_zone)) as em,
+        controlling(em, **PRICED) as controller,
+    ):
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        await until(lambda: em.replicas() != 3, within=10, what="the plan applied")
+        rescales_before = len(em.cluster.hpas.rescales)
+        await asyncio.sleep(60)  # four HPA syncs: none scales the spares back
+        planned = (em.replicas(), record(em)["base"], hpa_spec(em))
+        # The load doubles: 300 % over the 5 Ready (3 spot, 2 on-demand; 4 Pending, no room)
+        # is 60 % each, 1.2 x 5 = 6 pods at 50 %.
+        set_load(em, 300)
+        await until(lambda: record(em)["base"] == 6, within=30, what="N following the HPA up")
+        up = (em.replicas(), hpa_spec(em))
+        set_load(em, 150)  # 30 % each: 3 pods, but only after the HPA's 300 s window
+        fell = CLOCK.monotonic()
+        await until(lambda: record(em)["base"] == 3, within=330, what="N following it down")
+        held = CLOCK.monotonic() - fell
+        kept = account(em)
+        rescaled = em.cluster.hpas.rescales[rescales_before:]
+        em.edit(R.DEPLOYMENTS, "ml", "llm", lambda d: d["metadata"]["annotations"].pop(
+            names.AVAILABILITY_TARGET))  # fmt: skip
+        await until(lambda: hpa_spec(em) == (1, 8, None), within=30, what="bounds put back")
+        await until(lambda: em.replicas() == 3, within=400, what="the HPA's own count")
+        gone = names.SPARE_RECORD not in em.annotations(R.DEPLOYMENTS, "ml", "llm")
+    # 3 Ready at 50 %: the HPA wants 3, the first test's plan for 3 (9 replicas: 7 on spot, 2
+    # on-demand while 3 of 7 are Ready), and the HPA's bounds raised to 9, its own sealed.
+    count, base, (low, high, saved) = planned
+    assert (count, base, low, high) == (9, 3, 9, 9)
+    assert saved is not None and saved.startswith("1,8 seal=")
+    assert rescaled == []  # the HPA never set the count back while the target held it
+    # N = 6 with the same 3 spot Ready: the plan for 6 (10 on spot, 2 on-demand, 3 more
+    # on-demand while 3 of 10 spot are Ready: 15), the bounds with it.
+    assert up == (15, (15, 15, saved))
+    assert 300 <= held < 330  # the scale-down window, then a pass
+    # Down again straight to the plan for 3 (no stricter plan on the way: a new N, a new
+    # plan), and never below the count: the 6th replica never found room, but the rise is
+    # measured against the 3 before it for one recovery (360 s), longer than it lasted.
+    counts = [w.body["spec"]["replicas"] for w in scaling_patches(em)]
+    assert [count for count, _ in itertools.groupby(counts)] == [9, 15, 9]
+    assert kept == {"watchedSince": "2026-11-30T12:00:00Z", "belowSeconds": 0}
+    assert gone

@@ -376,21 +376,13 @@ def test_a_target_the_controller_does_not_act_on_is_said() -> None:
     target = {"spot-rebalancer.io/availability-target": "99.9"}
     acted = WorkloadInfo.from_json("Deployment", deployment("llm", BOTH, annotations=target))
     stateful = WorkloadInfo.from_json("StatefulSet", deployment("db", BOTH, annotations=target))
-    scaled = WorkloadInfo.from_json("Deployment", deployment("hpa", BOTH, annotations=target))
     large = WorkloadInfo.from_json(
         "Deployment", deployment("big", BOTH, replicas=101, annotations=target)
     )
     plain = WorkloadInfo.from_json("Deployment", deployment("plain", BOTH, replicas=101))
     base = setup(world())
-    findings = diagnose(
-        replace(
-            base,
-            workloads=[acted, stateful, scaled, large, plain],
-            autoscaled=frozenset({("inference", "hpa")}),
-        )
-    )
+    findings = diagnose(replace(base, workloads=[acted, stateful, large, plain]))
     said = {f.object.name: f.what for f in findings if f.check is Check.TARGET_NOT_ACTED_ON}
-    assert sorted(said) == ["big", "db", "hpa"]  # not llm (acted on), not plain (no target)
+    assert sorted(said) == ["big", "db"]  # not llm (acted on), not plain (no target)
     assert said["db"].startswith("availability target 99.9 % not acted on: a StatefulSet")
-    assert "an HorizontalPodAutoscaler sets its replicas" in said["hpa"]
     assert "101 replicas: a target plans at most 100" in said["big"]

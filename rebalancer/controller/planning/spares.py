@@ -6,6 +6,7 @@ from __future__ import annotations
 from rebalancer import names
 from rebalancer.controller.actions import Action, SetSpare, WorkloadBasis
 from rebalancer.controller.contain import Containment, on_workload
+from rebalancer.controller.hpa_count import scaler_of
 from rebalancer.controller.model import WorkloadInfo
 from rebalancer.controller.planning.proposal import Proposal
 from rebalancer.controller.planning.selection import managed, targeted
@@ -39,8 +40,9 @@ def spares(
     spreads them like the others). Our record keeps the owner's count: a new count from the owner
     is a new base; a count set back to exactly the base twice is an owner that resets replicas
     (KServe, an operator), which we stop fighting and report. Not while a surge or a return is
-    on it (they own the count for a while), nor with an HPA (it owns the count: its bounds would
-    have to move for as long as the spares are wanted)."""
+    on it (they own the count for a while), nor with an HPA (it owns the count) unless the
+    workload has an availability target, whose N is the HPA's own wish (`hpa_count.py`) and
+    whose count the HPA's bounds hold (`bounds.py`)."""
     actions: list[Action] = []
     for key, workload in sorted(snapshot.workloads.items()):
         actions += contain.run(
@@ -63,18 +65,21 @@ def _spare_one(
     targeted = policy is not None and bool(policy.target)
     if record is None and (wanted == 0 or workload.replicas == 0) and not targeted:
         return actions
-    scaled = {(s.namespace, s.target) for s in snapshot.scalers.values()}
     if (
         workload.kind != "Deployment"
         or key in busy
         or workload.surge is not None
         or names.RETURN_ANNOTATION in workload.annotations
-        or (workload.namespace, ("Deployment", workload.name)) in scaled
     ):
         return actions
     if policy is not None and policy.target and managed(workload, settings):
         return plan_target(snapshot, workload, policy, settings.target, settings.declared_pools)
     basis = WorkloadBasis.of(workload)
+    if scaler_of(snapshot, workload) is not None:
+        # The HPA owns the count: a record left from a target is dropped (its bounds go back,
+        # bounds.py), the count left to the HPA.
+        why = "" if record is not None and record.spot is not None else None
+        return [SetSpare(key, None, None, basis=basis, why=why)] if record is not None else []
     replicas = workload.replicas
     why = "" if record is not None and record.spot is not None else None  # a target's, gone
     if record is None:

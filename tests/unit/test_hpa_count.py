@@ -1,0 +1,179 @@
+"""An availability target on a Deployment an HorizontalPodAutoscaler scales: N is the HPA's own
+wish, computed from its metrics as upstream does (`hpa_count.py`), and the HPA's bounds hold N
+plus the target's replicas (`planning/bounds.py`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from rebalancer import names
+from rebalancer.controller.actions import Bound, SetSpare, Step
+from rebalancer.controller.hpa_count import hpa_count
+from rebalancer.controller.model import ScalerInfo, ScalerMetric
+from rebalancer.controller.planner import Settings, plan
+from rebalancer.controller.records import Spare
+from rebalancer.timefmt import iso
+from tests.unit.test_planner import NOW, deployment, of_type, pod, snapshot
+from tests.unit.test_target import FRESH, TARGET, WATCHED, three_zone_nodes
+
+
+def cpu(current: float | None, target: float = 50.0) -> ScalerMetric:
+    return ScalerMetric("cpu", target, current)
+
+
+def scaler(*metrics: ScalerMetric, low: int = 1, high: int = 10, **more: Any) -> ScalerInfo:
+    return ScalerInfo(
+        "ml", "infer", ("Deployment", "infer"), low, high, None, metrics=metrics, **more
+    )
+
+
+def test_n_is_the_load_in_pods_at_the_target_however_many_replicas_share_it() -> None:
+    # 75 % of the request on 4 Ready pods at a target of 50 %: the HPA wants 6.
+    assert hpa_count(scaler(cpu(75)), ready=4, record=None, replicas=4, now=NOW).base == 6
+    # The same load over 9 (6 and our 3 spares): 33 % each, still 6 (within the tolerance).
+    kept = hpa_count(scaler(cpu(33)), ready=9, record=Spare(6, 3), replicas=9, now=NOW)
+    assert (kept.base, kept.why) == (6, "the HPA infer wants 6 (cpu 33 of 50: 5.9 pods)")
+    # An Object or External AverageValue is a total over the HPA's current replicas.
+    queue = ScalerMetric("External queue", 10.0, 4.0, per_pod=False)
+    total = scaler(queue, current_replicas=9)
+    assert hpa_count(total, ready=2, record=None, replicas=9, now=NOW).base == 4
+    # The highest of the metrics, within the HPA's own bounds (the ones before ours).
+    both = replace(scaler(cpu(75), cpu(100)), saved="2,7")
+    assert hpa_count(both, ready=4, record=None, replicas=4, now=NOW).base == 7
+
+
+def test_n_rises_at_once_and_falls_after_the_hpas_scale_down_window() -> None:
+    hpa = scaler(cpu(20))  # over 9 Ready: 3.6 pods; the record's N is 6
+    record = Spare(6, 3)
+    first = hpa_count(hpa, ready=9, record=record, replicas=9, now=NOW)
+    assert (first.base, first.lower_since, first.lower_high) == (6, iso(NOW), 4)
+    record = replace(record, lower_since=first.lower_since, lower_high=first.lower_high)
+    later = NOW + timedelta(seconds=200)
+    second = hpa_count(scaler(cpu(25)), ready=9, record=record, replicas=9, now=later)
+    assert (second.base, second.lower_high) == (6, 5)  # 4.5 pods: the highest since, 5
+    record = replace(record, lower_high=second.lower_high)
+    done = hpa_count(hpa, ready=9, record=record, replicas=9, now=NOW + timedelta(seconds=300))
+    assert (done.base, done.lower_since) == (5, None)  # the window's highest, not today's 4
+    # A rise ends the stretch below at once.
+    up = hpa_count(scaler(cpu(50)), ready=9, record=record, replicas=9, now=later)
+    assert (up.base, up.lower_since, up.lower_high) == (9, None, 0)
+    # An HPA that never scales down (selectPolicy Disabled) keeps N.
+    never = scaler(cpu(20), scale_down_window=None)
+    assert hpa_count(never, ready=9, record=Spare(6, 3), replicas=9, now=NOW).base == 6
+
+
+def test_without_every_metrics_value_n_does_not_fall() -> None:
+    partial = scaler(cpu(10), cpu(None))
+    assert hpa_count(partial, ready=9, record=Spare(6, 3), replicas=9, now=NOW).base == 6
+    assert hpa_count(scaler(cpu(None)), ready=9, record=None, replicas=4, now=NOW).base == 4
+    # No Ready pod: nothing to average over (upstream has no metric then either).
+    assert hpa_count(scaler(cpu(80)), ready=0, record=Spare(6, 3), replicas=9, now=NOW).base == 6
+
+
+def test_an_hpas_metrics_and_their_values_are_read_from_its_json() -> None:
+    hpa = ScalerInfo.from_json(
+        {
+            "metadata": {"namespace": "ml", "name": "infer"},
+            "spec": {
+                "scaleTargetRef": {"kind": "Deployment", "name": "infer"},
+                "minReplicas": 2,
+                "maxReplicas": 8,
+                "metrics": [
+                    {"type": "Resource", "resource": {"name": "cpu", "target": {
+                        "type": "Utilization", "averageUtilization": 60}}},
+                    {"type": "Pods", "pods": {"metric": {"name": "rps"}, "target": {
+                        "type": "AverageValue", "averageValue": "500m"}}},
+                    {"type": "External", "external": {"metric": {"name": "queue"}, "target": {
+                        "type": "AverageValue", "averageValue": "30"}}},
+                    {"type": "Object", "object": {"metric": {"name": "lag"}, "target": {
+                        "type": "Value", "value": "2k"}}},
+                ],
+                "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}},
+            },
+            "status": {
+                "currentReplicas": 5,
+                "currentMetrics": [
+                    {"type": "Resource", "resource": {"name": "cpu", "current": {
+                        "averageUtilization": 45, "averageValue": "450m"}}},
+                    {"type": "Pods", "pods": {"metric": {"name": "rps"}, "current": {
+                        "averageValue": "750m"}}},
+                    {},  # upstream's status for a metric it could not read
+                ],
+            },
+        }
+    )  # fmt: skip
+    assert hpa.metrics == (
+        ScalerMetric("cpu", 60.0, 45.0),
+        ScalerMetric("Pods rps", 0.5, 0.75),
+        ScalerMetric("External queue", 30.0, None, per_pod=False),
+        ScalerMetric("Object lag", 2000.0, None),
+    )
+    assert (hpa.current_replicas, hpa.scale_down_window) == (5, 600.0)
+
+
+def hpa_state(annotations: dict[str, str], hpa: ScalerInfo) -> Any:
+    nodes = three_zone_nodes((1, 1, 1), 0)
+    pods = [pod(f"p{i}", node["metadata"]["name"]) for i, node in enumerate(nodes)]
+    state = snapshot(nodes, pods, [deployment(3, annotations=annotations)], history=FRESH)
+    return replace(state, scalers={hpa.key: hpa})
+
+
+def test_a_target_keeps_its_spares_on_top_of_the_hpas_count_and_holds_them_with_its_bounds() -> (
+    None
+):
+    # The HPA (1 to 5) wants 3: 50 % over 3 Ready at a target of 50 %.
+    hpa = scaler(cpu(50), high=5)
+    actions = plan(hpa_state(TARGET, hpa), Settings()).actions
+    (spare,) = of_type(actions, SetSpare)
+    assert (spare.replicas, spare.record) == (9, Spare(3, 6, spot=7, watched_since=WATCHED))
+    assert spare.why is not None and spare.why.endswith(
+        "the HPA infer wants 3 (cpu 50 of 50: 3.0 pods)"
+    )
+    # Its bounds hold the 9, raised before the Deployment is scaled; its own are recorded.
+    (bound,) = of_type(actions, Bound)
+    assert (bound.min_replicas, bound.max_replicas, bound.original) == (9, 9, "1,5")
+    assert bound.step == Step.FIRST < spare.step
+
+
+def test_the_hpas_bounds_go_back_when_the_target_does() -> None:
+    record = {names.SPARE_RECORD: Spare(3, 6, spot=7, watched_since=WATCHED).to_json()}
+    hpa = replace(scaler(cpu(50), low=9, high=9), original="1,5", saved="1,5")
+    actions = plan(hpa_state(record, hpa), Settings()).actions
+    (spare,) = of_type(actions, SetSpare)
+    assert (spare.replicas, spare.record, spare.why) == (None, None, "")  # the HPA's count now
+    (bound,) = of_type(actions, Bound)
+    assert (bound.min_replicas, bound.max_replicas, bound.original) == (1, 5, None)
+
+
+def test_the_hpas_stretches_are_kept_on_the_record_and_read_back_strictly() -> None:
+    kept = Spare(6, 3, spot=5, lower_since=iso(NOW), lower_high=4, rising_from=3,
+                 rising_since=iso(NOW))  # fmt: skip
+    assert Spare.from_json(kept.to_json()) == kept
+    for wrong in ({"lowerHigh": 7}, {"risingFrom": 6}, {"risingSince": "yesterday"}):
+        text = json.dumps({**json.loads(kept.to_json()), **wrong})
+        with pytest.raises(ValueError):
+            Spare.from_json(text)
+
+
+def test_a_rise_is_measured_against_the_count_before_it_for_one_recovery() -> None:
+    # The record's N is 3; the HPA now wants 6 (100 % over 3 Ready, Ready long since). The
+    # 3 more load: the account measures against the 3 before the rise, not below.
+    record = Spare(3, 6, spot=7, watched_since=WATCHED)
+    annotations = {**TARGET, names.SPARE_RECORD: record.to_json()}
+    state = hpa_state(annotations, scaler(cpu(100)))
+    (spare,) = of_type(plan(state, Settings()).actions, SetSpare)
+    assert spare.record is not None
+    assert (spare.record.base, spare.record.rising_from, spare.record.below_since) == (6, 3, None)
+    assert spare.record.rising_since == iso(NOW)
+    # One recovery later (360 s) the 3 still missing count: below since then.
+    rising = replace(spare.record, added=record.added)
+    annotations = {**TARGET, names.SPARE_RECORD: rising.to_json()}
+    later = replace(hpa_state(annotations, scaler(cpu(100))), now=NOW + timedelta(seconds=360))
+    (after,) = of_type(plan(later, Settings()).actions, SetSpare)
+    assert after.record is not None
+    assert (after.record.rising_from, after.record.below_since) == (0, iso(later.now))
