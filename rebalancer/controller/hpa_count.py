@@ -12,7 +12,8 @@ reports, in pods at the target:
   Ready is not in the average yet, and counting it would take the load for more pods than it is.
   Counting too few only errs low, which a scale-down's window absorbs;
 - an Object or External AverageValue: current x status.currentReplicas / target (upstream's
-  status reports the total over the current replicas).
+  status reports the total over the current replicas, rounded up to a thousandth: a thousandth
+  less is taken, so that the rounding never adds a pod).
 
 Spread over N + spares, an average falls as pods are added, so the product stays the load: the
 spares do not make the HPA want more. (A Value that does not fall as pods are added would grow
@@ -120,7 +121,7 @@ def _load(metric: ScalerMetric, ready: int, current_replicas: int) -> float | No
         return None
     if metric.per_pod:
         return metric.current / metric.target * ready if ready else None
-    return metric.current * max(current_replicas, 1) / metric.target
+    return max(0.0, metric.current - 0.001) * max(current_replicas, 1) / metric.target
 
 
 def _recommend(load: float, current: int) -> int:

@@ -38,10 +38,11 @@ def test_n_is_the_load_in_pods_at_the_target_however_many_replicas_share_it() ->
     # The same load over 9 (6 and our 3 spares): 33 % each, still 6 (within the tolerance).
     kept = hpa_count(scaler(cpu(33)), ready=9, record=Spare(6, 3), replicas=9, now=NOW)
     assert (kept.base, kept.why) == (6, "the HPA infer wants 6 (cpu 33 of 50: 5.9 pods)")
-    # An Object or External AverageValue is a total over the HPA's current replicas.
-    queue = ScalerMetric("External queue", 10.0, 4.0, per_pod=False)
+    # An Object or External AverageValue is a total over the HPA's current replicas: upstream's
+    # status says 60 over 9 as 6.667 (rounded up to a thousandth), which is not 7 pods at 10.
+    queue = ScalerMetric("External queue", 10.0, 6.667, per_pod=False)
     total = scaler(queue, current_replicas=9)
-    assert hpa_count(total, ready=2, record=None, replicas=9, now=NOW).base == 4
+    assert hpa_count(total, ready=2, record=None, replicas=9, now=NOW).base == 6
     # The highest of the metrics, within the HPA's own bounds (the ones before ours).
     both = replace(scaler(cpu(75), cpu(100)), saved="2,7")
     assert hpa_count(both, ready=4, record=None, replicas=4, now=NOW).base == 7
