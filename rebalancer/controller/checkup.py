@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -176,6 +176,8 @@ class Setup:
     # The chart fixes are applied to: the published one the release came from, when known.
     helm_upgrade: str = "helm upgrade <release> <chart> --reuse-values -f fix.yaml"
     nodepools: Sequence[NodePoolInfo] | None = None  # Karpenter's; None: not read, checks skipped
+    # Deployments whose HPA an operator owns (KEDA's ScaledObject): (namespace, name) -> owner.
+    operated: Mapping[tuple[str, str], str] = field(default_factory=dict)
     # KAITO's Workspaces, [] without KAITO; None: not read, their check skipped.
     workspaces: Sequence[WorkspaceInfo] | None = None
     # The workloads KAITO made for them, managed or not (the check is about KAITO's setup).
@@ -217,6 +219,11 @@ def setup_of(
         helm_upgrade=helm_upgrade or Setup.helm_upgrade,
         workspaces=workspaces,
         kaito_workloads=tuple(w for w in snapshot.workloads.values() if made_by_kaito(w)),
+        operated={
+            (s.namespace, s.target[1]): f"{s.owner} (HPA {s.name})"
+            for s in snapshot.scalers.values()
+            if s.owner and s.target[0] == "Deployment"
+        },
     )
 
 
@@ -572,7 +579,8 @@ def spot_findings(workloads: Sequence[WorkloadInfo], pools: Mapping[str, Pool]) 
 
 def target_findings(setup: Setup) -> list[Finding]:
     """Workloads with an availability target the controller does not act on: it scales a
-    Deployment's count (an HPA's: its own wish plus ours), not a StatefulSet's, and it plans at
+    Deployment's count (an HPA's: its own wish plus ours, held by the HPA's bounds, which an
+    operator that owns the HPA sets back), not a StatefulSet's, and it plans at
     most MAX_TARGET_REPLICAS (the search must not hold up the pass for everyone else)."""
     findings = []
     for workload in setup.workloads:
@@ -582,6 +590,16 @@ def target_findings(setup: Setup) -> list[Finding]:
         if workload.kind != "Deployment":
             what = "a StatefulSet: its replicas keep their names and volumes, we do not add any"
             fix = "Remove the target; a StatefulSet's replicas are failed over at a notice."
+        elif (workload.namespace, workload.name) in setup.operated:
+            owner = setup.operated[(workload.namespace, workload.name)]
+            what = (
+                f"its HPA belongs to {owner}, which sets the HPA's bounds back at once, so no "
+                "spares can be held on it"
+            )
+            fix = (
+                "Remove the target; with KEDA, keep spares with the ScaledObject's "
+                "minReplicaCount instead."
+            )
         elif workload.replicas > MAX_TARGET_REPLICAS:
             what = f"{workload.replicas} replicas: a target plans at most {MAX_TARGET_REPLICAS}"
             fix = "Split the workload, or use spare-replicas instead of a target."

@@ -289,6 +289,9 @@ class ScalerInfo:
     # spec.behavior.scaleDown.stabilizationWindowSeconds (upstream's default 300); None: the
     # HPA never scales down (selectPolicy Disabled).
     scale_down_window: float | None = 300.0
+    # Its controlling owner ("ScaledObject llm": KEDA's; an operator's), "" if none: an owner
+    # that reconciles the HPA's spec sets any bounds we raise back at once.
+    owner: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -337,6 +340,14 @@ class ScalerInfo:
                 else 300.0
                 if window is None
                 else float(_whole(window))
+            ),
+            owner=next(
+                (
+                    f"{ref.get('kind')} {ref.get('name')}"[:128]
+                    for ref in meta.get("ownerReferences") or []
+                    if isinstance(ref, Mapping) and ref.get("controller") is True
+                ),
+                "",
             ),
         )
 

@@ -13,10 +13,11 @@ import pytest
 
 from rebalancer import names
 from rebalancer.controller.actions import Bound, SetSpare, Step
+from rebalancer.controller.checkup import Check, Setup, diagnose
 from rebalancer.controller.hpa_count import hpa_count
-from rebalancer.controller.model import ScalerInfo, ScalerMetric
+from rebalancer.controller.model import ScalerInfo, ScalerMetric, WorkloadInfo
 from rebalancer.controller.planner import Settings, plan
-from rebalancer.controller.records import Spare
+from rebalancer.controller.records import Spare, Surge
 from rebalancer.timefmt import iso
 from tests.unit.test_planner import NOW, deployment, of_type, pod, snapshot
 from tests.unit.test_target import FRESH, TARGET, WATCHED, three_zone_nodes
@@ -178,3 +179,44 @@ def test_a_rise_is_measured_against_the_count_before_it_for_one_recovery() -> No
     (after,) = of_type(plan(later, Settings()).actions, SetSpare)
     assert after.record is not None
     assert (after.record.rising_from, after.record.below_since) == (0, iso(later.now))
+
+
+def test_an_hpa_an_operator_owns_is_left_alone_and_the_target_not_acted_on() -> None:
+    # KEDA's ScaledObject owns its HPA and sets the HPA's spec back from its own whenever the
+    # HPA changes (its controller watches the HPAs it owns): bounds raised there start a fight.
+    owned = ScalerInfo.from_json(
+        {
+            "metadata": {"namespace": "ml", "name": "keda-hpa-infer", "ownerReferences": [
+                {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "infer",
+                 "uid": "u", "controller": True}]},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "infer"},
+                     "minReplicas": 1, "maxReplicas": 5},
+        }
+    )  # fmt: skip
+    assert owned.owner == "ScaledObject infer"
+    assert of_type(plan(hpa_state(TARGET, owned), Settings()).actions, (SetSpare, Bound)) == []
+    # A record from before the HPA had its owner is dropped, the count left to the HPA.
+    record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7, watched_since=WATCHED).to_json()}
+    (dropped,) = of_type(plan(hpa_state(record, owned), Settings()).actions, SetSpare)
+    assert (dropped.replicas, dropped.record) == (None, None)
+    # A surge does not raise its bounds either (it ends as SurgeNotHeld if the HPA scales back).
+    surged = deployment(3, annotations=TARGET, surge=Surge(3, 1, ("e",), ("ml/p0",), None))
+    state = replace(hpa_state(TARGET, owned), workloads={surged.key: surged})
+    assert of_type(plan(state, Settings()).actions, Bound) == []
+
+
+def test_the_doctor_says_a_target_on_an_operators_hpa_is_not_acted_on() -> None:
+    target = WorkloadInfo.from_json("Deployment", {
+        "metadata": {"namespace": "ml", "name": "infer", "annotations": TARGET},
+        "spec": {"replicas": 3, "template": {"spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
+    })  # fmt: skip
+    setup = Setup(
+        nodes=(), workloads=(target,), daemonsets=None, declared_pools={},
+        operated={("ml", "infer"): "ScaledObject infer (HPA keda-hpa-infer)"},
+    )  # fmt: skip
+    (finding,) = [f for f in diagnose(setup) if f.check is Check.TARGET_NOT_ACTED_ON]
+    assert finding.what == (
+        "availability target 99.9 % not acted on: its HPA belongs to ScaledObject infer (HPA "
+        "keda-hpa-infer), which sets the HPA's bounds back at once, so no spares can be held on it"
+    )

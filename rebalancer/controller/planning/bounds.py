@@ -63,6 +63,11 @@ def bounds(
 
 def _bound_one(scaler: ScalerInfo, surge: int | None, target: int | None) -> list[Action]:
     basis = (scaler.min_replicas, scaler.max_replicas, scaler.original)
+    if scaler.owner and scaler.original is None:
+        # An operator owns it (KEDA's ScaledObject, KServe) and sets its spec back from its own
+        # at once: a raise would only start a fight. A surge is then not held (SurgeNotHeld), a
+        # target not acted on (spares.py).
+        return []
     original = scaler.saved or f"{scaler.min_replicas},{scaler.max_replicas}"
     if target is not None:
         # Exactly the target's count (and a surge's, if higher), never below the HPA's own.

@@ -72,10 +72,12 @@ def _spare_one(
         or names.RETURN_ANNOTATION in workload.annotations
     ):
         return actions
-    if policy is not None and policy.target and managed(workload, settings):
+    scaler = scaler_of(snapshot, workload)
+    operated = scaler is not None and bool(scaler.owner)  # bounds we cannot hold (bounds.py)
+    if policy is not None and policy.target and managed(workload, settings) and not operated:
         return plan_target(snapshot, workload, policy, settings.target, settings.declared_pools)
     basis = WorkloadBasis.of(workload)
-    if scaler_of(snapshot, workload) is not None:
+    if scaler is not None:
         # The HPA owns the count: a record left from a target is dropped (its bounds go back,
         # bounds.py), the count left to the HPA.
         why = "" if record is not None and record.spot is not None else None
