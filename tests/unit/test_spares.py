@@ -7,9 +7,9 @@ from dataclasses import replace
 from typing import Any
 
 from rebalancer import names
-from rebalancer.controller.actions import Evict, Outcome, ScaleUp, SetSpare, StartReturn
+from rebalancer.controller.actions import Bound, Evict, Outcome, ScaleUp, SetSpare, StartReturn
 from rebalancer.controller.catalogue import event_for
-from rebalancer.controller.model import ScalerInfo
+from rebalancer.controller.model import ScalerInfo, ScalerMetric
 from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.records import Spare
 from rebalancer.vocabulary import ActionResult, EventReason, Reason
@@ -81,11 +81,30 @@ def test_an_owner_that_sets_the_count_back_twice_is_not_fought() -> None:
     assert spares(3, ONE, Spare(3, 0, 2, gave_up=True)) == []  # stays given up
 
 
-def test_no_spares_with_an_hpa_or_while_a_surge_or_return_owns_the_count() -> None:
-    hpa = ScalerInfo("ml", "infer", ("Deployment", "infer"), 3, 6, None)
-    assert spares(3, ONE, scalers={("ml", "infer"): hpa}) == []
+def test_no_spares_while_a_return_owns_the_count() -> None:
     returning = {**ONE, names.RETURN_ANNOTATION: "{}"}
     assert spares(3, returning) == []
+
+
+def test_with_an_hpa_the_spares_ride_on_the_count_it_wants_and_its_bounds_hold_them() -> None:
+    # 80 % CPU over the 3 Ready at a target of 60 %: the HPA (3 to 6) wants ceil(4.0) = 4.
+    cpu = ScalerMetric("cpu", 60.0, 80.0)
+    hpa = ScalerInfo("ml", "infer", ("Deployment", "infer"), 3, 6, None, metrics=(cpu,))
+    (added,) = spares(3, ONE, scalers={hpa.key: hpa})
+    assert (added.replicas, added.record) == (5, Spare(base=4, added=1))
+    workload = deployment(3, annotations=ONE)
+    state = replace(snapshot(nodes(), PODS, [workload]), scalers={hpa.key: hpa})
+    (bound,) = of_type(plan(state, Settings()).actions, Bound)
+    assert (bound.min_replicas, bound.max_replicas, bound.original) == (5, 6, "3,6")
+    # Kept: nothing to write while the HPA's status still says 4 pods' load, its own bounds
+    # (3, 6) recorded under the 5 we hold.
+    held = replace(hpa, min_replicas=5, saved="3,6")
+    assert spares(5, ONE, Spare(4, 1), scalers={hpa.key: held}) == []
+    # An HPA an operator owns (KEDA's) sets its bounds back: no spares, a record dropped.
+    owned = replace(hpa, owner="ScaledObject infer")
+    assert spares(3, ONE, scalers={hpa.key: owned}) == []
+    (dropped,) = spares(5, ONE, Spare(4, 1), scalers={hpa.key: owned})
+    assert (dropped.replicas, dropped.record) == (None, None)
 
 
 def test_a_spare_and_a_return_are_not_started_in_the_same_pass() -> None:

@@ -1,6 +1,6 @@
 """HorizontalPodAutoscaler bounds: raised for a surge so that the HPA does not scale it back,
-held at an availability target's count (the HPA's own N plus the target's spares and on-demand
-cover), put back exactly when neither needs them."""
+held at the count our spare record keeps (the HPA's own N plus a target's spares and on-demand
+cover, or `spare-replicas`), put back exactly when neither needs them."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ def bounds(
     """An HorizontalPodAutoscaler would scale a surged Deployment back within its sync period,
     and a ReplicaSet scaling down removes the not-ready replacements first. While a surge is on,
     the HPA's minReplicas (and maxReplicas, if lower) is raised to the surged count, its own
-    values recorded on it; when the surge ends they are put back exactly. A target's count
-    (`hpa_count.py`: N is the HPA's own wish) is held the same way, at exactly that count
-    within the HPA's own bounds: it rises and falls with the plan."""
+    values recorded on it; when the surge ends they are put back exactly. The count a spare
+    record keeps (a target's or `spare-replicas`; `hpa_count.py`: N is the HPA's own wish) is
+    held the same way, at exactly that count within the HPA's own bounds: it rises and falls
+    with the plan."""
     surges: dict[tuple[str, str], int] = {}  # (namespace, deployment) -> replicas to keep
     targets: dict[tuple[str, str], int] = {}
     for workload in snapshot.workloads.values():
@@ -29,7 +30,7 @@ def bounds(
         surge, spare = workload.surge, workload.spare
         if surge is not None and not surge.completed:
             surges[(workload.namespace, workload.name)] = surge.base_replicas + surge.added
-        if spare is not None and spare.spot is not None and not spare.gave_up:
+        if spare is not None and not spare.gave_up:
             targets[(workload.namespace, workload.name)] = spare.base + spare.added
     for action in surged.actions:
         if isinstance(action, ScaleUp):
@@ -38,7 +39,7 @@ def bounds(
     for action in spared.actions:
         if isinstance(action, SetSpare):
             _, namespace, name = action.workload
-            if action.record is None or action.record.spot is None:
+            if action.record is None or action.record.gave_up:
                 targets.pop((namespace, name), None)
             else:
                 record = action.record

@@ -6,8 +6,8 @@ from __future__ import annotations
 from rebalancer import names
 from rebalancer.controller.actions import Action, SetSpare, WorkloadBasis
 from rebalancer.controller.contain import Containment, on_workload
-from rebalancer.controller.hpa_count import scaler_of
-from rebalancer.controller.model import WorkloadInfo
+from rebalancer.controller.hpa_count import hpa_count, metered, scaler_of
+from rebalancer.controller.model import ScalerInfo, WorkloadInfo
 from rebalancer.controller.planning.proposal import Proposal
 from rebalancer.controller.planning.selection import managed, targeted
 from rebalancer.controller.planning.settings import Settings
@@ -40,9 +40,8 @@ def spares(
     spreads them like the others). Our record keeps the owner's count: a new count from the owner
     is a new base; a count set back to exactly the base twice is an owner that resets replicas
     (KServe, an operator), which we stop fighting and report. Not while a surge or a return is
-    on it (they own the count for a while), nor with an HPA (it owns the count) unless the
-    workload has an availability target, whose N is the HPA's own wish (`hpa_count.py`) and
-    whose count the HPA's bounds hold (`bounds.py`)."""
+    on it (they own the count for a while). With an HPA, its own wish is the owner's count
+    (`hpa_count.py`) and its bounds hold ours (`bounds.py`), unless an operator owns the HPA."""
     actions: list[Action] = []
     for key, workload in sorted(snapshot.workloads.items()):
         actions += contain.run(
@@ -78,8 +77,10 @@ def _spare_one(
         return plan_target(snapshot, workload, policy, settings.target, settings.declared_pools)
     basis = WorkloadBasis.of(workload)
     if scaler is not None:
-        # The HPA owns the count: a record left from a target is dropped (its bounds go back,
-        # bounds.py), the count left to the HPA.
+        if wanted and not operated and not targeted:
+            return _on_hpa(snapshot, workload, scaler, wanted)
+        # No spares to keep, or an operator's HPA: a record of ours is dropped (its bounds go
+        # back, bounds.py), the count left to the HPA.
         why = "" if record is not None and record.spot is not None else None
         return [SetSpare(key, None, None, basis=basis, why=why)] if record is not None else []
     replicas = workload.replicas
@@ -110,3 +111,27 @@ def _spare_one(
             SetSpare(key, replicas + wanted if rebased else None, rebased, basis=basis, why=why)
         )
     return actions
+
+
+def _on_hpa(
+    snapshot: Snapshot, workload: WorkloadInfo, scaler: ScalerInfo, wanted: int
+) -> list[Action]:
+    """`spare-replicas` on a Deployment an HPA scales: the spares on top of the count the HPA
+    wants (`hpa_count.py`, as for a target), held by its bounds (bounds.py). The HPA is the
+    owner here, so no reset to detect: the count is ours to set within its wish."""
+    record = workload.spare
+    pods = [p for p in snapshot.pods_by_workload.get(workload.key, []) if not p.deleting]
+    counted = hpa_count(
+        scaler, ready=metered(pods, snapshot.now), record=record, replicas=workload.replicas,
+        now=snapshot.now,
+    )  # fmt: skip
+    if counted.base == 0:
+        return []
+    kept = Spare(
+        counted.base, wanted, lower_since=counted.lower_since, lower_high=counted.lower_high
+    )
+    total = counted.base + wanted
+    if record == kept and workload.replicas == total:
+        return []
+    why = "" if record is not None and record.spot is not None else None  # a target's, gone
+    return [SetSpare(workload.key, total, kept, basis=WorkloadBasis.of(workload), why=why)]
