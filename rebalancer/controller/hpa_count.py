@@ -42,6 +42,7 @@ from rebalancer.timefmt import iso
 
 TOLERANCE = 0.1  # kube-controller-manager's --horizontal-pod-autoscaler-tolerance
 METRIC_LAG_SECONDS = 60.0
+WORDED_METRICS = 3  # the words name the first few metrics: they go into an annotation
 
 
 @dataclass(frozen=True)
@@ -56,22 +57,18 @@ class HpaCount:
 
 
 def scaler_of(snapshot: Snapshot, workload: WorkloadInfo) -> ScalerInfo | None:
-    """The HPA that scales this Deployment, if one does (the first by name if several: upstream
-    refuses to act on a target two HPAs share, and so does nothing here that we could follow)."""
-    scalers = [
-        s
-        for s in snapshot.scalers.values()
-        if s.namespace == workload.namespace and s.target == (workload.kind, workload.name)
-    ]
-    return min(scalers, key=lambda s: s.name) if scalers else None
+    """The HPA that scales this Deployment, if one does (`Snapshot.scaler_by_target`)."""
+    return snapshot.scaler_by_target.get(workload.key)
 
 
 def metered(pods: Iterable[PodInfo], now: datetime) -> int:
-    """The Ready pods the HPA's averages are over by now (`METRIC_LAG_SECONDS`)."""
+    """The Ready pods (not being deleted) the HPA's averages are over by now
+    (`METRIC_LAG_SECONDS`)."""
     return sum(
         1
         for p in pods
         if p.ready
+        and not p.deleting
         and (p.ready_since is None or (now - p.ready_since).total_seconds() >= METRIC_LAG_SECONDS)
     )
 
@@ -93,7 +90,7 @@ def hpa_count(
     if len(known) < len(loads):
         wanted = max(wanted, current)  # upstream: no scale down on part of the metrics
     wanted = min(max(wanted, low), high)
-    said = ", ".join(_words(m, load) for m, load in known)
+    said = ", ".join(_words(m, load) for m, load in known[:WORDED_METRICS])
     if previous is None or wanted >= previous:
         return HpaCount(wanted, why=f"{who} wants {wanted} ({said})")
     window = scaler.scale_down_window
@@ -131,4 +128,5 @@ def _recommend(load: float, current: int) -> int:
 
 
 def _words(metric: ScalerMetric, load: float) -> str:
-    return f"{metric.name} {metric.current:g} of {metric.target:g}: {load:.1f} pods"
+    pods = f"{load:.1f}" if abs(load) < 1e6 else f"{load:.3g}"  # a hostile value stays short
+    return f"{metric.name} {metric.current:g} of {metric.target:g}: {pods} pods"

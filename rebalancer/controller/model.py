@@ -319,7 +319,7 @@ class ScalerInfo:
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
         ref = spec.get("scaleTargetRef") or {}
-        down = (spec.get("behavior") or {}).get("scaleDown") or {}
+        down = _mapping(_mapping(spec.get("behavior")).get("scaleDown"))
         window = down.get("stabilizationWindowSeconds")
         return cls(
             namespace=str(meta.get("namespace", "")),
@@ -372,8 +372,8 @@ def scaler_metrics(specs: object, statuses: object) -> tuple[ScalerMetric, ...]:
         field_name = _METRIC_FIELDS.get(str(kind))
         if field_name is None:
             continue
-        source = spec.get(field_name) or {}
-        target = source.get("target") or {}
+        source = _mapping(spec.get(field_name))
+        target = _mapping(source.get("target"))
         target_type = target.get("type")
         key = {"Utilization": "averageUtilization", "AverageValue": "averageValue"}.get(
             str(target_type), "value"
@@ -386,11 +386,11 @@ def scaler_metrics(specs: object, statuses: object) -> tuple[ScalerMetric, ...]:
         status = statuses[index] if index < len(statuses) else None
         current = None
         if isinstance(status, Mapping) and status.get("type") == kind:
-            value = (status.get(field_name) or {}).get("current") or {}
+            value = _mapping(_mapping(status.get(field_name)).get("current"))
             if value.get(key) is not None:
                 current = quantity(str(value[key]))
-        metric = source.get("metric") or {}
-        name = str(source.get("name") or metric.get("name") or "")
+        metric = _mapping(source.get("metric"))
+        name = str(source.get("name") or metric.get("name") or "")[:64]
         found.append(
             ScalerMetric(
                 name=name if kind in ("Resource", "ContainerResource") else f"{kind} {name}",
@@ -400,6 +400,12 @@ def scaler_metrics(specs: object, statuses: object) -> tuple[ScalerMetric, ...]:
             )
         )
     return tuple(found)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    """A JSON object from the API, or {} for anything else (a field of the wrong type reads as
+    absent: one odd metric must not make the whole HPA unreadable)."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _whole(value: object) -> int:

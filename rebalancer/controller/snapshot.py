@@ -73,6 +73,15 @@ class Snapshot:
         return index
 
     @cached_property
+    def scaler_by_target(self) -> Mapping[WorkloadKey, ScalerInfo]:
+        """The HPA that scales each workload, (kind, namespace, name) -> it; of two on one
+        workload (upstream then acts on neither), the first by name."""
+        index: dict[WorkloadKey, ScalerInfo] = {}
+        for scaler in sorted(self.scalers.values(), key=lambda s: s.name, reverse=True):
+            index[(scaler.target[0], scaler.namespace, scaler.target[1])] = scaler
+        return index
+
+    @cached_property
     def owners(self) -> Mapping[PodKey, WorkloadKey]:
         return {
             pod.key: workload for workload, pods in self.pods_by_workload.items() for pod in pods

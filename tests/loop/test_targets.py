@@ -627,14 +627,15 @@ async def test_with_an_hpa_the_spares_ride_on_its_own_count_and_its_bounds_hold_
     assert (count, base, low, high) == (9, 3, 9, 9)
     assert saved is not None and saved.startswith("1,8 seal=")
     assert rescaled == []  # the HPA never set the count back while the target held it
-    # N = 6 with the same 3 spot Ready: the plan for 6 (10 on spot, 2 on-demand, 3 more
-    # on-demand while 3 of 10 spot are Ready: 15), the bounds with it.
-    assert up == (15, (15, 15, saved))
+    # N = 6 with the same 3 spot Ready: the plan for 6 (its count is the planner's, checked in
+    # tests/unit/test_target.py; here: more than for 3), the bounds with it.
+    replicas_up, bounds_up = up
+    assert replicas_up > 9 and bounds_up == (replicas_up, replicas_up, saved)
     assert 300 <= held < 330  # the scale-down window, then a pass
     # Down again straight to the plan for 3 (no stricter plan on the way: a new N, a new
     # plan), and never below the count: the 6th replica never found room, but the rise is
     # measured against the 3 before it for one recovery (360 s), longer than it lasted.
     counts = [w.body["spec"]["replicas"] for w in scaling_patches(em)]
-    assert [count for count, _ in itertools.groupby(counts)] == [9, 15, 9]
+    assert [count for count, _ in itertools.groupby(counts)] == [9, replicas_up, 9]
     assert kept == {"watchedSince": "2026-11-30T12:00:00Z", "belowSeconds": 0}
     assert gone

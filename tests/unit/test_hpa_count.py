@@ -220,3 +220,38 @@ def test_the_doctor_says_a_target_on_an_operators_hpa_is_not_acted_on() -> None:
         "availability target 99.9 % not acted on: its HPA belongs to ScaledObject infer (HPA "
         "keda-hpa-infer), which sets the HPA's bounds back at once, so no spares can be held on it"
     )
+
+
+def test_a_hostile_hpa_reads_as_far_as_it_is_sound_and_cannot_push_n_past_its_bounds() -> None:
+    cpu = {"type": "Resource", "resource": {"name": "cpu", "target": {
+        "type": "Utilization", "averageUtilization": 50}}}  # fmt: skip
+    odd: list[Any] = [
+        "cpu", 7, {"type": "Pods", "pods": "everything"},
+        {"type": "External", "external": {"metric": ["q"], "target": {
+            "type": "Value", "value": "-5"}}},
+        {"type": "Object", "object": {"metric": {"name": "x" * 10_000}, "target": {
+            "type": "Value", "value": "1"}}},
+        cpu,
+    ]  # fmt: skip
+    hpa = ScalerInfo.from_json(
+        {
+            "metadata": {"namespace": "ml", "name": "infer"},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "infer"},
+                     "minReplicas": 1, "maxReplicas": 8, "metrics": odd,
+                     "behavior": "fast"},
+            "status": {"currentReplicas": 3, "currentMetrics": [
+                None, {"type": "Pods", "pods": 3}, {}, {},
+                {"type": "Object", "object": {"current": {"value": "1e300"}}},
+                {"type": "Resource", "resource": {"current": {"averageUtilization": "nan"}}}]},
+        }
+    )  # fmt: skip
+    # What is sound is read: the Object metric (its huge name cut) and cpu (no usable value);
+    # the rest left out, the behavior read as the default.
+    assert [(m.name[:8], len(m.name), m.current) for m in hpa.metrics] == [
+        ("Object x", len("Object ") + 64, 1e300), ("cpu", 3, None),
+    ]  # fmt: skip
+    assert hpa.scale_down_window == 300.0
+    # 1e300 pods' load is the HPA's max, 8; cpu without a value forbids nothing upward.
+    counted = hpa_count(hpa, ready=3, record=None, replicas=3, now=NOW)
+    assert counted.base == 8
+    assert len(counted.why) < 300  # the words name a metric, not its 10 000 characters
