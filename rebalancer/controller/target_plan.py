@@ -221,19 +221,17 @@ def plan_target(
     if not settings.spot_price_share:
         settings = replace(settings, spot_price_share=spot_share(snapshot, zones) or 0.0)
     ready_now = sum(1 for p in pods if p.ready)
-    lower = (counted.lower_since, counted.lower_high) if counted else (None, 0)
-    rising = (
-        _rising(record, base, ready_now, snapshot.now, settings.recovery_seconds)
-        if counted
-        else (0, None)
-    )
-    owner = _account(
-        Spare(
-            base, 0, reverted, lower_since=lower[0], lower_high=lower[1], rising_from=rising[0],
-            rising_since=rising[1],
-        ),
-        record, below=ready_now < (rising[0] or base), now=snapshot.now,
-    )  # fmt: skip
+    owner = Spare(base, 0, reverted)
+    if counted is not None:
+        rising_from, rising_since = _rising(
+            record, base, ready_now, snapshot.now, settings.recovery_seconds
+        )
+        owner = replace(
+            owner, lower_since=counted.lower_since, lower_high=counted.lower_high,
+            rising_from=rising_from, rising_since=rising_since,
+        )  # fmt: skip
+    below = ready_now < (owner.rising_from or base)
+    owner = _account(owner, record, below=below, now=snapshot.now)
     account = account_of(owner, target, snapshot.now)
     held = account.held_target()
 
@@ -306,27 +304,20 @@ def _rising(
     return before, since
 
 
+# The record's bookkeeping: the target's account, and an HPA's stretches below and above N.
+_BOOKKEEPING = (
+    "watched_since", "below_seconds", "below_since", "lower_since", "lower_high", "rising_from",
+    "rising_since",
+)  # fmt: skip
+
+
 def _account_of(record: Spare) -> tuple[object, ...]:
-    """The record's bookkeeping: the target's account, and an HPA's stretches below and above
-    N."""
-    return (
-        record.watched_since, record.below_seconds, record.below_since, record.lower_since,
-        record.lower_high, record.rising_from, record.rising_since,
-    )  # fmt: skip
+    return tuple(getattr(record, name) for name in _BOOKKEEPING)
 
 
 def _with_account(record: Spare, source: Spare) -> Spare:
-    """`record` with the bookkeeping of `source` (`_account_of`)."""
-    return replace(
-        record,
-        watched_since=source.watched_since,
-        below_seconds=source.below_seconds,
-        below_since=source.below_since,
-        lower_since=source.lower_since,
-        lower_high=source.lower_high,
-        rising_from=source.rising_from,
-        rising_since=source.rising_since,
-    )
+    """`record` with the bookkeeping of `source`."""
+    return replace(record, **{name: getattr(source, name) for name in _BOOKKEEPING})
 
 
 def _account(owner: Spare, record: Spare | None, *, below: bool, now: datetime) -> Spare:

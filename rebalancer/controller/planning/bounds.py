@@ -23,7 +23,7 @@ def bounds(
     held the same way, at exactly that count within the HPA's own bounds: it rises and falls
     with the plan."""
     surges: dict[tuple[str, str], int] = {}  # (namespace, deployment) -> replicas to keep
-    targets: dict[tuple[str, str], int] = {}
+    spared_counts: dict[tuple[str, str], int] = {}  # what our spare records keep
     for workload in snapshot.workloads.values():
         if workload.kind != "Deployment":
             continue
@@ -31,7 +31,7 @@ def bounds(
         if surge is not None and not surge.completed:
             surges[(workload.namespace, workload.name)] = surge.base_replicas + surge.added
         if spare is not None and not spare.gave_up:
-            targets[(workload.namespace, workload.name)] = spare.base + spare.added
+            spared_counts[(workload.namespace, workload.name)] = spare.base + spare.added
     for action in surged.actions:
         if isinstance(action, ScaleUp):
             _, namespace, name = action.workload
@@ -40,11 +40,11 @@ def bounds(
         if isinstance(action, SetSpare):
             _, namespace, name = action.workload
             if action.record is None or action.record.gave_up:
-                targets.pop((namespace, name), None)
+                spared_counts.pop((namespace, name), None)
             else:
                 record = action.record
                 kept = record.base + record.added if action.replicas is None else action.replicas
-                targets[(namespace, name)] = kept
+                spared_counts[(namespace, name)] = kept
     actions: list[Action] = []
     for scaler in sorted(snapshot.scalers.values(), key=lambda s: s.key):
         kind, target = scaler.target
@@ -57,23 +57,23 @@ def bounds(
             _bound_one,
             scaler,
             surges.get(where) if deployment else None,
-            targets.get(where) if deployment else None,
+            spared_counts.get(where) if deployment else None,
         )
     return Proposal.of(actions)
 
 
-def _bound_one(scaler: ScalerInfo, surge: int | None, target: int | None) -> list[Action]:
+def _bound_one(scaler: ScalerInfo, surge: int | None, spared: int | None) -> list[Action]:
     basis = (scaler.min_replicas, scaler.max_replicas, scaler.original)
     if scaler.owner and scaler.original is None:
         # An operator owns it (KEDA's ScaledObject, KServe) and sets its spec back from its own
-        # at once: a raise would only start a fight. A surge is then not held (SurgeNotHeld), a
-        # target not acted on (spares.py).
+        # at once: a raise would only start a fight. A surge is then not held (SurgeNotHeld), no
+        # spares are kept (spares.py).
         return []
     original = scaler.saved or f"{scaler.min_replicas},{scaler.max_replicas}"
-    if target is not None:
-        # Exactly the target's count (and a surge's, if higher), never below the HPA's own.
+    if spared is not None:
+        # Exactly the spare record's count (and a surge's, if higher), never below the HPA's own.
         own_min, own_max = scaler.own_bounds()
-        wanted = max(target, surge or 0)
+        wanted = max(spared, surge or 0)
         low, high = max(own_min, wanted), max(own_max, wanted)
         if (low, high) == (scaler.min_replicas, scaler.max_replicas):
             return []

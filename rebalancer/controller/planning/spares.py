@@ -81,10 +81,10 @@ def _spare_one(
             return _on_hpa(snapshot, workload, scaler, wanted)
         # No spares to keep, or an operator's HPA: a record of ours is dropped (its bounds go
         # back, bounds.py), the count left to the HPA.
-        why = "" if record is not None and record.spot is not None else None
-        return [SetSpare(key, None, None, basis=basis, why=why)] if record is not None else []
+        gone = SetSpare(key, None, None, basis=basis, why=_why_gone(record))
+        return [gone] if record is not None else []
     replicas = workload.replicas
-    why = "" if record is not None and record.spot is not None else None  # a target's, gone
+    why = _why_gone(record)
     if record is None:
         fresh = Spare(base=replicas, added=wanted)
         actions.append(SetSpare(key, replicas + wanted, fresh, basis=basis))
@@ -120,7 +120,7 @@ def _on_hpa(
     wants (`hpa_count.py`, as for a target), held by its bounds (bounds.py). The HPA is the
     owner here, so no reset to detect: the count is ours to set within its wish."""
     record = workload.spare
-    pods = [p for p in snapshot.pods_by_workload.get(workload.key, []) if not p.deleting]
+    pods = snapshot.pods_by_workload.get(workload.key, [])
     counted = hpa_count(
         scaler, ready=metered(pods, snapshot.now), record=record, replicas=workload.replicas,
         now=snapshot.now,
@@ -133,5 +133,10 @@ def _on_hpa(
     total = counted.base + wanted
     if record == kept and workload.replicas == total:
         return []
-    why = "" if record is not None and record.spot is not None else None  # a target's, gone
-    return [SetSpare(workload.key, total, kept, basis=WorkloadBasis.of(workload), why=why)]
+    basis = WorkloadBasis.of(workload)
+    return [SetSpare(workload.key, total, kept, basis=basis, why=_why_gone(record))]
+
+
+def _why_gone(record: Spare | None) -> str | None:
+    """A target's words ("": removed with its record), or None (no target's: left as is)."""
+    return "" if record is not None and record.spot is not None else None
