@@ -127,13 +127,16 @@ async def test_a_brand_new_workloads_first_pods_are_placed(tmp_path: Path) -> No
             for p in chat_pods()
         ]
         assert sum(1 for r in required if r) == 1, required
-        # Their owner came from the webhook's own lookup, not from a pass's view.
+        # Their owner came from the webhook's own lookup (its live cache or one list), or, when
+        # a loaded machine let the controller's pass see the Deployment before the ReplicaSet
+        # made its pods (CI31), from the pass's view: both place them (above). No lookup may
+        # have left a pod unplaced. The lookup's own cases: tests/unit/test_owner_lookup.py.
         text = await rig.metrics("controller-0")
-        found = [
+        failed = [
             line
             for line in text.splitlines()
             if line.startswith("rebalancer_webhook_owner_lookups_total")
-            and ('"informer"' in line or '"fetched"' in line)
+            and not ('"informer"' in line or '"fetched"' in line)
             and not line.endswith(" 0.0")
         ]
-        assert found, text
+        assert failed == [], text
