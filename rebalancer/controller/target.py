@@ -42,8 +42,9 @@ notice, in five steps that the log, the Event and `kubectl spot-rebalancer statu
    Ready now (not under notice), on-demand replicas are the fewest >= D that make N Ready now and
    keep U within the budget, at most N: a lost or missing spot replica is covered on on-demand
    at once, and given back as soon as spot replicas are Ready again (dynamic fallback). While
-   the target is met, the cover's budget also holds the account's allowance in hand paced over
-   a day (`Account.pace`): whole replicas would otherwise leave it unspent.
+   the target is met, the plan's and the cover's budget also hold the account's allowance in
+   hand paced over a day (`Account.pace`): whole replicas would otherwise leave it unspent, and
+   a target the budget alone keeps all on on-demand (one zone) would never use spot.
 
 Why this and not a learned model: a cluster has a day of its own history and no training data;
 every number here is a count a reader can check against the history ConfigMap and a formula.
@@ -140,13 +141,14 @@ class TargetSettings:
         "without capacity: its replica waits there for it, the plan's other spot replicas go "
         "to the zones that have capacity; 0 turns it off.",
     )
-    # The cover spends the account's allowance in hand over this horizon (`Account.pace`).
+    # The plan and the cover spend the account's allowance in hand over this horizon
+    # (`Account.pace`).
     pace_seconds: float = setting(
         86400.0,
         ge=0,
         le=30 * 86400,
-        description="Availability targets: while a target is met, the on-demand cover may "
-        "spend its allowance in hand (allowed so far less a tenth in reserve, the seconds "
+        description="Availability targets: while a target is met, its plan and on-demand cover "
+        "may spend its allowance in hand (allowed so far less a tenth in reserve, the seconds "
         "spent and one recovery) over this horizon, up to 4 times the budget; 0 turns it off.",
     )
     pace_factor: float = 4.0
@@ -460,19 +462,22 @@ class Account:
     @property
     def in_hand_seconds(self) -> float:
         """What the target allowed so far less the reserve and less what was spent: the
-        seconds below the cover may still spend (none once the target is missed)."""
+        seconds below the plan and the cover may still spend (none once the target is
+        missed)."""
         return max(0.0, (1.0 - RESERVE) * self.allowed_seconds - self.below_seconds)
 
     def pace(self, settings: TargetSettings) -> float:
-        """The share of time below the on-demand cover may expect beyond the budget: the
-        allowance in hand beyond one recovery spread over `pace_seconds`, at most
-        `pace_factor` - 1 budgets more; none while the target is missed. The cover moves in
-        whole replicas and the first within budget expects a fraction of it, so held to the
-        budget alone it spends nothing (none of 1097 s on the shared 4-node three-zone traces,
-        at 83 % of on-demand; paced over a day: 459 s, 77 %). One recovery stays in hand
-        because one loss spends it at once: without it a loss tipped the account into missed
-        and the tightened plan cost more than the cover saved (78.5 %). The plan S/D is never
-        paced: loosening it was measured dearer (docs/targets.md)."""
+        """The share of time below the plan and the on-demand cover may expect beyond the
+        budget: the allowance in hand beyond one recovery spread over `pace_seconds`, at most
+        `pace_factor` - 1 budgets more; none while the target is missed. Both move in whole
+        replicas and the first within budget expects a fraction of it, so held to the budget
+        alone they spend nothing (none of 1097 s on the shared 4-node three-zone traces, at
+        83 % of on-demand; the cover paced over a day: 459 s, 77 %), and a plan whose one
+        zone's loss takes every spot replica stays all on on-demand however quiet the zone
+        (the single-zone traces at 99.9: 100 % of on-demand; with the plan paced too, 83 to
+        97 % at 99.93 %). One recovery stays in hand because one loss spends it at once:
+        without it a loss tipped the account into missed and the tightened plan cost more than
+        the cover saved (78.5 %)."""
         if settings.pace_seconds <= 0 or self.missed:
             return 0.0
         # One loss spends about a recovery at once: what is paced is the allowance beyond it.
@@ -536,6 +541,9 @@ def decide(
     record's rates: fresh capacity raises the on-demand cover for a while, never gives spot
     up (giving it up would leave no node to grow old)."""
     budget = 1.0 - target / 100.0
+    # While the target is met, the plan and the cover may both expect the budget plus the
+    # account's allowance in hand paced over a day (`Account.pace`).
+    paced = budget + (account.pace(settings) if account is not None else 0.0)
     t = settings.recovery_seconds / 3600.0
     price = settings.spot_price_share or DEFAULT_SPOT_PRICE_SHARE
     floor = min(needed, min_on_demand)
@@ -549,7 +557,7 @@ def decide(
                     break  # spot on top of N on-demand buys nothing
                 share = unavailability(spread(spot, groups), on_demand, needed, rates, t)
                 cost = spot * price + on_demand
-                if share <= budget:
+                if share <= paced:
                     if best is None or cost < best[0] - 1e-9:
                         best = (cost, spot, on_demand, share)
                     break  # more spot with as many on-demand only costs more
@@ -557,8 +565,6 @@ def decide(
         best = (float(needed), 0, needed, 0.0)
     _, spot, standing, planned = best
     ready = {group: ready_spot.get(group, 0) for group in groups}
-
-    paced = budget + (account.pace(settings) if account is not None else 0.0)
 
     def cover(held_to: Rates, allowed: float) -> int:
         now = standing
@@ -574,7 +580,7 @@ def decide(
     why = _why(needed, target, spot, standing, now, ready, groups, rates, planned, shown=strict)
     if cover_rates is not None and now > (settled := cover(rates, paced)):
         why += f" ({now - settled} of them while spot capacity is fresh)"
-    if now < strict and account is not None:
+    if (now < strict or planned > budget) and account is not None:
         # The budget alone asked for more: say what pays for the difference.
         why += f", spending the account's {account.in_hand_seconds:.0f} s in hand"
     return TargetPlan(spot, now, standing, planned, why)
@@ -613,10 +619,10 @@ def _why(
             f"{100 * (1 - planned):.3f} % for a target of {target:g} % ({seen})"
         )
     if max(now, shown) > standing:
-        plan += (
-            f"; {now - standing} more on on-demand while {sum(ready.values())} of {spot} "
-            "spot are Ready"
-        )
+        # Spot replicas beyond the plan stay Ready until the plan's are (make-before-break).
+        kept = sum(ready.values())
+        of = f"{kept} of {spot}" if kept <= spot else f"{kept} ({spot} planned)"
+        plan += f"; {now - standing} more on on-demand while {of} spot are Ready"
     return plan
 
 

@@ -276,7 +276,7 @@ def test_the_planner_reads_how_long_each_groups_capacity_has_held_from_its_nodes
     assert len(of_type(plan(state, Settings()).actions, SetDeletionCost)) == 2
 
 
-def test_the_planner_spends_a_quiet_accounts_allowance_on_the_cover_and_says_so() -> None:
+def test_the_planner_spends_a_quiet_accounts_allowance_on_the_plan_and_the_cover_and_says_so() -> None:
     nodes = three_zone_nodes((3, 2, 2), 2)
     for node in nodes:
         if node["metadata"]["name"].startswith("spot-"):  # up for 15 minutes
@@ -294,17 +294,34 @@ def test_the_planner_spends_a_quiet_accounts_allowance_on_the_cover_and_says_so(
         ]  # fmt: skip
         return snapshot(nodes, kept, [deployment(9, annotations=record)], history=FRESH)
 
-    # Fresh capacity: no on-demand leaves U = 0.00367 (the fresh-capacity test above), over the
-    # budget: one of the two on-demand replicas stays. 6 quiet days pace 0.00223: still one.
-    # 10 quiet days: 777.6 s in hand, 417.6 s beyond a recovery, paced 0.0048, held to 0.004
-    # (4 budgets): above 0.00367, so both go.
-    assert len(of_type(plan(state(6), Settings()).actions, SetDeletionCost)) == 1
-    assert len(of_type(plan(state(10), Settings()).actions, SetDeletionCost)) == 2
-    (scaled,) = of_type(plan(state(10, ("p7", "p8")), Settings()).actions, SetSpare)
-    assert scaled.replicas == 7 and scaled.why is not None
+    # Priors only (0.015/h a group, 0.0045/h a pair; recovery 0.1 h). The plan for 99.9 alone
+    # is 7 on spot (3, 2, 2). 6 quiet days pace 0.00223: 5 on spot (2, 2, 1) is enough (every
+    # pair's loss leaves fewer than 3: U = 3 * (0.0045 * 0.1 + 0.015^2 * 0.01) = 0.00136), so
+    # the fullest zones give one each (p0, p5). The cover, held to fresh capacity (x4): no
+    # on-demand leaves U = 0.00367 (the fresh-capacity test above), over 0.00223: one of the
+    # two on-demand replicas stays (p8 goes). 10 quiet days: 777.6 s in hand, 417.6 s beyond a
+    # recovery, paced 0.0048, held to 0.004 (4 budgets): 4 on spot (2, 1, 1): zone 1's loss
+    # alone leaves 2, U = 0.0015 + 0.00136 = 0.00286; 3 on spot would be 0.0059. The cover's
+    # 0.00367 is within 0.004: both on-demand replicas go, and one spot from each zone.
+    def lowered(state: Any) -> list[str]:
+        return [a.pod[1] for a in of_type(plan(state, Settings()).actions, SetDeletionCost)]
+
+    assert lowered(state(6)) == ["p0", "p5", "p8"]
+    assert sorted(lowered(state(10))) == ["p0", "p3", "p5", "p7", "p8"]
+    (scaled,) = of_type(plan(state(6, ("p0", "p5", "p8")), Settings()).actions, SetSpare)
+    assert scaled.replicas == 6 and scaled.why is not None
+    assert scaled.why.startswith("5 on spot over 3 groups in 3 zone(s) + 0 on-demand (2 spare)")
     assert (
-        "0 more on on-demand while 7 of 7 spot are Ready, spending the account's 778 s in hand; "
-        "so far 100.000 % of 10.0 d all Ready" in scaled.why
+        "1 more on on-demand while 7 (5 planned) spot are Ready (1 of them while spot capacity "
+        "is fresh), spending the account's 467 s in hand; so far 100.000 % of 6.0 d" in scaled.why
+    )
+    marked = ("p0", "p3", "p5", "p7", "p8")
+    (scaled,) = of_type(plan(state(10, marked), Settings()).actions, SetSpare)
+    assert scaled.replicas == 4 and scaled.why is not None
+    assert scaled.why.startswith("4 on spot over 3 groups in 3 zone(s) + 0 on-demand (1 spare)")
+    assert (
+        "0 more on on-demand while 7 (4 planned) spot are Ready, spending the account's 778 s "
+        "in hand; so far 100.000 % of 10.0 d all Ready" in scaled.why
     )
 
 
@@ -341,20 +358,45 @@ def test_a_quiet_account_lets_the_cover_spend_what_it_saved() -> None:
         return decide(3, 99.9, groups=GROUPS, ready_spot=ready, rates=seen,
                       settings=TargetSettings(), account=account)  # fmt: skip
 
-    # 1 Ready in each zone, the plan 7 on spot: with 1 on-demand each pair's loss leaves 2,
-    # U = 3 * (0.0045 * 0.1 + 0.015^2 * 0.01) = 0.00135675, over the budget 0.001 (so 2, as
-    # without an account). 5 quiet days pace 0.001 + 28.8 / 86400 = 0.00133: still 2. 6 pace
-    # 0.00223: 1 on-demand is enough.
+    # 1 Ready in each zone: with 1 on-demand each pair's loss leaves 2, U = 3 * (0.0045 * 0.1 +
+    # 0.015^2 * 0.01) = 0.00135675, over the budget 0.001 (so 2, as without an account). 5
+    # quiet days pace 0.001 + 28.8 / 86400 = 0.00133: still 2, and the plan stays 7 on spot
+    # (5 or 6 leave fewer than 3 after any pair's loss: 0.00135675 too). 6 pace 0.00223: 1
+    # on-demand is enough, and the plan itself is 5 on spot (2, 2, 1) for that same U.
     assert cover(5).on_demand == 2
+    assert cover(5).spot == 7
     assert cover(5).why.endswith("2 more on on-demand while 3 of 7 spot are Ready")
     paced = cover(6)
-    assert (paced.spot, paced.standing_on_demand, paced.on_demand) == (7, 0, 1)
-    spending = "1 more on on-demand while 3 of 7 spot are Ready, spending the account's 467 s"
+    assert (paced.spot, paced.standing_on_demand, paced.on_demand) == (5, 0, 1)
+    assert paced.unavailability == pytest.approx(0.00135675)
+    spending = "1 more on on-demand while 3 of 5 spot are Ready, spending the account's 467 s"
     assert f"{spending} in hand" in paced.why
     # Never more than 4 budgets: none on on-demand leaves 2 after any one loss, U = 3 * 0.015 *
     # 0.1 + 0.00135675 = 0.00586, over 0.004 however quiet the account.
     assert cover(300).on_demand == 1
 
+
+
+def test_one_zone_goes_on_spot_only_with_the_allowance_in_hand() -> None:
+    # One group: its loss takes every spot replica, U = 0.015/h * 0.1 h = 0.0015 for any plan
+    # with spot, over 99.9's 0.001: all on on-demand with the budget alone (or a young
+    # account: 5 days pace 0.00133). 6 quiet days pace 0.00223: 3 on spot, no spare (a spare in
+    # the same zone goes with the rest). A missed account paces nothing.
+    one = ["spotgpu/eastus-1"]
+    seen = rates([], one, now=NOW, since=NOW, settings=TargetSettings())
+
+    def decided(account: Account | None) -> Any:
+        return decide(3, 99.9, groups=one, ready_spot={}, rates=seen,
+                      settings=TargetSettings(), account=account)  # fmt: skip
+
+    assert (decided(None).spot, decided(None).on_demand) == (0, 3)
+    assert decided(Account(99.9, 5 * 86400, 0)).spot == 0
+    quiet = decided(Account(99.9, 6 * 86400, 0))
+    assert (quiet.spot, quiet.standing_on_demand) == (3, 0)
+    assert quiet.unavailability == pytest.approx(0.0015)
+    assert quiet.why.startswith("3 on spot over 1 groups in 1 zone(s) + 0 on-demand (0 spare)")
+    assert "spending the account's 467 s in hand" in quiet.why
+    assert decided(Account(99.9, 6 * 86400, 500)).spot == 0  # missed: planned for 99.99
 
 # ---- the planner -------------------------------------------------------------------------
 
