@@ -276,7 +276,7 @@ def test_the_planner_reads_how_long_each_groups_capacity_has_held_from_its_nodes
     assert len(of_type(plan(state, Settings()).actions, SetDeletionCost)) == 2
 
 
-def test_the_planner_spends_a_quiet_accounts_allowance_on_the_plan_and_the_cover_and_says_so() -> None:
+def test_a_quiet_account_pays_for_fewer_spares_and_less_cover_and_the_words_say_so() -> None:
     nodes = three_zone_nodes((3, 2, 2), 2)
     for node in nodes:
         if node["metadata"]["name"].startswith("spot-"):  # up for 15 minutes
@@ -376,7 +376,6 @@ def test_a_quiet_account_lets_the_cover_spend_what_it_saved() -> None:
     assert cover(300).on_demand == 1
 
 
-
 def test_one_zone_goes_on_spot_only_with_the_allowance_in_hand() -> None:
     # One group: its loss takes every spot replica, U = 0.015/h * 0.1 h = 0.0015 for any plan
     # with spot, over 99.9's 0.001: all on on-demand with the budget alone (or a young
@@ -397,6 +396,7 @@ def test_one_zone_goes_on_spot_only_with_the_allowance_in_hand() -> None:
     assert quiet.why.startswith("3 on spot over 1 groups in 1 zone(s) + 0 on-demand (0 spare)")
     assert "spending the account's 467 s in hand" in quiet.why
     assert decided(Account(99.9, 6 * 86400, 500)).spot == 0  # missed: planned for 99.99
+
 
 # ---- the planner -------------------------------------------------------------------------
 
