@@ -61,3 +61,44 @@ def test_an_invalid_target_is_refused_in_one_line(
     code = main(["simulate", "--trace", str(path), "--availability-target", "100"])
     assert code == 2
     assert "'100' is not between 50 and 99.999" in capsys.readouterr().err
+
+
+def test_one_zone_goes_on_spot_once_a_quiet_account_holds_more_than_a_recovery() -> None:
+    # One zone whose capacity never goes: the plan's spot replicas would all go with it, so
+    # with the budget alone (0.001 at 99.9) the target keeps all 3 on on-demand. With no wave
+    # in 24 h of record the wave rate is 1.2 / (24 + 8.656 h (1 - e^(-24 / 8.656))) = 0.037366/h
+    # (the prior's day and the record's exposure, halved every 6 h), the zone's share 0.3: its
+    # loss U = 0.011210/h * 0.1 h = 0.0011210, 0.000121 over the budget. The account watches
+    # from the first all Ready (-1410 s); paced over a day beyond one recovery (360 s) with a
+    # tenth in reserve, it allows that once 0.9 * 0.001 * watched - 360 >= 0.000121 * 86400:
+    # watched >= 411611 s, t >= 410201, the next pass (every 300 s) at 410400. The spot nodes
+    # are Ready 300 s later and the replicas after their 90 s load. The cover holds fresh
+    # capacity riskier, by 3600 / its age: within budget + pace (0.0011644 then) once the nodes
+    # are 3466 s old; the passes after 410790 come at 300 s steps, so at 414390 the on-demand
+    # replicas go, their nodes 605 s later (the scale-down delay).
+    days = 6
+    horizon = days * 86400.0
+    world, controller = build(
+        "target",
+        traces=[trace("za", [4] * int(horizon // 600 + 2))],
+        scenario=scenario(replicas=3, availabilityTarget="99.9"),
+        prices=PRICES,
+        horizon=horizon,
+    )
+    world.run(controller)
+    changes: list[tuple[float, tuple[int, int, int]]] = []
+    for s in world.samples:
+        state = (s.ready, s.spot_nodes, s.on_demand_nodes)
+        if s.at >= 0 and (not changes or changes[-1][1] != state):
+            changes.append((s.at, state))
+    assert changes == [
+        (0.0, (3, 0, 3)),
+        (410400.0, (3, 3, 3)),
+        (410790.0, (6, 3, 3)),
+        (414390.0, (3, 3, 3)),
+        (414995.0, (3, 3, 0)),
+    ]
+    why = world.deployments["inference"].annotations[names.TARGET_WHY]
+    assert why.startswith("3 on spot over 1 groups in 1 zone(s) + 0 on-demand (0 spare)")
+    assert "expected 99.888 % for a target of 99.9 %" in why
+    assert "spending the account's" in why
