@@ -557,6 +557,7 @@ def decide(
     min_on_demand: int = 0,
     cover_rates: Rates | None = None,
     account: Account | None = None,
+    stated: float | None = None,
 ) -> TargetPlan:
     """The spot and on-demand replicas for `needed` Ready at `target` percent; `groups`: the
     spot groups ("pool/zone") the policy accepts (none: everything on on-demand);
@@ -564,7 +565,8 @@ def decide(
     rates the cover now is held to (`aged`: spot capacity that came back a moment ago is
     riskier than the record's average), the plan's by default. The plan itself is held to the
     record's rates: fresh capacity raises the on-demand cover for a while, never gives spot
-    up (giving it up would leave no node to grow old)."""
+    up (giving it up would leave no node to grow old). `stated`: the target the words name
+    when `target` is a stricter one the plan is held to for a while (`DOWN_BAND`)."""
     budget = 1.0 - target / 100.0
     # While the target is met, the plan and the cover may both expect the budget plus the
     # account's allowance in hand paced over a day (`Account.pace`).
@@ -602,7 +604,8 @@ def decide(
 
     now = cover(cover_rates or rates, paced)
     strict = cover(cover_rates or rates, budget)
-    why = _why(needed, target, spot, standing, now, ready, groups, rates, planned, shown=strict)
+    named = f"{target:g} %" if stated is None else f"{stated:g} % (held to {target:g} %)"
+    why = _why(needed, named, spot, standing, now, ready, groups, rates, planned, shown=strict)
     if cover_rates is not None and now > (settled := cover(rates, paced)):
         why += f" ({now - settled} of them while spot capacity is fresh)"
     if (now < strict or planned > budget) and account is not None:
@@ -613,7 +616,7 @@ def decide(
 
 def _why(
     needed: int,
-    target: float,
+    target: str,
     spot: int,
     standing: int,
     now: int,
@@ -636,12 +639,12 @@ def _why(
         f"hit by {rates.hits.get(worst, 0)}"
     ) + _evidence_words(rates, groups)
     if spot == 0:
-        plan = f"{needed} on on-demand: no plan with spot meets {target:g} % ({seen})"
+        plan = f"{needed} on on-demand: no plan with spot meets {target} ({seen})"
     else:
         plan = (
             f"{spot} on spot over {len(groups)} groups in {zones} zone(s) + {standing} "
             f"on-demand ({spot + standing - needed} spare): expected "
-            f"{100 * (1 - planned):.3f} % for a target of {target:g} % ({seen})"
+            f"{100 * (1 - planned):.3f} % for a target of {target} ({seen})"
         )
     if max(now, shown) > standing:
         # Spot replicas beyond the plan stay Ready until the plan's are (make-before-break).

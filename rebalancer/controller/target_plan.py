@@ -239,6 +239,7 @@ def plan_target(
         decided = decide(
             base, percent, groups=groups, ready_spot=ready, rates=seen, settings=settings,
             min_on_demand=policy.min_on_demand, cover_rates=fresh, account=account,
+            stated=None if percent == held else held,
         )  # fmt: skip
         if not waiting:
             return decided

@@ -349,6 +349,9 @@ def test_a_quiet_account_pays_for_fewer_spares_and_less_cover_and_the_words_say_
     (scaled,) = of_type(plan(state(10, marked), Settings()).actions, SetSpare)
     assert scaled.replicas == 4 and scaled.why is not None
     assert scaled.why.startswith("4 on spot over 3 groups in 3 zone(s) + 0 on-demand (1 spare)")
+    # Fewer on spot than the record's 7: planned with room to spare (DOWN_BAND), which the words
+    # say beside the target the workload states.
+    assert "expected 99.714 % for a target of 99.9 % (held to 99.92 %)" in scaled.why
     assert (
         "0 more on on-demand while 7 (4 planned) spot are Ready, spending the account's 778 s "
         "in hand; so far 100.000 % of 10.0 d all Ready" in scaled.why
