@@ -14,13 +14,8 @@ notice, in five steps that the log, the Event and `kubectl spot-rebalancer statu
 
        waves per hour      W       = (w * W0 + waves) / (w + hours watched)        Gamma
        group g's share     q_g     = (a * q0 + waves that hit g) / (a + waves)     Beta
-       pair g, h's share   q_gh    = (a * q0^2 + waves that hit both x overlap) / (a + waves)
+       pair g, h's share   q_gh    = (a * q0^2 + waves that hit both) / (a + waves)
        losses per hour     lambda_g = W * q_g,   lambda_gh = W * q_gh
-
-   A wave counts for a pair as far as its two losses overlap: 1 - (minutes between the two
-   groups' first notices) / recovery (step 3), at least 0. A second group lost once the first
-   one's replacements are Ready costs nothing more, and two groups that only happen to lose
-   within the wave's 10 minutes would otherwise count as one zone.
 
    W0 and q0 are the priors (a wave a day; a wave hits a group 3 times in 10) and w, a their
    weights: a cluster with no record is assumed neither safe nor hopeless, and its own waves
@@ -185,20 +180,6 @@ def parse_target(text: str) -> float:
 class Wave:
     at: datetime
     groups: frozenset[str]  # "pool/zone" of every node it took
-    # Each group's first notice in the wave: two groups lost minutes apart cost less than two
-    # lost at once (`together`).
-    first: Mapping[str, datetime] = field(default_factory=dict)
-
-    def together(self, one: str, other: str, recovery_seconds: float) -> float:
-        """How much of a recovery the two groups' losses overlap: 1 when their first notices
-        came at once, none when the second came a recovery or more after the first (its
-        replacement on on-demand was Ready by then)."""
-        if one not in self.groups or other not in self.groups:
-            return 0.0
-        if one not in self.first or other not in self.first or recovery_seconds <= 0:
-            return 1.0
-        apart = abs((self.first[one] - self.first[other]).total_seconds())
-        return max(0.0, 1.0 - apart / recovery_seconds)
 
 
 def group_of(pool: str, zone: str) -> str:
@@ -214,11 +195,9 @@ def waves(entries: Iterable[Entry], wave_seconds: float) -> list[Wave]:
     for entry in sorted((e for e in entries if e.spot and e.preempt), key=lambda e: e.first_seen):
         group = group_of(entry.pool, entry.zone)
         if found and last is not None and entry.first_seen - last <= wave:
-            joined = found[-1]
-            first = {group: entry.first_seen, **joined.first}
-            found[-1] = Wave(joined.at, joined.groups | {group}, first)
+            found[-1] = Wave(found[-1].at, found[-1].groups | {group})
         else:
-            found.append(Wave(entry.first_seen, frozenset({group}), {group: entry.first_seen}))
+            found.append(Wave(entry.first_seen, frozenset({group})))
         last = entry.first_seen
     return found
 
@@ -330,11 +309,7 @@ def rates(
         hits[group] = sum(1 for wave in found if group in wave.groups)
     pair_rates: dict[frozenset[str], float] = {}
     for first, second in itertools.combinations(groups[:MAX_GROUPS], 2):
-        # A wave counts for a pair as far as the two losses overlap: the second group lost a
-        # recovery after the first finds its replacement Ready (the chance of two losses in a
-        # row is the sequential term of `unavailability`).
-        recovery = settings.recovery_seconds
-        both = sum(w * wave.together(first, second, recovery) for wave, w in weights)
+        both = sum(w for wave, w in weights if {first, second} <= wave.groups)
         # Independent before the record, as q0^2: the record shows what goes together.
         prior = a * share[first] * share[second]
         pair_rates[frozenset((first, second))] = rate * (prior + both) / (a + seen)
