@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 from bench.simulate_references import BASELINE, ORACLE, each_cluster
 from rebalancer.simulate.engine import RunResult, simulate
+from rebalancer.simulate.trace import Trace
+from rebalancer.simulate.workload import Prices, Scenario
 
 REFERENCES = ("on-demand", "spothedge", BASELINE, ORACLE)
 TARGETS = ("99", "99.9", "99.99")
@@ -44,6 +47,26 @@ def row(name: str, label: str, result: RunResult, extra: str = "", met: str = ""
     )
 
 
+def baseline_sweep(traces: Sequence[Trace], scenario: Scenario, prices: Prices) -> list[RunResult]:
+    """The baseline with every k from 0 to MAX_K (its default is 2), index k: to pick the
+    cheapest k that meets a target in hindsight, which a user could not do."""
+    return [
+        simulate([BASELINE], traces=traces, scenario=replace(scenario, fallback_spare=k),
+                 prices=prices)[0]
+        for k in range(MAX_K + 1)
+    ]  # fmt: skip
+
+
+def cheapest_meeting(sweep: Sequence[RunResult], target: str) -> tuple[int, RunResult] | None:
+    """The cheapest k of `baseline_sweep` whose run meets `target`, and that run."""
+    meeting = [(r.cost, k, r) for k, r in enumerate(sweep)
+               if r.availability * 100 >= float(target)]  # fmt: skip
+    if not meeting:
+        return None
+    _, k, best = min(meeting, key=lambda m: m[:2])
+    return k, best
+
+
 def main() -> None:
     print("| cluster | policy | avail (all) | avail (>=1) | of on-demand | gap closed | met |")
     print("|---|---|---|---|---|---|---|")
@@ -56,18 +79,11 @@ def main() -> None:
         days = references[0].horizon / 86400
         name = f"{folder.parent.name} {region} ({len(members)} pools, {zones} zones, {days:.1f} d)"
         lines = [row(name, f"{r.policy} (ref)", r) for r in references]
-        # The baseline with every k from 0 to MAX_K (its default is 2): the cheapest k that
-        # meets each target, picked in hindsight, which a user could not do.
-        sweep = [
-            simulate([BASELINE], traces=members, scenario=replace(scenario, fallback_spare=k),
-                     prices=prices)[0]
-            for k in range(MAX_K + 1)
-        ]  # fmt: skip
+        sweep = baseline_sweep(members, scenario, prices)
         for target in TARGETS:
-            meeting = [(r.cost, k, r) for k, r in enumerate(sweep)
-                       if r.availability * 100 >= float(target)]  # fmt: skip
-            if meeting:
-                _, k, best = min(meeting, key=lambda m: m[:2])
+            found = cheapest_meeting(sweep, target)
+            if found is not None:
+                k, best = found
                 lines.append(row(name, f"{BASELINE} k={k}, cheapest meeting {target} (ref)", best))
             else:
                 lines.append(f"| {name} | no {BASELINE} k <= {MAX_K} meets {target} (ref) |||||")

@@ -18,13 +18,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from bench.simulate_references import BASELINE, DEFAULT_ROOT, ORACLE, each_cluster
+from bench.simulate_references import DEFAULT_ROOT, ORACLE, each_cluster
+from bench.simulate_targets import MAX_K, baseline_sweep, cheapest_meeting
 from bench.target_sweep import rotated
 from rebalancer.simulate.engine import RunResult, simulate
 from rebalancer.simulate.trace import Trace
 from rebalancer.simulate.workload import Prices, Scenario
-
-MAX_K = 6
 
 
 def share(result: RunResult) -> float:
@@ -55,7 +54,7 @@ def main() -> None:
             )
             zones = {trace.zone for trace in members}
             if hindsight and len(zones) >= 3:
-                line += "; " + _hindsight(traces, scenario, prices, float(target))
+                line += "; " + _hindsight(traces, scenario, prices, target)
             print(line, flush=True)
     for seed, found in costs.items():
         what = "as is" if not seed else f"seed {seed}"
@@ -66,16 +65,11 @@ def main() -> None:
     print(f"{missed} missed")
 
 
-def _hindsight(traces: Sequence[Trace], scenario: Scenario, prices: Prices, target: float) -> str:
+def _hindsight(traces: Sequence[Trace], scenario: Scenario, prices: Prices, target: str) -> str:
     """The cheapest baseline k meeting the target on these traces, and the oracle's cost."""
-    meeting = []
-    for k in range(MAX_K + 1):
-        aimed = replace(scenario, fallback_spare=k)
-        (run,) = simulate([BASELINE], traces=traces, scenario=aimed, prices=prices)
-        if run.availability * 100 >= target:
-            meeting.append((share(run), k))
+    found = cheapest_meeting(baseline_sweep(traces, scenario, prices), target)
     (oracle,) = simulate([ORACLE], traces=traces, scenario=scenario, prices=prices)
-    best = f"k = {min(meeting)[1]} at {min(meeting)[0]:.1f} %" if meeting else "no k <= 6"
+    best = f"k = {found[0]} at {share(found[1]):.1f} %" if found else f"no k <= {MAX_K}"
     return f"cheapest baseline meeting it: {best}, oracle {share(oracle):.1f} %"
 
 

@@ -591,7 +591,7 @@ def decide(
 
 def _why(
     needed: int,
-    target: str,
+    named: str,
     spot: int,
     standing: int,
     now: int,
@@ -614,12 +614,12 @@ def _why(
         f"hit by {rates.hits.get(worst, 0)}"
     ) + _evidence_words(rates, groups)
     if spot == 0:
-        plan = f"{needed} on on-demand: no plan with spot meets {target} ({seen})"
+        plan = f"{needed} on on-demand: no plan with spot meets {named} ({seen})"
     else:
         plan = (
             f"{spot} on spot over {len(groups)} groups in {zones} zone(s) + {standing} "
             f"on-demand ({spot + standing - needed} spare): expected "
-            f"{100 * (1 - planned):.3f} % for a target of {target} ({seen})"
+            f"{100 * (1 - planned):.3f} % for a target of {named} ({seen})"
         )
     if max(now, shown) > standing:
         # Spot replicas beyond the plan stay Ready until the plan's are (make-before-break).
