@@ -474,7 +474,9 @@ class Hold:
 @dataclass(frozen=True)
 class Bound:
     """Set an HorizontalPodAutoscaler's bounds: raised for a surge (the originals recorded on
-    it), or put back (`original` None: the annotation removed). Planned from `resource_version`."""
+    it), or put back (`original` None: the annotation removed). Planned from `resource_version`.
+    `through`: KEDA's ScaledObject that owns the HPA, whose `minReplicaCount` and
+    `maxReplicaCount` are set instead (keda.py); KEDA writes them onto the HPA."""
 
     namespace: str
     name: str
@@ -484,6 +486,7 @@ class Bound:
     # (min, max, our annotation) as planned from: the executor checks the fresh object against it.
     basis: tuple[int, int, str | None] = field(default=(-1, -1, None), compare=False)
     reason: Reason = field(default=Reason.NOTICE, compare=False)
+    through: str = ""
 
     @property
     def step(self) -> int:
@@ -491,9 +494,14 @@ class Bound:
         return Step.FIRST if self.original is not None else Step.SCALE_BACK
 
     def patch(self) -> dict[str, Any]:
+        bounds = (
+            {"minReplicaCount": self.min_replicas, "maxReplicaCount": self.max_replicas}
+            if self.through
+            else {"minReplicas": self.min_replicas, "maxReplicas": self.max_replicas}
+        )
         return {
             "metadata": {"annotations": {names.HPA_ORIGINAL_ANNOTATION: self.original}},
-            "spec": {"minReplicas": self.min_replicas, "maxReplicas": self.max_replicas},
+            "spec": bounds,
         }
 
 

@@ -66,7 +66,7 @@ from rebalancer.controller.karpenter import (
     nodepool_pools,
     spot_only_patch,
 )
-from rebalancer.controller.model import DaemonSetInfo, NodeInfo, WorkloadInfo
+from rebalancer.controller.model import DaemonSetInfo, NodeInfo, ScalerInfo, WorkloadInfo
 from rebalancer.controller.planner import Settings, managed
 from rebalancer.controller.policy import in_force
 from rebalancer.controller.pools import Pool, on_demand_fallback, pools_of, with_declared
@@ -176,8 +176,9 @@ class Setup:
     # The chart fixes are applied to: the published one the release came from, when known.
     helm_upgrade: str = "helm upgrade <release> <chart> --reuse-values -f fix.yaml"
     nodepools: Sequence[NodePoolInfo] | None = None  # Karpenter's; None: not read, checks skipped
-    # Deployments whose HPA an operator owns (KEDA's ScaledObject): (namespace, name) -> owner.
-    operated: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    # Deployments whose HPA an operator owns and whose bounds cannot be held:
+    # (namespace, name) -> (why, the fix).
+    operated: Mapping[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     # KAITO's Workspaces, [] without KAITO; None: not read, their check skipped.
     workspaces: Sequence[WorkspaceInfo] | None = None
     # The workloads KAITO made for them, managed or not (the check is about KAITO's setup).
@@ -220,9 +221,9 @@ def setup_of(
         workspaces=workspaces,
         kaito_workloads=tuple(w for w in snapshot.workloads.values() if made_by_kaito(w)),
         operated={
-            (s.namespace, s.target[1]): f"{s.owner} (HPA {s.name})"
+            (s.namespace, s.target[1]): _operated(s)
             for s in snapshot.scalers.values()
-            if s.owner and s.target[0] == "Deployment"
+            if s.operated and s.target[0] == "Deployment"
         },
     )
 
@@ -577,6 +578,36 @@ def spot_findings(workloads: Sequence[WorkloadInfo], pools: Mapping[str, Pool]) 
     return findings
 
 
+def _operated(scaler: ScalerInfo) -> tuple[str, str]:
+    """Why the spares cannot be held on an HPA an operator owns, and the fix."""
+    owner = f"{scaler.owner} (HPA {scaler.name})"
+    held = scaler.holder
+    if held is not None and held.paused:
+        return (
+            f"its HPA belongs to {owner}, which is paused: KEDA holds a count of its own",
+            "Unpause the ScaledObject, or remove the target.",
+        )
+    if held is not None:
+        return (
+            f"its HPA belongs to {owner}, which scales the Deployment to zero when idle "
+            "(minReplicaCount 0 or an idleReplicaCount), whatever the HPA's bounds",
+            "Set the ScaledObject's minReplicaCount to 1 or more without idleReplicaCount, or "
+            "remove the target.",
+        )
+    if scaler.owner.startswith("ScaledObject "):
+        return (
+            f"its HPA belongs to {owner}, which the controller cannot read (the keda.sh "
+            "ScaledObjects are not listed: the chart's RBAC, or KEDA's CRD), and KEDA sets the "
+            "HPA's bounds back at once",
+            "Check the controller's ClusterRole and its log.",
+        )
+    return (
+        f"its HPA belongs to {owner}, which sets the HPA's bounds back at once, so no spares "
+        "can be held on it",
+        "Remove the target; a notice is still failed over.",
+    )
+
+
 def target_findings(setup: Setup) -> list[Finding]:
     """Workloads with an availability target the controller does not act on: it scales a
     Deployment's count (an HPA's: its own wish plus ours, held by the HPA's bounds, which an
@@ -591,15 +622,7 @@ def target_findings(setup: Setup) -> list[Finding]:
             what = "a StatefulSet: its replicas keep their names and volumes, we do not add any"
             fix = "Remove the target; a StatefulSet's replicas are failed over at a notice."
         elif (workload.namespace, workload.name) in setup.operated:
-            owner = setup.operated[(workload.namespace, workload.name)]
-            what = (
-                f"its HPA belongs to {owner}, which sets the HPA's bounds back at once, so no "
-                "spares can be held on it"
-            )
-            fix = (
-                "Remove the target; with KEDA, keep spares with the ScaledObject's "
-                "minReplicaCount instead."
-            )
+            what, fix = setup.operated[(workload.namespace, workload.name)]
         elif workload.replicas > MAX_TARGET_REPLICAS:
             what = f"{workload.replicas} replicas: a target plans at most {MAX_TARGET_REPLICAS}"
             fix = "Split the workload, or use spare-replicas instead of a target."

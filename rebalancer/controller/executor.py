@@ -42,11 +42,12 @@ from rebalancer.controller.actions import (
     SetDeletionCost,
     WorkloadAction,
 )
-from rebalancer.controller.model import ScalerInfo, WorkloadInfo
+from rebalancer.controller.model import ScaledObjectInfo, ScalerInfo, WorkloadInfo
 from rebalancer.controller.seal import (
     SCALER_RECORDS,
     WORKLOAD_RECORDS,
     Sealer,
+    scaled_object_identity,
     scaler_identity,
     workload_identity,
 )
@@ -177,19 +178,32 @@ class Executor:
         return _written(await self._writer.patch_workload(kind, namespace, name, patch))
 
     async def _bound(self, action: Bound) -> Outcome:
-        path = (
-            f"/apis/autoscaling/v2/namespaces/{quote(action.namespace, safe='')}"
-            f"/horizontalpodautoscalers/{quote(action.name, safe='')}"
-        )
+        namespace = quote(action.namespace, safe="")
+        if action.through:  # KEDA's ScaledObject holds the HPA's bounds (keda.py)
+            path = f"/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects/" + quote(
+                action.through, safe=""
+            )
+        else:
+            path = (
+                f"/apis/autoscaling/v2/namespaces/{namespace}"
+                f"/horizontalpodautoscalers/{quote(action.name, safe='')}"
+            )
         fresh = await self._writer.get(path)
         if fresh is None:
             raise Rejected(Rejection.GONE)
-        info = ScalerInfo.from_json(fresh)
-        if (info.min_replicas, info.max_replicas, info.original) != action.basis:
+        if action.through:
+            scaled = ScaledObjectInfo.from_json(fresh)
+            now = (*scaled.hpa_bounds, scaled.original)
+            identity, version = scaled_object_identity(scaled), scaled.resource_version
+        else:
+            info = ScalerInfo.from_json(fresh)
+            now = (info.min_replicas, info.max_replicas, info.original)
+            identity, version = scaler_identity(info), info.resource_version
+        if now != action.basis:
             raise Rejected(Rejection.STALE, "its bounds changed since the plan")
         patch = action.patch()
-        self._sealer().seal_patch(scaler_identity(info), SCALER_RECORDS, patch)
-        patch["metadata"]["resourceVersion"] = info.resource_version
+        self._sealer().seal_patch(identity, SCALER_RECORDS, patch)
+        patch["metadata"]["resourceVersion"] = version
         self._may_write()
         return _written(await self._writer.patch(path, patch))
 

@@ -292,6 +292,17 @@ class ScalerInfo:
     # Its controlling owner ("ScaledObject llm": KEDA's; an operator's), "" if none: an owner
     # that reconciles the HPA's spec sets any bounds we raise back at once.
     owner: str = ""
+    owner_uid: str = ""
+    # KEDA's ScaledObject that owns it, when its bounds are held there (`keda.py`): then
+    # `min_replicas`, `max_replicas`, `original` and `saved` are the ScaledObject's.
+    holder: ScaledObjectInfo | None = None
+
+    @property
+    def operated(self) -> bool:
+        """An operator owns it and its bounds cannot be held: raised on the HPA they would be
+        set back at once; held through KEDA's ScaledObject only when that one does not scale
+        to zero (`ScaledObjectInfo.holdable`)."""
+        return bool(self.owner) and (self.holder is None or not self.holder.holdable)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -321,6 +332,14 @@ class ScalerInfo:
         ref = spec.get("scaleTargetRef") or {}
         down = _mapping(_mapping(spec.get("behavior")).get("scaleDown"))
         window = down.get("stabilizationWindowSeconds")
+        controller: Mapping[str, Any] = next(
+            (
+                ref
+                for ref in meta.get("ownerReferences") or []
+                if isinstance(ref, Mapping) and ref.get("controller") is True
+            ),
+            {},
+        )
         return cls(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
@@ -341,14 +360,61 @@ class ScalerInfo:
                 if window is None
                 else float(_whole(window))
             ),
-            owner=next(
-                (
-                    f"{ref.get('kind')} {ref.get('name')}"[:128]
-                    for ref in meta.get("ownerReferences") or []
-                    if isinstance(ref, Mapping) and ref.get("controller") is True
-                ),
-                "",
-            ),
+            owner=f"{controller.get('kind')} {controller.get('name')}"[:128] if controller else "",
+            owner_uid=str(controller.get("uid", ""))[:128],
+        )
+
+
+_TRUE = ("1", "t", "T", "true", "TRUE", "True")
+
+
+@dataclass(frozen=True)
+class ScaledObjectInfo:
+    """KEDA's ScaledObject (keda.sh/v1alpha1): the bounds its operator writes on the HPA it
+    makes and owns (`GetHPAMinReplicas`: `minReplicaCount`, at least 1; `maxReplicaCount`,
+    100 by default), and our record of the bounds it had before we raised them (the same
+    annotation as on an HPA; KEDA copies it onto the HPA, where it is not read)."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    min_count: int  # spec.minReplicaCount (0: unset, scales to zero when idle)
+    max_count: int  # spec.maxReplicaCount (100: unset)
+    original: str | None  # checked with the HPA's (`ScalerInfo.saved`), by its seal
+    idle: bool = False  # spec.idleReplicaCount set: KEDA scales it to that when idle
+    paused: bool = False  # one of KEDA's paused annotations: KEDA holds the count itself
+
+    @property
+    def holdable(self) -> bool:
+        """Its bounds may hold spares: KEDA hands the count to the HPA only while it is not
+        idle; with a minimum of 0 (or an idle count) it scales the Deployment to zero itself
+        whatever the HPA's minReplicas, and a paused one holds a count of its own. A record of
+        ours on one that is not is still put back."""
+        return self.min_count >= 1 and not self.idle and not self.paused
+
+    @property
+    def hpa_bounds(self) -> tuple[int, int]:
+        return max(1, self.min_count), self.max_count
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ScaledObjectInfo:
+        meta = obj.get("metadata") or {}
+        spec = _mapping(obj.get("spec"))
+        annotations = _mapping(meta.get("annotations"))
+        high = spec.get("maxReplicaCount")
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            resource_version=str(meta.get("resourceVersion", "")),
+            min_count=_whole(spec.get("minReplicaCount")),
+            max_count=100 if high is None else _whole(high),
+            original=annotations.get(HPA_ORIGINAL_ANNOTATION),
+            idle=spec.get("idleReplicaCount") is not None,
+            # As KEDA reads them (NeedToBePausedByAnnotation, strconv.ParseBool's true).
+            paused="autoscaling.keda.sh/paused-replicas" in annotations
+            or annotations.get("autoscaling.keda.sh/paused") in _TRUE,
         )
 
 

@@ -32,10 +32,12 @@ from rebalancer.controller.assessor import RiskAssessor
 from rebalancer.controller.cost import region_of
 from rebalancer.controller.executor import DryRunExecutor, Executor, HistoryObject
 from rebalancer.controller.history import History, history_from_configmap
+from rebalancer.controller.keda import SCALEDOBJECTS, held_through
 from rebalancer.controller.model import (
     HoldInfo,
     NodeInfo,
     PodInfo,
+    ScaledObjectInfo,
     ScalerInfo,
     WorkloadInfo,
     replicaset_owner,
@@ -137,9 +139,15 @@ class Controller:
         self.scalers: Informer[ScalerInfo] = informer(
             "/apis/autoscaling/v2/horizontalpodautoscalers", ScalerInfo.from_json, "scalers"
         )
+        # KEDA's, where an HPA KEDA owns has its bounds held (keda.py); 404 without KEDA.
+        self.scaled_objects: Informer[ScaledObjectInfo] = Informer(
+            self.gate, SCALEDOBJECTS, ScaledObjectInfo.from_json, name="scaledobjects", log=log,
+            on_change=self._wake.set, on_skip=self._skipped, optional=True,
+            watch_timeout_seconds=settings.watch_timeout_seconds,
+        )  # fmt: skip
         self.informers: list[Informer[Any]] = [
             self.nodes, self.pods, self.replicasets, self.deployments, self.statefulsets,
-            self.history, self.holds, self.scalers,
+            self.history, self.holds, self.scalers, self.scaled_objects,
         ]  # fmt: skip
         self.nodepools = NodePoolSource(
             self.gate, log=log, on_change=self._wake.set,
@@ -329,7 +337,10 @@ class Controller:
             replicaset_owners={k: owner for k, owner in self.replicasets.items.items() if owner},
             history=history,
             holds=dict(self.holds.items),
-            scalers={k: sealer.verify_scaler(s) for k, s in self.scalers.items.items()},
+            scalers={
+                k: sealer.verify_scaler(s)
+                for k, s in held_through(self.scalers.items, self.scaled_objects.items).items()
+            },
             risks=self.assessor.risks(
                 nodes.values(), history, now=now, monotonic=self.clock.monotonic()
             ),

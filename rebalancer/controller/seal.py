@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from rebalancer import names
-from rebalancer.controller.model import ScalerInfo, WorkloadInfo
+from rebalancer.controller.model import ScaledObjectInfo, ScalerInfo, WorkloadInfo
 
 FIELD: Final = "seal"
 TEXT_MARK: Final = " seal="
@@ -49,7 +49,14 @@ def workload_identity(workload: WorkloadInfo) -> str:
 
 
 def scaler_identity(scaler: ScalerInfo) -> str:
+    """The object our saved bounds are on: the HPA, or KEDA's ScaledObject that holds them."""
+    if scaler.holder is not None:
+        return scaled_object_identity(scaler.holder)
     return f"HorizontalPodAutoscaler/{scaler.namespace}/{scaler.name}/{scaler.uid}"
+
+
+def scaled_object_identity(scaled: ScaledObjectInfo) -> str:
+    return f"ScaledObject/{scaled.namespace}/{scaled.name}/{scaled.uid}"
 
 
 class Sealer:
@@ -124,7 +131,8 @@ class Sealer:
         )
 
     def verify_scaler(self, scaler: ScalerInfo) -> ScalerInfo:
-        """The HPA with its saved bounds opened, or marked not ours (then never put back)."""
+        """The HPA with its saved bounds opened, or marked not ours (then never put back); held
+        through a ScaledObject (keda.py), the ScaledObject's."""
         if scaler.original is None:
             return scaler
         field = names.HPA_ORIGINAL_ANNOTATION

@@ -8,6 +8,10 @@ before that. Every change calls `on_change`, so the controller can plan at once.
 Each object is projected on its own: an object whose projection raises (a hostile annotation, a
 value out of range) is skipped, reported once per object and resourceVersion through `on_skip`,
 and never stops the cache; a modified object that cannot be read keeps its last readable view.
+
+An `optional` resource (a CRD the cluster may not have, KEDA's ScaledObjects) that answers 404
+is empty and synced, and listed again every `absent_seconds`: a CRD installed later is picked up
+without a restart, and its absence is no error.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from rebalancer.kube.client import Requester
-from rebalancer.kube.errors import Gone, KubeError
+from rebalancer.kube.errors import Gone, KubeError, NotFound
 from rebalancer.process import sleep_or_stop
 from rebalancer.retry import Backoff
 
@@ -46,6 +50,8 @@ class Informer(Generic[T]):
         log: Any = None,
         query: Mapping[str, str] | None = None,
         on_skip: Callable[[str], None] | None = None,
+        optional: bool = False,
+        absent_seconds: float = 60.0,
     ) -> None:
         self.client = client
         self.path = path
@@ -65,6 +71,9 @@ class Informer(Generic[T]):
         self._query = dict(query or {})
         self._on_skip = on_skip or (lambda name: None)
         self._skipped: set[tuple[Key, str]] = set()
+        self._absence: tuple[type[KubeError], ...] = (NotFound,) if optional else ()
+        self._absent_seconds = absent_seconds
+        self.absent = False  # an optional resource the API server does not serve (404)
 
     async def run(self, stop: asyncio.Event) -> None:
         attempt = 0
@@ -79,6 +88,13 @@ class Informer(Generic[T]):
             except Gone:
                 need_list = True  # our resourceVersion is too old: start again from a list
                 self.relists += 1
+            except self._absence:  # an optional resource's 404 (nothing when not optional)
+                need_list = True
+                if not self.absent or self.items:
+                    self.absent, self.items = True, {}
+                    self._on_change()
+                self.synced.set()
+                await sleep_or_stop(stop, self._absent_seconds)
             except KubeError as error:
                 attempt += 1
                 self.errors += 1
@@ -108,6 +124,7 @@ class Informer(Generic[T]):
                 self.resource_version = str(meta.get("resourceVersion", ""))
                 break
         self.items = items
+        self.absent = False
         self.lists += 1
         self.synced.set()
         self._on_change()

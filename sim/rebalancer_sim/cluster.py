@@ -11,9 +11,10 @@ Typical use (tests, the demo, benchmarks)::
 
 Control loops run in `step()`: the timeline, the cloud, the scheduler, kubelets, the node
 lifecycle, workload and disruption controllers, garbage collection, the autoscaler, AKS node
-auto-drain, HorizontalPodAutoscalers and the owners that reset replicas, repeated
-until nothing changes at this instant. `start()` also runs `step()` every `tick_seconds` of real
-time; under a `ManualClock` call `advance(seconds)` to move virtual time and step through it.
+auto-drain, KEDA's ScaledObject controller, HorizontalPodAutoscalers and the owners that reset
+replicas, repeated until nothing changes at this instant. `start()` also runs `step()` every
+`tick_seconds` of real time; under a `ManualClock` call `advance(seconds)` to move virtual time
+and step through it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from rebalancer_sim.garbage import GarbageCollector
 from rebalancer_sim.hpa import HorizontalPodAutoscalers
 from rebalancer_sim.imds import EmulatedEvent, ImdsEmulator
 from rebalancer_sim.karpenter import Karpenter
+from rebalancer_sim.keda import Keda
 from rebalancer_sim.kubelet import Kubelets, NodeLifecycle
 from rebalancer_sim.npd import CONDITION_TYPES, NodeProblemDetector
 from rebalancer_sim.objects import Obj
@@ -146,6 +148,8 @@ class ClusterEmulator:
             retry_seconds=settings.node_auto_drain_retry_seconds,
         )
         self.karpenter = Karpenter(self.cloud, self.scheduler, scenario.sizes())
+        # KEDA reconciles on the changes its watches see (keda.py), so it has no period.
+        self.keda = Keda(self.store)
         self.hpas = HorizontalPodAutoscalers(self.store, sync_seconds=settings.hpa_sync_seconds)
         self.owners = WorkloadOwners(self.store)
         loops: dict[str, Callable[[], int]] = {
@@ -163,6 +167,7 @@ class ClusterEmulator:
             "disruption": self.disruption.reconcile,
             "autoscaler": self.autoscaler.reconcile,
             "karpenter": self.karpenter.reconcile,
+            "keda": self.keda.reconcile,  # before the HPAs: a ScaledObject's HPA is up to date
             "hpas": self.hpas.reconcile,
             "owners": self.owners.reconcile,
             "node_problem_detector": self.node_problem_detector.reconcile,
@@ -210,6 +215,9 @@ class ClusterEmulator:
             hpa = workload.hpa_manifest()
             if hpa is not None:
                 self.store.create(R.HPAS, hpa)
+            scaled_object = workload.scaledobject_manifest()
+            if scaled_object is not None:
+                self.store.create(R.SCALEDOBJECTS, scaled_object)
             if workload.owner_reset_seconds is not None:
                 self.owners.own(
                     workload.namespace,
@@ -454,14 +462,18 @@ class ClusterEmulator:
         raise KeyError(f"no Deployment or StatefulSet named {workload!r}")
 
     def set_load(self, workload: str, percent: float, *, namespace: str | None = None) -> None:
-        """The HPA metric stand-in: total CPU use of the workload's Ready pods (see hpa.py)."""
-        for hpa in self.store.items(R.HPAS, namespace):
-            if hpa["metadata"]["name"] == workload:
-                updated = json.loads(json.dumps(hpa))
-                updated["metadata"].setdefault("annotations", {})[LOAD_ANNOTATION] = f"{percent:g}"
-                self.store.update(R.HPAS, updated)
-                return
-        raise KeyError(f"no HorizontalPodAutoscaler named {workload!r}")
+        """The HPA metric stand-in: total CPU use of the workload's Ready pods (see hpa.py). On
+        the HPA named after the workload, or else on its KEDA ScaledObject, whose annotations
+        KEDA copies to the HPA it made (keda.py)."""
+        for resource in (R.HPAS, R.SCALEDOBJECTS):
+            for obj in self.store.items(resource, namespace):
+                if obj["metadata"]["name"] == workload:
+                    updated = json.loads(json.dumps(obj))
+                    annotations = updated["metadata"].setdefault("annotations", {})
+                    annotations[LOAD_ANNOTATION] = f"{percent:g}"
+                    self.store.update(resource, updated)
+                    return
+        raise KeyError(f"no HorizontalPodAutoscaler or ScaledObject named {workload!r}")
 
     def nodes(self, pool: str | None = None) -> list[Obj]:
         return [

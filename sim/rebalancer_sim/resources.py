@@ -169,6 +169,18 @@ ALL: tuple[ResourceType, ...] = (
         has_generation=True,
         categories=("karpenter",),
     ),
+    # KEDA's ScaledObject, as its CRD serves it (no categories: the CRD names none); keda.py
+    # keeps an HPA per ScaledObject, as KEDA's operator does.
+    ResourceType(
+        "keda.sh",
+        "v1alpha1",
+        "scaledobjects",
+        "ScaledObject",
+        True,
+        ("so",),
+        ("status",),
+        has_generation=True,
+    ),
 )
 
 BY_KEY: dict[str, ResourceType] = {r.key: r for r in ALL}
@@ -193,6 +205,7 @@ EVENTS_V1 = BY_KEY["events.events.k8s.io"]
 MUTATING_WEBHOOKS = BY_KEY["mutatingwebhookconfigurations.admissionregistration.k8s.io"]
 NODEPOOLS = BY_KEY["nodepools.karpenter.sh"]
 NODECLAIMS = BY_KEY["nodeclaims.karpenter.sh"]
+SCALEDOBJECTS = BY_KEY["scaledobjects.keda.sh"]
 
 GROUPS: dict[str, list[str]] = {}
 for _r in ALL:

@@ -89,6 +89,15 @@ Format (every key but `name` under a pool or workload is optional)::
           load: 150                  # the metric stand-in: total CPU use of the Ready pods, in
                                      # percent of one pod's request (timeline `load` changes it)
           scaleDownStabilizationSeconds: 300   # behavior.scaleDown (upstream default 300)
+        keda:                        # instead of hpa: a KEDA ScaledObject named after it, whose
+                                     # HPA (keda-hpa-<name>) keda.py keeps
+          minReplicaCount: 2         # KEDA's default 0 (the HPA's minimum is then 1)
+          maxReplicaCount: 6         # KEDA's default 100
+          cpu: 60                    # a cpu trigger, Utilization of the pods' CPU request
+          load: 150                  # the metric stand-in on the ScaledObject, which KEDA copies
+                                     # to its HPA; none: no metric, the HPA only keeps the bounds
+          scaleDownStabilizationSeconds: 300   # advanced.horizontalPodAutoscalerConfig.behavior
+                                               # (none: no behavior, upstream's default 300 s)
         owner: {resetSeconds: 10}    # an operator (KServe, KAITO) that sets spec.replicas back
                                      # to the workload's replicas every 10 s
         devicePlugin: true           # DaemonSet only: the NVIDIA device plugin. With one in the
@@ -109,7 +118,8 @@ Format (every key but `name` under a pool or workload is optional)::
       - at: 60
         scale: {workload: inference, replicas: 5}   # also what an owner resets to
       - at: 90
-        load: {workload: inference, percent: 300}   # the HPA's metric stand-in
+        load: {workload: inference, percent: 300}   # the HPA's metric stand-in (on the
+                                                    # ScaledObject of a `keda:` workload)
 
 `load_scenario` accepts a path or the name of a shipped scenario (`sim/rebalancer_sim/scenarios`).
 """
@@ -139,6 +149,9 @@ ACTIONS = ("preempt", "event", "cancel", "spotCapacity", "scale", "load")
 HPA_KEYS = frozenset(
     {"minReplicas", "maxReplicas", "targetCPUUtilization", "load", "scaleDownStabilizationSeconds"}
 )
+KEDA_KEYS = frozenset(
+    {"minReplicaCount", "maxReplicaCount", "cpu", "load", "scaleDownStabilizationSeconds"}
+)
 
 
 class ScenarioError(ValueError):
@@ -164,6 +177,7 @@ class WorkloadSpec:
     pod_management_policy: str = "OrderedReady"
     pdb: dict[str, Any] | None = None
     hpa: dict[str, Any] | None = None
+    keda: dict[str, Any] | None = None  # a KEDA ScaledObject (keda.py) instead of an HPA
     owner_reset_seconds: float | None = None
     device_plugin: bool = False  # a DaemonSet that advertises its nodes' GPUs (deviceplugin.py)
 
@@ -271,6 +285,41 @@ class WorkloadSpec:
                     }
                 },
             },
+        }
+
+    def scaledobject_manifest(self) -> dict[str, Any] | None:
+        """A KEDA ScaledObject with one cpu trigger; KEDA's operator (keda.py) makes its HPA."""
+        if self.keda is None:
+            return None
+        keda = self.keda
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if "load" in keda:
+            metadata["annotations"] = {LOAD_ANNOTATION: f"{float(keda['load']):g}"}
+        spec: dict[str, Any] = {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": self.kind, "name": self.name}
+        }
+        for key in ("minReplicaCount", "maxReplicaCount"):
+            if key in keda:
+                spec[key] = int(keda[key])
+        if "scaleDownStabilizationSeconds" in keda:
+            window = int(keda["scaleDownStabilizationSeconds"])
+            spec["advanced"] = {
+                "horizontalPodAutoscalerConfig": {
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": window}}
+                }
+            }
+        spec["triggers"] = [
+            {
+                "type": "cpu",
+                "metricType": "Utilization",
+                "metadata": {"value": str(int(keda["cpu"]))},
+            }
+        ]
+        return {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "ScaledObject",
+            "metadata": metadata,
+            "spec": spec,
         }
 
 
@@ -451,6 +500,7 @@ def _workload(data: Any, index: int) -> WorkloadSpec:
         pod_management_policy=_take(data, "podManagementPolicy", str, "OrderedReady", where),
         pdb=_take(data, "pdb", dict, None, where),
         hpa=_take(data, "hpa", dict, None, where),
+        keda=_take(data, "keda", dict, None, where),
         device_plugin=_take(data, "devicePlugin", bool, False, where),
     )
     if workload.device_plugin and workload.kind != "DaemonSet":
@@ -470,6 +520,18 @@ def _workload(data: Any, index: int) -> WorkloadSpec:
             )
         if workload.kind == "DaemonSet":
             raise ScenarioError(f"{where}.hpa: a DaemonSet has no replicas to scale")
+    if workload.keda is not None:
+        unknown = set(workload.keda) - KEDA_KEYS
+        if unknown or "cpu" not in workload.keda:
+            raise ScenarioError(
+                f"{where}.keda: needs cpu (the trigger's target utilisation); known keys "
+                f"{sorted(KEDA_KEYS)}" + (f"; unknown {sorted(unknown)}" if unknown else "")
+            )
+        if workload.hpa is not None:
+            # KEDA's admission webhook refuses a ScaledObject whose target an HPA scales.
+            raise ScenarioError(f"{where}: hpa or keda, not both (two HPAs would fight)")
+        if workload.kind == "DaemonSet":
+            raise ScenarioError(f"{where}.keda: a DaemonSet has no replicas to scale")
     prefer_spot = _take(data, "preferSpot", (int, bool), None, where)
     if data:
         raise ScenarioError(f"{where}: unknown keys {sorted(data)}")

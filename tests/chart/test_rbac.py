@@ -311,6 +311,22 @@ async def recorded_controller_calls(tmp_path: Path) -> ControllerRun:
             },
         },
     )
+    # KEDA's ScaledObject on `pinned`, whose HPA KEDA makes and owns: the surge raises the
+    # ScaledObject's bounds (KEDA copies them onto its HPA), the scale-back puts them back.
+    cluster.store.create(
+        R.SCALEDOBJECTS,
+        {
+            "metadata": {"namespace": "inference", "name": "pinned"},
+            "spec": {
+                "scaleTargetRef": {"name": "pinned"},
+                "minReplicaCount": 1,
+                "maxReplicaCount": 1,
+                "triggers": [
+                    {"type": "cpu", "metricType": "Utilization", "metadata": {"value": "50"}}
+                ],
+            },
+        },
+    )
     tap = Tap().install(cluster)  # before start(), which routes every request to it
     # The controller patches Nodes from its cache and reads one only after a conflict (another
     # writer got there first): make the first patch conflict, so that path and the permission

@@ -99,6 +99,35 @@ async def test_informer_lists_again_after_410(cluster: ClusterEmulator, client: 
         assert informer.relists >= 1
 
 
+async def test_an_optional_informer_of_a_resource_not_served_is_empty_and_synced(
+    client: KubeClient,
+) -> None:
+    # A CRD the cluster does not have (KEDA's ScaledObjects without KEDA) answers 404: nothing
+    # to decide with, and no error; listed again later, in case it is installed.
+    asked = 0
+
+    class Counting:
+        async def request(self, *args: Any, **kwargs: Any) -> Any:
+            nonlocal asked
+            asked += 1
+            return await client.request(*args, **kwargs)
+
+    informer: Informer[str] = Informer(
+        Counting(), "/apis/example.com/v1/widgets", str, optional=True, absent_seconds=0.05
+    )  # type: ignore[arg-type]
+    async with running(informer.run):
+        await wait_for(informer.synced.is_set, what="synced")
+        await wait_for(lambda: asked >= 3, what="listed again")
+    assert (informer.items, informer.absent, informer.errors) == ({}, True, 0)
+    assert informer.lists == 0  # never a complete list
+    required: Informer[str] = Informer(
+        client, "/apis/example.com/v1/widgets", str, backoff=None, watch_timeout_seconds=1
+    )
+    async with running(required.run):
+        await wait_for(lambda: required.errors > 0, what="a 404 counted as an error")
+    assert not required.synced.is_set()
+
+
 def elector(
     client: KubeClient,
     identity: str,

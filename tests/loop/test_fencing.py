@@ -68,8 +68,9 @@ async def test_writes_queued_behind_the_budget_are_not_sent_once_the_lease_may_b
             await until(lambda: controller.elector.is_leader, within=10, what="ctl-a leading")
             campaigning = asyncio.create_task(other.run(stop))
             preempt(em, "spot-0", seconds=120)
+            # Every cache lists and watches first, at 2 requests a second: about 10 s.
             await until(
-                lambda: em.written("POST", "pods/eviction"), within=10, what="the first eviction"
+                lambda: em.written("POST", "pods/eviction"), within=20, what="the first eviction"
             )
             cut = True  # its renewals stop getting through; its evictions are still queued
             await until(lambda: other.is_leader, within=10, what="ctl-b leading")

@@ -639,3 +639,53 @@ async def test_with_an_hpa_the_spares_ride_on_its_own_count_and_its_bounds_hold_
     assert [count for count, _ in itertools.groupby(counts)] == [9, replicas_up, 9]
     assert kept == {"watchedSince": "2026-11-30T12:00:00Z", "belowSeconds": 0}
     assert gone
+
+
+def keda_bounds(em: Emulated) -> tuple[int, int, str | None, int, int]:
+    """The ScaledObject's bounds and our record on it, and the bounds KEDA wrote on its HPA."""
+    scaled = em.get(R.SCALEDOBJECTS, "ml", "llm")
+    hpa = em.get(R.HPAS, "ml", "keda-hpa-llm")
+    saved = (scaled["metadata"].get("annotations") or {}).get(names.HPA_ORIGINAL_ANNOTATION)
+    spec = scaled["spec"]
+    return (
+        spec["minReplicaCount"], spec["maxReplicaCount"], saved,
+        hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"],
+    )  # fmt: skip
+
+
+async def test_with_keda_the_scaledobjects_bounds_hold_the_spares() -> None:
+    """llm is scaled by KEDA: a ScaledObject (1 to 8 replicas, a cpu trigger at 50 %), whose
+    HPA the emulator's stand-in for KEDA's operator makes, owns and sets back from the
+    ScaledObject whenever it changes, as KEDA does. The controller raises the ScaledObject's
+    bounds instead of the HPA's, KEDA writes them onto its HPA, and the HPA holds the spares;
+    without the target, the ScaledObject's own bounds go back, and KEDA's HPA with them."""
+    data = three_zones({"1": 1, "2": 1, "3": 1})
+    data["workloads"][0]["keda"] = {
+        "minReplicaCount": 1, "maxReplicaCount": 8, "cpu": 50, "load": 150,
+    }  # fmt: skip
+    async with (
+        emulated(data, aged=DAY, prepare=serving_on(first_of_each_zone)) as em,
+        controlling(em, **PRICED) as controller,
+    ):
+        await until(lambda: controller.elector.is_leader, within=10, what="leading")
+        await until(lambda: em.replicas() != 3, within=10, what="the plan applied")
+        rescales_before = len(em.cluster.hpas.rescales)
+        await asyncio.sleep(60)  # four HPA syncs: none scales the spares back
+        planned = (em.replicas(), record(em)["base"], keda_bounds(em))
+        rescaled = em.cluster.hpas.rescales[rescales_before:]
+        em.edit(R.DEPLOYMENTS, "ml", "llm", lambda d: d["metadata"]["annotations"].pop(
+            names.AVAILABILITY_TARGET))  # fmt: skip
+        await until(
+            lambda: keda_bounds(em) == (1, 8, None, 1, 8), within=30, what="bounds put back"
+        )
+        on_hpa = em.written("PATCH", "horizontalpodautoscalers", who="ctl-a")
+        on_scaled = em.written("PATCH", "scaledobjects", who="ctl-a")
+    # 3 Ready at 50 % (150 % over 3): the HPA wants 3, the plan for 3 of the HPA test above (9
+    # replicas), held by the ScaledObject's bounds raised to 9, its own sealed on it, and by
+    # KEDA's HPA, to which KEDA copied them.
+    count, base, (low, high, saved, hpa_low, hpa_high) = planned
+    assert (count, base, low, high, hpa_low, hpa_high) == (9, 3, 9, 9, 9, 9)
+    assert saved is not None and saved.startswith("1,8 seal=")
+    assert rescaled == []  # the HPA never set the count back while the target held it
+    assert on_hpa == []  # never a write on the HPA KEDA owns
+    assert len(on_scaled) == 2  # raised once, put back once

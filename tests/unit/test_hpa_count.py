@@ -13,9 +13,10 @@ import pytest
 
 from rebalancer import names
 from rebalancer.controller.actions import Bound, SetSpare, Step
-from rebalancer.controller.checkup import Check, Setup, diagnose
+from rebalancer.controller.checkup import Check, diagnose, setup_of
 from rebalancer.controller.hpa_count import hpa_count
-from rebalancer.controller.model import ScalerInfo, ScalerMetric, WorkloadInfo
+from rebalancer.controller.keda import held_through
+from rebalancer.controller.model import ScaledObjectInfo, ScalerInfo, ScalerMetric, WorkloadInfo
 from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.records import Spare, Surge
 from rebalancer.timefmt import iso
@@ -181,45 +182,138 @@ def test_a_rise_is_measured_against_the_count_before_it_for_one_recovery() -> No
     assert (after.record.rising_from, after.record.below_since) == (0, iso(later.now))
 
 
-def test_an_hpa_an_operator_owns_is_left_alone_and_the_target_not_acted_on() -> None:
-    # KEDA's ScaledObject owns its HPA and sets the HPA's spec back from its own whenever the
-    # HPA changes (its controller watches the HPAs it owns): bounds raised there start a fight.
-    owned = ScalerInfo.from_json(
+def keda_hpa(current: float = 50.0) -> ScalerInfo:
+    """The HPA KEDA makes for ScaledObject infer (1 to 5), as KEDA writes it: owned by it,
+    with the ScaledObject's annotations copied (here none)."""
+    return ScalerInfo.from_json(
         {
             "metadata": {"namespace": "ml", "name": "keda-hpa-infer", "ownerReferences": [
                 {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": "infer",
-                 "uid": "u", "controller": True}]},
+                 "uid": "so-uid", "controller": True}]},
             "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "infer"},
-                     "minReplicas": 1, "maxReplicas": 5},
+                     "minReplicas": 1, "maxReplicas": 5,
+                     "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                         "type": "Utilization", "averageUtilization": 50}}}]},
+            "status": {"currentMetrics": [{"type": "Resource", "resource": {
+                "name": "cpu", "current": {"averageUtilization": current}}}]},
         }
     )  # fmt: skip
-    assert owned.owner == "ScaledObject infer"
-    assert of_type(plan(hpa_state(TARGET, owned), Settings()).actions, (SetSpare, Bound)) == []
+
+
+def scaled_object(**spec: Any) -> ScaledObjectInfo:
+    annotations = spec.pop("annotations", {})
+    return ScaledObjectInfo.from_json({
+        "metadata": {"namespace": "ml", "name": "infer", "uid": "so-uid",
+                     "resourceVersion": "7", "annotations": annotations},
+        "spec": {"scaleTargetRef": {"name": "infer"}, **spec},
+    })  # fmt: skip
+
+
+def keda_state(annotations: dict[str, str], scaled: ScaledObjectInfo | None) -> Any:
+    hpa = keda_hpa()
+    joined = held_through({hpa.key: hpa}, {("ml", "infer"): scaled} if scaled else {})
+    return replace(hpa_state(annotations, hpa), scalers=joined)
+
+
+def test_with_keda_the_spares_are_held_by_the_scaledobjects_bounds() -> None:
+    # KEDA sets the HPA it owns back from its ScaledObject whenever the HPA changes: the
+    # ScaledObject's minReplicaCount and maxReplicaCount hold the spares instead, and KEDA
+    # writes them onto its HPA. The same plan as with a plain HPA of 1 to 5 wanting 3 (above).
+    actions = plan(keda_state(TARGET, scaled_object(minReplicaCount=1, maxReplicaCount=5)),
+                   Settings()).actions  # fmt: skip
+    (spare,) = of_type(actions, SetSpare)
+    assert (spare.replicas, spare.record) == (9, Spare(3, 6, spot=7, watched_since=WATCHED))
+    (bound,) = of_type(actions, Bound)
+    assert (bound.through, bound.min_replicas, bound.max_replicas, bound.original) == (
+        "infer",
+        9,
+        9,
+        "1,5",
+    )
+    assert bound.patch()["spec"] == {"minReplicaCount": 9, "maxReplicaCount": 9}
+    assert bound.basis == (1, 5, None)  # checked against the fresh ScaledObject before writing
+    # Without a maxReplicaCount KEDA's HPA has 100: only the minimum rises.
+    actions = plan(keda_state(TARGET, scaled_object(minReplicaCount=2)), Settings()).actions
+    (bound,) = of_type(actions, Bound)
+    assert (bound.min_replicas, bound.max_replicas, bound.original) == (9, 100, "2,100")
+    # The target gone, the ScaledObject's own bounds go back (our record on it, sealed).
+    record = {names.SPARE_RECORD: Spare(3, 6, spot=7, watched_since=WATCHED).to_json()}
+    raised = scaled_object(minReplicaCount=9, maxReplicaCount=9,
+                           annotations={names.HPA_ORIGINAL_ANNOTATION: "1,5"})  # fmt: skip
+    actions = plan(keda_state(record, raised), Settings()).actions
+    (bound,) = of_type(actions, Bound)
+    assert (bound.through, bound.min_replicas, bound.max_replicas, bound.original) == (
+        "infer",
+        1,
+        5,
+        None,
+    )
+
+
+def test_an_hpa_an_operator_owns_is_left_alone_where_its_bounds_cannot_hold() -> None:
+    # A ScaledObject that scales to zero (minReplicaCount 0, the default, or an idle count)
+    # sets the Deployment's count itself when idle, whatever the HPA's bounds; a paused one
+    # holds a count of its own; one the controller cannot read (no CRD, no RBAC) leaves the
+    # HPA's bounds to KEDA, which sets them back: no spares, no Bound.
+    for scaled in (
+        scaled_object(),
+        scaled_object(minReplicaCount=1, idleReplicaCount=0),
+        scaled_object(minReplicaCount=1, annotations={"autoscaling.keda.sh/paused": "true"}),
+        scaled_object(minReplicaCount=1, annotations={"autoscaling.keda.sh/paused-replicas": "2"}),
+        None,
+    ):
+        state = keda_state(TARGET, scaled)
+        assert of_type(plan(state, Settings()).actions, (SetSpare, Bound)) == [], scaled
+    # paused "false" is not paused (KEDA parses the value).
+    unpaused = scaled_object(minReplicaCount=1, annotations={"autoscaling.keda.sh/paused": "false"})
+    assert unpaused.holdable
     # A record from before the HPA had its owner is dropped, the count left to the HPA.
     record = {**TARGET, names.SPARE_RECORD: Spare(3, 6, spot=7, watched_since=WATCHED).to_json()}
-    (dropped,) = of_type(plan(hpa_state(record, owned), Settings()).actions, SetSpare)
+    (dropped,) = of_type(plan(keda_state(record, None), Settings()).actions, SetSpare)
     assert (dropped.replicas, dropped.record) == (None, None)
     # A surge does not raise its bounds either (it ends as SurgeNotHeld if the HPA scales back).
     surged = deployment(3, annotations=TARGET, surge=Surge(3, 1, ("e",), ("ml/p0",), None))
-    state = replace(hpa_state(TARGET, owned), workloads={surged.key: surged})
+    state = replace(keda_state(TARGET, scaled_object()), workloads={surged.key: surged})
     assert of_type(plan(state, Settings()).actions, Bound) == []
+    # Our record on a ScaledObject that has since been set to scale to zero is put back.
+    zero = scaled_object(minReplicaCount=0, maxReplicaCount=9,
+                         annotations={names.HPA_ORIGINAL_ANNOTATION: "1,5"})  # fmt: skip
+    (back,) = of_type(plan(keda_state({}, zero), Settings()).actions, Bound)
+    assert (back.through, back.min_replicas, back.max_replicas, back.original) == (
+        "infer",
+        1,
+        5,
+        None,
+    )
+    # A ScaledObject of the same name that is not the HPA's owner (another uid) is not joined.
+    other = replace(scaled_object(minReplicaCount=1), uid="another")
+    hpa = keda_hpa()
+    assert held_through({hpa.key: hpa}, {("ml", "infer"): other})[hpa.key].holder is None
 
 
-def test_the_doctor_says_a_target_on_an_operators_hpa_is_not_acted_on() -> None:
+def test_the_doctor_says_why_a_target_on_an_operators_hpa_is_not_acted_on() -> None:
     target = WorkloadInfo.from_json("Deployment", {
         "metadata": {"namespace": "ml", "name": "infer", "annotations": TARGET},
         "spec": {"replicas": 3, "template": {"spec": {"containers": [
             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
     })  # fmt: skip
-    setup = Setup(
-        nodes=(), workloads=(target,), daemonsets=None, declared_pools={},
-        operated={("ml", "infer"): "ScaledObject infer (HPA keda-hpa-infer)"},
-    )  # fmt: skip
-    (finding,) = [f for f in diagnose(setup) if f.check is Check.TARGET_NOT_ACTED_ON]
-    assert finding.what == (
+
+    def said(scaled: ScaledObjectInfo | None) -> list[str]:
+        setup = setup_of(keda_state(TARGET, scaled), settings=Settings(), daemonsets=None)
+        setup = replace(setup, workloads=(target,))
+        return [f.what for f in diagnose(setup) if f.check is Check.TARGET_NOT_ACTED_ON]
+
+    assert said(scaled_object(minReplicaCount=1)) == []  # held through the ScaledObject
+    assert said(scaled_object()) == [
         "availability target 99.9 % not acted on: its HPA belongs to ScaledObject infer (HPA "
-        "keda-hpa-infer), which sets the HPA's bounds back at once, so no spares can be held on it"
-    )
+        "keda-hpa-infer), which scales the Deployment to zero when idle (minReplicaCount 0 or "
+        "an idleReplicaCount), whatever the HPA's bounds"
+    ]
+    assert said(None) == [
+        "availability target 99.9 % not acted on: its HPA belongs to ScaledObject infer (HPA "
+        "keda-hpa-infer), which the controller cannot read (the keda.sh ScaledObjects are not "
+        "listed: the chart's RBAC, or KEDA's CRD), and KEDA sets the HPA's bounds back at once"
+    ]
 
 
 def test_a_hostile_hpa_reads_as_far_as_it_is_sound_and_cannot_push_n_past_its_bounds() -> None:

@@ -64,11 +64,19 @@ def bounds(
 
 def _bound_one(scaler: ScalerInfo, surge: int | None, spared: int | None) -> list[Action]:
     basis = (scaler.min_replicas, scaler.max_replicas, scaler.original)
-    if scaler.owner and scaler.original is None:
-        # An operator owns it (KEDA's ScaledObject, KServe) and sets its spec back from its own
-        # at once: a raise would only start a fight. A surge is then not held (SurgeNotHeld), no
-        # spares are kept (spares.py).
-        return []
+    through = scaler.holder.name if scaler.holder is not None else ""
+
+    def bound(low: int, high: int, original: str | None, reason: Reason) -> list[Action]:
+        return [Bound(scaler.namespace, scaler.name, low, high, original, basis, reason, through)]
+
+    if scaler.operated:
+        # An operator owns it (KServe; KEDA's ScaledObject while it may scale to zero or is
+        # paused) and sets its spec back from its own at once: a raise would only start a
+        # fight. A surge is then not held (SurgeNotHeld), no spares are kept (spares.py); a
+        # record that is ours (its seal) is put back.
+        if scaler.saved is None:
+            return []
+        return bound(*scaler.own_bounds(), None, Reason.NOTICE)
     original = scaler.saved or f"{scaler.min_replicas},{scaler.max_replicas}"
     if spared is not None:
         # Exactly the spare record's count (and a surge's, if higher), never below the HPA's own.
@@ -78,13 +86,13 @@ def _bound_one(scaler: ScalerInfo, surge: int | None, spared: int | None) -> lis
         if (low, high) == (scaler.min_replicas, scaler.max_replicas):
             return []
         if (low, high) == (own_min, own_max):  # nothing of ours left on it
-            return [Bound(scaler.namespace, scaler.name, low, high, None, basis, Reason.SPARE)]
-        return [Bound(scaler.namespace, scaler.name, low, high, original, basis, Reason.SPARE)]
+            return bound(low, high, None, Reason.SPARE)
+        return bound(low, high, original, Reason.SPARE)
     if surge is not None:
         if scaler.min_replicas < surge or scaler.max_replicas < surge:
             low, high = max(scaler.min_replicas, surge), max(scaler.max_replicas, surge)
-            return [Bound(scaler.namespace, scaler.name, low, high, original, basis)]
+            return bound(low, high, original, Reason.NOTICE)
         return []
     if scaler.original is None:
         return []
-    return [Bound(scaler.namespace, scaler.name, *scaler.own_bounds(), None, basis)]
+    return bound(*scaler.own_bounds(), None, Reason.NOTICE)

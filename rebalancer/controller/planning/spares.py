@@ -72,7 +72,7 @@ def _spare_one(
     ):
         return actions
     scaler = scaler_of(snapshot, workload)
-    operated = scaler is not None and bool(scaler.owner)  # bounds we cannot hold (bounds.py)
+    operated = scaler is not None and scaler.operated  # bounds we cannot hold (bounds.py)
     if policy is not None and policy.target and managed(workload, settings) and not operated:
         return plan_target(snapshot, workload, policy, settings.target, settings.declared_pools)
     basis = WorkloadBasis.of(workload)
