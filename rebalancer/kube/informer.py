@@ -9,9 +9,11 @@ Each object is projected on its own: an object whose projection raises (a hostil
 value out of range) is skipped, reported once per object and resourceVersion through `on_skip`,
 and never stops the cache; a modified object that cannot be read keeps its last readable view.
 
-An `optional` resource (a CRD the cluster may not have, KEDA's ScaledObjects) that answers 404
-is empty and synced, and listed again every `absent_seconds`: a CRD installed later is picked up
-without a restart, and its absence is no error.
+An `optional` resource (a CRD the cluster may not have, KEDA's ScaledObjects) that answers 404,
+or 403 (a ClusterRole from before the resource was read), is empty and synced, and listed again
+every `absent_seconds`: a CRD installed or a permission granted later is picked up without a
+restart, and nothing waits for what it cannot read. A 404 is no error; a 403 is logged (once
+until it is read again).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from rebalancer.kube.client import Requester
-from rebalancer.kube.errors import Gone, KubeError, NotFound
+from rebalancer.kube.errors import Forbidden, Gone, KubeError, NotFound
 from rebalancer.process import sleep_or_stop
 from rebalancer.retry import Backoff
 
@@ -71,7 +73,7 @@ class Informer(Generic[T]):
         self._query = dict(query or {})
         self._on_skip = on_skip or (lambda name: None)
         self._skipped: set[tuple[Key, str]] = set()
-        self._absence: tuple[type[KubeError], ...] = (NotFound,) if optional else ()
+        self._absence: tuple[type[KubeError], ...] = (NotFound, Forbidden) if optional else ()
         self._absent_seconds = absent_seconds
         self.absent = False  # an optional resource the API server does not serve (404)
 
@@ -88,11 +90,16 @@ class Informer(Generic[T]):
             except Gone:
                 need_list = True  # our resourceVersion is too old: start again from a list
                 self.relists += 1
-            except self._absence:  # an optional resource's 404 (nothing when not optional)
+            except self._absence as error:  # an optional resource's 404 or 403 (see above)
                 need_list = True
                 if not self.absent or self.items:
                     self.absent, self.items = True, {}
                     self._on_change()
+                    if isinstance(error, Forbidden) and self._log is not None:
+                        self._log.warning(
+                            "not permitted to read; planned without it", informer=self.name,
+                            reason=str(error)[:200],
+                        )  # fmt: skip
                 self.synced.set()
                 await sleep_or_stop(stop, self._absent_seconds)
             except KubeError as error:

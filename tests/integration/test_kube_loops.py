@@ -12,6 +12,7 @@ import pytest
 
 from rebalancer.clock import ManualClock
 from rebalancer.kube.client import KubeClient
+from rebalancer.kube.errors import Forbidden
 from rebalancer.kube.informer import Informer
 from rebalancer.kube.leader import LeaderElector
 from rebalancer_sim import resources as R
@@ -126,6 +127,40 @@ async def test_an_optional_informer_of_a_resource_not_served_is_empty_and_synced
     async with running(required.run):
         await wait_for(lambda: required.errors > 0, what="a 404 counted as an error")
     assert not required.synced.is_set()
+
+
+async def test_an_optional_informer_not_permitted_plans_without_it_until_it_is(
+    cluster: ClusterEmulator, client: KubeClient
+) -> None:
+    # A ClusterRole from before the resource was read answers 403: the caches still sync (the
+    # controller decides for everyone else), the refusal is logged once, and once the
+    # permission is granted the next list reads it.
+    cluster.store.create(R.CONFIGMAPS, configmap("one", "a"))
+    permitted = False
+    warnings: list[str] = []
+
+    class Log:
+        def warning(self, event: str, **fields: Any) -> None:
+            warnings.append(event)
+
+    class Gatekeeper:
+        async def request(self, *args: Any, **kwargs: Any) -> Any:
+            if not permitted:
+                raise Forbidden("configmaps is forbidden", status=403)
+            return await client.request(*args, **kwargs)
+
+    informer: Informer[str] = Informer(
+        Gatekeeper(), "/api/v1/namespaces/default/configmaps",  # type: ignore[arg-type]
+        lambda obj: str(obj["data"]["v"]), optional=True, absent_seconds=0.05, log=Log(),
+    )  # fmt: skip
+    async with running(informer.run):
+        await wait_for(informer.synced.is_set, what="synced")
+        await asyncio.sleep(0.3)  # refused again, not logged again
+        before = (dict(informer.items), informer.absent, informer.errors, list(warnings))
+        permitted = True
+        await wait_for(lambda: ("default", "one") in informer.items, what="read once permitted")
+    assert before == ({}, True, 0, ["not permitted to read; planned without it"])
+    assert not informer.absent
 
 
 def elector(
