@@ -9,7 +9,8 @@ from typing import Any
 from rebalancer import names
 from rebalancer.controller.actions import Bound, Evict, Outcome, ScaleUp, SetSpare, StartReturn
 from rebalancer.controller.catalogue import event_for
-from rebalancer.controller.model import ScalerInfo, ScalerMetric
+from rebalancer.controller.keda import held_through
+from rebalancer.controller.model import ScaledObjectInfo, ScalerInfo, ScalerMetric
 from rebalancer.controller.planner import Settings, plan
 from rebalancer.controller.records import Spare
 from rebalancer.vocabulary import ActionResult, EventReason, Reason
@@ -105,6 +106,20 @@ def test_with_an_hpa_the_spares_ride_on_the_count_it_wants_and_its_bounds_hold_t
     assert spares(3, ONE, scalers={hpa.key: owned}) == []
     (dropped,) = spares(5, ONE, Spare(4, 1), scalers={hpa.key: owned})
     assert (dropped.replicas, dropped.record) == (None, None)
+    # Unless its ScaledObject holds them (keda.py): the same spares, its bounds raised instead.
+    scaled = ScaledObjectInfo("ml", "infer", "so-uid", "1", 3, 6, None)
+    scaled_key = (scaled.namespace, scaled.name)
+    joined = held_through({hpa.key: replace(owned, owner_uid="so-uid")}, {scaled_key: scaled})
+    (added,) = spares(3, ONE, scalers=joined)
+    assert (added.replicas, added.record) == (5, Spare(base=4, added=1))
+    state = replace(snapshot(nodes(), PODS, [workload]), scalers=joined)
+    (bound,) = of_type(plan(state, Settings()).actions, Bound)
+    assert (bound.through, bound.min_replicas, bound.max_replicas, bound.original) == (
+        "infer",
+        5,
+        6,
+        "3,6",
+    )
 
 
 def test_a_spare_and_a_return_are_not_started_in_the_same_pass() -> None:
