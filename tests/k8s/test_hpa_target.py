@@ -141,7 +141,8 @@ async def test_the_targets_n_is_the_count_the_real_hpa_chooses_and_its_bounds_ho
                 "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}},
             },
         }  # fmt: skip
-        await api.request("POST", HPAS, hpa)
+        # Created as a GitOps tool would, under a field manager of its own.
+        await api.request("POST", HPAS, hpa, params={"fieldManager": "gitops"})
         # Alone, the HPA scales llm to ceil(60 / 10) = 6.
         await rig.wait_for(
             lambda: rig.deployment()["spec"]["replicas"] == 6, timeout=45, what="the HPA's 6"
@@ -168,6 +169,14 @@ async def test_the_targets_n_is_the_count_the_real_hpa_chooses_and_its_bounds_ho
         assert raised["spec"]["maxReplicas"] == max(8, total)
         saved = raised["metadata"]["annotations"][names.HPA_ORIGINAL_ANNOTATION]
         assert saved.startswith("1,8 seal="), saved
+        # The API server names the manager of the bounds after the controller's user agent:
+        # what a GitOps tool is told to leave alone (docs/install.md, "With Argo CD or Flux").
+        owners = {
+            entry["manager"]
+            for entry in raised["metadata"]["managedFields"]
+            if "f:minReplicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+        }
+        assert owners == {"spot-rebalancer"}, raised["metadata"]["managedFields"]
         why = rig.deployment()["metadata"]["annotations"][names.TARGET_WHY]
         assert "; the HPA llm wants 6 (External queue " in why, why
 
