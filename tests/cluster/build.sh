@@ -4,8 +4,8 @@
 #   tests/cluster/build.sh            # build what is missing into .cache/k8s/bin
 #   tests/cluster/build.sh --force    # rebuild everything
 #   tests/cluster/build.sh --prune    # build, then drop the Go module and build caches (4+ GB),
-#                                     # keeping only the binaries (~350 MB) for a CI cache
-#   tests/cluster/build.sh etcd       # one target: etcd, kubernetes, kwok, karpenter
+#                                     # keeping only the binaries (~550 MB) for a CI cache
+#   tests/cluster/build.sh etcd       # one target: etcd, kubernetes, kwok, karpenter, keda
 #
 # Everything (binaries, Go module cache, Go build cache, build modules, timing log) lives under
 # .cache/k8s/ (ignored by git), so CI can cache that one folder. A binary is rebuilt only when its
@@ -18,6 +18,9 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.4}"     # the etcd that k8s.io/kubernetes v1.
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"     # sigs.k8s.io/kwok
 KARPENTER_VERSION="${KARPENTER_VERSION:-v1.15.0}"   # sigs.k8s.io/karpenter, its KWOK cloud provider
 KARPENTER_GO="${KARPENTER_GO:-go1.27.3}"  # karpenter v1.14+ needs a newer Go than the machine's
+# KEDA's operator: v2.21.0 is the newest that builds here (v2.21.1's go.mod asks for Go 1.27.4,
+# newer than the one approved toolchain, 1.27.3); v2.21.0 needs only Go 1.26.
+KEDA_VERSION="${KEDA_VERSION:-v2.21.0}"    # github.com/kedacore/keda/v2
 BUILD_JOBS="${BUILD_JOBS:-2}"
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -30,11 +33,11 @@ for a in "$@"; do
   case "$a" in
     --force) FORCE=1 ;;
     --prune) PRUNE=1 ;;
-    etcd|kubernetes|kwok|karpenter) what+=("$a") ;;
-    *) echo "build.sh: unknown argument $a (--force, --prune, etcd, kubernetes, kwok, karpenter)" >&2; exit 2 ;;
+    etcd|kubernetes|kwok|karpenter|keda) what+=("$a") ;;
+    *) echo "build.sh: unknown argument $a (--force, --prune, etcd, kubernetes, kwok, karpenter, keda)" >&2; exit 2 ;;
   esac
 done
-((${#what[@]})) || what=(etcd kubernetes kwok karpenter)
+((${#what[@]})) || what=(etcd kubernetes kwok karpenter keda)
 
 mkdir -p "$BIN" "$MODS"
 export GOMODCACHE="$CACHE/gomod" GOCACHE="$CACHE/gocache" GOPATH="$CACHE/gopath"
@@ -216,16 +219,72 @@ write_karpenter_crds() {
   done > "$CACHE/karpenter-crds.yaml"
 }
 
+# ---------------------------------------------------------------- KEDA
+# KEDA's operator (the ScaledObject controller that makes and owns an HPA per ScaledObject), for
+# the tests of availability targets on KEDA-scaled Deployments. Its own build module: KEDA pins
+# k8s.io/* and controller-runtime versions of its own, and its scalers bring most cloud SDKs.
+# A module that depends on KEDA does not inherit its go.mod's replace and exclude directives, so
+# they are copied (one line each in KEDA's go.mod).
+KEDA_MODULE="$MODS/keda-$KEDA_VERSION"
+keda_module() {
+  mkdir -p "$KEDA_MODULE"
+  [[ ! -f "$KEDA_MODULE/go.sum" || $FORCE == 1 ]] || return 0
+  local gomod
+  (cd "$KEDA_MODULE" && timed "download github.com/kedacore/keda/v2@$KEDA_VERSION" \
+    go mod download -json github.com/kedacore/keda/v2@"$KEDA_VERSION" > "$KEDA_MODULE/download.json")
+  gomod="$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' "$KEDA_MODULE/download.json")"
+  {
+    printf 'module spot-rebalancer/keda-build\n\ngo %s\n\n' "$(sed -n 's/^go //p' "$gomod")"
+    printf 'require github.com/kedacore/keda/v2 %s\n\n' "$KEDA_VERSION"
+    grep -E '^(replace|exclude) [^(]' "$gomod" || true
+  } > "$KEDA_MODULE/go.mod"
+  (cd "$KEDA_MODULE" && timed "resolve keda deps (go get)" \
+    go get github.com/kedacore/keda/v2/cmd/operator@"$KEDA_VERSION")
+}
+
+build_keda() {
+  wanted keda || return 0
+  local stamp="github.com/kedacore/keda/v2@$KEDA_VERSION go=$GO_VERSION"
+  if up_to_date keda-operator "$stamp"; then
+    log "keda $KEDA_VERSION: up to date"
+  else
+    keda_module
+    local out="$KEDA_MODULE/out/"
+    rm -rf "$out" && mkdir -p "$out"
+    (cd "$KEDA_MODULE" && timed "build keda-operator (keda $KEDA_VERSION)" \
+      go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" \
+        -ldflags "-s -w -X github.com/kedacore/keda/v2/version.Version=$KEDA_VERSION" \
+        -o "$out" github.com/kedacore/keda/v2/cmd/operator)
+    mv "$out/operator" "$BIN/keda-operator"
+    echo "$stamp" > "$BIN/keda-operator.stamp"
+    rm -f "$CACHE/keda-crds.yaml"
+  fi
+  [[ -f "$CACHE/keda-crds.yaml" ]] || write_keda_crds
+}
+
+# KEDA's CRDs (ScaledObject, ScaledJob, TriggerAuthentication, ...) from the module at the pinned
+# version, as one file beside the binary (it outlives a --prune).
+write_keda_crds() {
+  local src="$GOMODCACHE/github.com/kedacore/keda/v2@$KEDA_VERSION" f
+  [[ -d "$src" ]] || (keda_module && cd "$KEDA_MODULE" \
+    && go mod download github.com/kedacore/keda/v2@"$KEDA_VERSION")
+  for f in "$src"/config/crd/bases/*.yaml; do
+    echo "---"; cat "$f"
+  done > "$CACHE/keda-crds.yaml"
+}
+
 wanted() { [[ " ${what[*]} " == *" $1 "* ]]; }
 
-# The two build modules side by side (both niced, -p BUILD_JOBS each): their downloads overlap,
-# and each fills the other's single-threaded steps (go get, links) with compiles.
+# The three build modules side by side (all niced, -p BUILD_JOBS each): their downloads overlap,
+# and each fills the others' single-threaded steps (go get, links) with compiles.
 t0=$SECONDS
 build_control_plane & control_plane=$!
 build_nodes & nodes=$!
+build_keda & keda=$!
 status=0
 wait "$control_plane" || status=$?
 wait "$nodes" || status=$?
+wait "$keda" || status=$?
 ((status == 0)) || { log "build.sh failed (exit $status)"; exit "$status"; }
 if ((PRUNE)); then
   go clean -modcache 2>/dev/null || rm -rf "$GOMODCACHE"

@@ -17,17 +17,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tests.controlplane import ROOT, ControlPlane, run_script
 from tests.helpers import free_port
+from tests.k8s.operator_process import OperatorProcess
 
 CACHE = Path(os.environ.get("K8S_CACHE", ROOT / ".cache" / "k8s"))
 BINARY = CACHE / "bin" / "karpenter-kwok"
@@ -69,70 +66,27 @@ def instance_types() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-@dataclass
-class Karpenter:
-    plane: ControlPlane
-    workdir: Path
-    process: subprocess.Popen[bytes] | None = None
-    health_port: int = 0
-
-    @property
-    def log_path(self) -> Path:
-        return self.workdir / "karpenter.log"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def ready(self) -> bool:
-        url = f"http://127.0.0.1:{self.health_port}/readyz"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                return bool(answer.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+class Karpenter(OperatorProcess):
+    name: ClassVar[str] = "karpenter"
 
     def start(self, **settings: str) -> None:
         """Karpenter with these settings (its environment: FEATURE_GATES, ...) beside the rig's."""
-        self.health_port = free_port()
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [str(BINARY)],
-                env={
-                    **os.environ,
-                    "KUBECONFIG": str(self.plane.admin_kubeconfig),
-                    "DISABLE_LEADER_ELECTION": "true",
-                    "METRICS_PORT": str(free_port()),
-                    "HEALTH_PROBE_PORT": str(self.health_port),
-                    "INSTANCE_TYPES_FILE_PATH": str(self.workdir / "instance-types.json"),
-                    "LOG_LEVEL": "debug",
-                    # Decide on a pending pod within a second, not after up to 10 s of batching.
-                    "BATCH_IDLE_DURATION": "500ms",
-                    "BATCH_MAX_DURATION": "2s",
-                    **settings,
-                },
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 60
-        while not self.ready():
-            if self.process.poll() is not None:
-                raise AssertionError(
-                    f"karpenter exited ({self.process.returncode}):\n{self.log()[-3000:]}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(f"karpenter not ready in 60 s:\n{self.log()[-3000:]}")
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process = None
+        self.launch(
+            [str(BINARY)],
+            {
+                **os.environ,
+                "KUBECONFIG": str(self.plane.admin_kubeconfig),
+                "DISABLE_LEADER_ELECTION": "true",
+                "METRICS_PORT": str(free_port()),
+                "HEALTH_PROBE_PORT": str(self.new_health_port()),
+                "INSTANCE_TYPES_FILE_PATH": str(self.workdir / "instance-types.json"),
+                "LOG_LEVEL": "debug",
+                # Decide on a pending pod within a second, not after up to 10 s of batching.
+                "BATCH_IDLE_DURATION": "500ms",
+                "BATCH_MAX_DURATION": "2s",
+                **settings,
+            },
+        )
 
     @contextlib.contextmanager
     def restarted(self, **settings: str) -> Iterator[Karpenter]:
