@@ -380,7 +380,7 @@ class ScaledObjectInfo:
     uid: str
     resource_version: str
     min_count: int  # spec.minReplicaCount (0: unset, scales to zero when idle)
-    max_count: int  # spec.maxReplicaCount (100: unset)
+    max_count: int  # spec.maxReplicaCount (100: unset, or no count)
     original: str | None  # checked with the HPA's (`ScalerInfo.saved`), by its seal
     idle: bool = False  # spec.idleReplicaCount set: KEDA scales it to that when idle
     paused: bool = False  # one of KEDA's paused annotations: KEDA holds the count itself
@@ -409,7 +409,8 @@ class ScaledObjectInfo:
             uid=str(meta.get("uid", "")),
             resource_version=str(meta.get("resourceVersion", "")),
             min_count=_whole(spec.get("minReplicaCount")),
-            max_count=100 if high is None else _whole(high),
+            # KEDA's default for one unset; one that is no count (hostile) reads the same.
+            max_count=high if type(high) is int and high >= 1 else 100,
             original=annotations.get(HPA_ORIGINAL_ANNOTATION),
             idle=spec.get("idleReplicaCount") is not None,
             # As KEDA reads them (NeedToBePausedByAnnotation, strconv.ParseBool's true).

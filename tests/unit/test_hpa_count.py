@@ -349,3 +349,20 @@ def test_a_hostile_hpa_reads_as_far_as_it_is_sound_and_cannot_push_n_past_its_bo
     counted = hpa_count(hpa, ready=3, record=None, replicas=3, now=NOW)
     assert counted.base == 8
     assert len(counted.why) < 300  # the words name a metric, not its 10 000 characters
+
+
+def test_a_hostile_scaledobject_reads_as_one_that_cannot_hold_and_raises_nothing() -> None:
+    # Any tenant may write its ScaledObject: values of the wrong type or sign read as unset
+    # (a minimum of 0: scales to zero, not held), a spec or annotations that are no mapping
+    # as none; nothing raises (the cache would skip the object, never stop).
+    for spec in (
+        {"minReplicaCount": "9"}, {"minReplicaCount": -3}, {"minReplicaCount": 2.0},
+        {"minReplicaCount": True}, {"minReplicaCount": None, "maxReplicaCount": "x"},
+    ):  # fmt: skip
+        assert not scaled_object(**spec).holdable, spec
+    odd = ScaledObjectInfo.from_json({"metadata": {"name": "infer", "annotations": ["a"]},
+                                      "spec": "everything"})  # fmt: skip
+    assert (odd.min_count, odd.max_count, odd.original, odd.holdable) == (0, 100, None, False)
+    # A maximum that is no count reads as KEDA's default: the bounds stay sound.
+    for high in (-1, 0, "8", 8.0):
+        assert scaled_object(minReplicaCount=2, maxReplicaCount=high).hpa_bounds == (2, 100)
