@@ -1,7 +1,7 @@
 """Where a policy's cost goes on a multi-zone cluster: the run's time split by how many zones
 had spot capacity (a zone has capacity when one of its traces offers a slot), and for each
 share of time the policy's mean on-demand and spot nodes, seconds below the owner's count, and
-cost in points of the all-on-demand cost (docs/targets.md, "Limits").
+cost in points of the all-on-demand cost (docs/targets-measured.md).
 
     .venv/bin/python -m bench.target_cost_by_zones SET_SUBSTRING REGION [TARGET] [POLICIES]
 

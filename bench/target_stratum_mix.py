@@ -12,7 +12,7 @@ It is not a bound on every online policy (one that sees a loss coming, from fres
 a wave in progress, can do better, and one that mixes spot and on-demand in other ways too);
 it is what the run's own loss counts allow a policy that spends its allowance perfectly,
 beside the target policy, the baseline at its default k = 2, and the oracle (docs/targets.md,
-"Where the three-zone clusters' cost goes").
+"What it costs and what it keeps"; docs/targets-measured.md).
 
     .venv/bin/python -m bench.target_stratum_mix [SET_SUBSTRING] [TARGET] [SEED ...]
 

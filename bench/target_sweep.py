@@ -2,8 +2,9 @@
 at targets 99, 99.9 and 99.99, with 2 or 5 replicas, 30 or 180 s model loads, spot capacity
 known to the autoscaler or found by asking, and the traces as they are or each rotated by a
 random offset (seeded): whether every run converges (a controller and its webhook that
-disagree never settle: the simulator raises) and where a target is missed (docs/targets.md,
-"Limits"). About 25 minutes on one core; `WORKER`/`WORKERS` split it between processes.
+disagree never settle: the simulator raises) and where a target is missed
+(docs/targets-measured.md, "The sweep beyond simulate's defaults"). About 25 minutes on one
+core; `WORKER`/`WORKERS` split it between processes.
 
     .venv/bin/python -m bench.target_sweep [SPOT_TRACES_DIR] [WORKER WORKERS]
 """

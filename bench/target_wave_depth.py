@@ -1,5 +1,5 @@
 """How deep the shared traces' waves go, and what keeps the dynamic-fallback baseline above the
-owner's count on the clusters of one zone (docs/targets.md, "measured and not shipped").
+owner's count on the clusters of one zone (docs/targets-measured.md).
 
 For each single-zone cluster (one trace: one spot group), two lines:
 

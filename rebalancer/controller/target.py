@@ -442,7 +442,7 @@ class Account:
     because the estimate that let it happen was too hopeful (a tenth of the allowance is kept in
     reserve). Paying back in proportion to the
     overdraft instead still missed 99 on three of eight shared trace sets; the whole tenth meets
-    it on all eight (docs/targets.md). It never loosens the plan: spending a quiet week's
+    it on all eight (docs/targets-measured.md). It never loosens the plan: spending a quiet week's
     savings in risk was tried on the shared traces and made multi-zone clusters dearer."""
 
     target: float  # percent
