@@ -8,13 +8,17 @@ stretch on the lower hull of its (seconds below, cost) points, the allowance spe
 second below saves the most). A loss is as likely in the share run on spot as anywhere else in
 that kind of stretch: that is what "not knowing when it comes" means here.
 
-It is not a bound on every online policy (one that sees a loss coming, from fresh capacity or
-a wave in progress, can do better, and one that mixes spot and on-demand in other ways too);
-it is what the run's own loss counts allow a policy that spends its allowance perfectly,
-beside the target policy, the baseline at its default k = 2, and the oracle (docs/targets.md,
-"What it costs and what it keeps"; docs/targets-measured.md).
+With `--ages=1,4`, each kind of stretch is split again by how long the youngest of its zones'
+capacity has been up (< 1 h, 1-4 h, >= 4 h): the mix then also knows how much riskier fresh
+capacity was in that run, the signal the target's cover reads (docs/targets.md, step 3).
 
-    .venv/bin/python -m bench.target_stratum_mix [SET_SUBSTRING] [TARGET] [SEED ...]
+It is not a bound on every online policy (one that sees a loss coming from some other state
+can do better, and one that mixes spot and on-demand in other ways too); it is what the run's
+own loss counts allow a policy that spends its allowance perfectly, beside the target policy,
+the baseline at its default k = 2, and the oracle (docs/targets.md, "What it costs and what it
+keeps"; docs/targets-measured.md). The finer the split, the more the hindsight flatters it.
+
+    .venv/bin/python -m bench.target_stratum_mix [SET_SUBSTRING] [TARGET] [SEED ...] [--ages=1,4]
 
 SET_SUBSTRING defaults to every set ("4-node", "16-node"), TARGET to 99.9; SEED: the traces
 rotated as `bench.target_rotations` rotates them (0: as they are, the default).
@@ -28,9 +32,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from bench.simulate_references import BASELINE, DEFAULT_ROOT, ORACLE, each_cluster
-from bench.target_cost_by_zones import Stretch, by_zones
+from bench.target_cost_by_zones import Stretch, zones_with_capacity
 from bench.target_sweep import rotated
-from rebalancer.simulate.engine import simulate
+from rebalancer.simulate.engine import RunResult, simulate
+from rebalancer.simulate.trace import Trace
 
 MAX_K = 4
 
@@ -61,7 +66,7 @@ def hull(points: Sequence[Point]) -> list[Point]:
 
 
 def cheapest_mix(
-    stretches: Mapping[int, Sequence[Point]], allowed: float
+    stretches: Mapping[str, Sequence[Point]], allowed: float
 ) -> tuple[float, float, list[str]]:
     """The least cost with at most `allowed` seconds below, each kind of stretch on its hull:
     start every one at its fewest seconds below, then take the steps that save the most points
@@ -83,16 +88,78 @@ def cheapest_mix(
         below += part * length
         cost -= part * (before[1] - after[1])
         chosen[zones] = after[2] if part == 1.0 else f"{part:.0%} {after[2]}, rest {before[2]}"
-    return cost, below, [f"{zones} zones: {chosen[zones]}" for zones in sorted(chosen)]
+    return cost, below, [f"{kind}: {chosen[kind]}" for kind in sorted(chosen)]
 
 
-def points(parts: Mapping[int, Stretch], whole: float, what: str) -> dict[int, Point]:
+def points(parts: Mapping[str, Stretch], whole: float, what: str) -> dict[str, Point]:
     """Each kind of stretch's (seconds below, cost in points of `whole`, `what`)."""
-    return {zones: (p.below, p.cost / whole * 100, what) for zones, p in parts.items()}
+    return {kind: (p.below, p.cost / whole * 100, what) for kind, p in parts.items()}
+
+
+def capacity_ages(traces: Sequence[Trace]) -> dict[str, list[float]]:
+    """For each zone and tick, how long (seconds) the zone has had spot capacity without a
+    break up to that tick (0: none at that tick)."""
+    step = min(t.gap_seconds for t in traces)
+    ticks = max(int(len(t.data) * t.gap_seconds // step) for t in traces)
+    ages: dict[str, list[float]] = {}
+    for zone in sorted({t.zone for t in traces}):
+        mine = [t for t in traces if t.zone == zone]
+        run, out = 0.0, []
+        for tick in range(ticks):
+            at = tick * step
+            up = any(
+                int(at // t.gap_seconds) < len(t.data) and t.data[int(at // t.gap_seconds)] > 0
+                for t in mine
+            )
+            run = run + step if up else 0.0
+            out.append(run)
+        ages[zone] = out
+    return ages
+
+
+def age_bucket(hours: float, edges: Sequence[float]) -> str:
+    """The bucket of `edges` (hours, ascending) that `hours` falls in: "< 1 h", "1-4 h",
+    ">= 4 h"."""
+    above = [edge for edge in edges if hours >= edge]
+    if not above:
+        return f"< {edges[0]:g} h"
+    if len(above) == len(edges):
+        return f">= {edges[-1]:g} h"
+    return f"{above[-1]:g}-{edges[len(above)]:g} h"
+
+
+def by_state(
+    result: RunResult, traces: Sequence[Trace], edges: Sequence[float]
+) -> dict[str, Stretch]:
+    """`result`'s time split by the zones with spot capacity and, with `edges` (hours), by how
+    long the youngest of them has had it."""
+    step = min(t.gap_seconds for t in traces)
+    ages = capacity_ages(traces) if edges else {}
+    out: dict[str, Stretch] = {}
+    for start, end, sample in result.intervals():
+        at = start
+        while at < end:
+            until = min(end, (at // step + 1) * step)
+            zones = zones_with_capacity(traces, at)
+            kind = f"{zones} zones"
+            if edges and zones:
+                tick = int(at // step)
+                youngest = min(a[tick] for a in ages.values() if tick < len(a) and a[tick] > 0)
+                kind += f", capacity {age_bucket(youngest / 3600, edges)}"
+            part = out.setdefault(kind, Stretch())
+            length = until - at
+            part.seconds += length
+            part.cost += sample.cost_rate * length / 3600.0
+            part.on_demand += sample.on_demand_nodes * length
+            part.spot += sample.spot_nodes * length
+            part.below += length if sample.ready < result.needed else 0.0
+            at = until
+    return out
 
 
 def main() -> None:
-    args = sys.argv[1:]
+    args = [a for a in sys.argv[1:] if not a.startswith("--ages=")]
+    edges = [float(a) for o in sys.argv[1:] if o.startswith("--ages=") for a in o[7:].split(",")]
     only = args[0] if args else ""
     target = args[1] if len(args) > 1 else "99.9"
     seeds = [int(a) for a in args[2:]] or [0]
@@ -119,9 +186,11 @@ def main() -> None:
             horizon = runs["on-demand"].horizon
             allowed = (1 - float(target) / 100) * horizon
 
-            stretches: dict[int, list[Point]] = {}
-            split = [points(by_zones(runs["on-demand"], traces), whole, "on-demand")]
-            split += [points(by_zones(r, traces), whole, f"k = {k}") for k, r in baselines.items()]
+            stretches: dict[str, list[Point]] = {}
+            split = [points(by_state(runs["on-demand"], traces, edges), whole, "on-demand")]
+            split += [
+                points(by_state(r, traces, edges), whole, f"k = {k}") for k, r in baselines.items()
+            ]
             for parts in split:
                 for zones, point in parts.items():
                     stretches.setdefault(zones, []).append(point)

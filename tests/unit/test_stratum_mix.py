@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.target_stratum_mix import cheapest_mix, hull
+from bench.target_stratum_mix import age_bucket, capacity_ages, cheapest_mix, hull
+from rebalancer.simulate.trace import Trace
 
 
 def test_the_hull_keeps_only_mixes_worth_having() -> None:
@@ -18,11 +19,11 @@ def test_the_hull_keeps_only_mixes_worth_having() -> None:
 def test_the_allowance_goes_where_a_second_below_saves_the_most() -> None:
     stretches = {
         # 6 points saved for 600 s below: 0.01 a second.
-        1: [(0.0, 8.0, "od"), (600.0, 2.0, "spot")],
+        "1 zones": [(0.0, 8.0, "od"), (600.0, 2.0, "spot")],
         # 40 points for 400 s: 0.1 a second, taken first.
-        2: [(0.0, 50.0, "od"), (400.0, 10.0, "spot")],
+        "2 zones": [(0.0, 50.0, "od"), (400.0, 10.0, "spot")],
         # Free: spot there keeps every replica Ready.
-        3: [(0.0, 9.0, "od"), (0.0, 1.0, "spot")],
+        "3 zones": [(0.0, 9.0, "od"), (0.0, 1.0, "spot")],
     }
     cost, below, words = cheapest_mix(stretches, allowed=700.0)
     # Stretch 2 all on spot (400 s), then half of stretch 1's (300 of its 600 s).
@@ -32,5 +33,25 @@ def test_the_allowance_goes_where_a_second_below_saves_the_most() -> None:
 
 
 def test_with_no_allowance_every_stretch_keeps_its_fewest_seconds_below() -> None:
-    cost, below, _ = cheapest_mix({1: [(0.0, 8.0, "od"), (600.0, 2.0, "spot")]}, allowed=0.0)
+    cost, below, _ = cheapest_mix(
+        {"1 zones": [(0.0, 8.0, "od"), (600.0, 2.0, "spot")]}, allowed=0.0
+    )
     assert (cost, below) == (8.0, 0.0)
+
+
+def test_capacity_age_buckets_name_their_edges() -> None:
+    edges = [1.0, 4.0]
+    assert [age_bucket(h, edges) for h in (0.5, 1.0, 3.9, 4.0, 30.0)] == [
+        "< 1 h", "1-4 h", "1-4 h", ">= 4 h", ">= 4 h",
+    ]  # fmt: skip
+
+
+def test_a_zones_capacity_age_counts_the_ticks_it_has_been_up_without_a_break() -> None:
+    a = Trace("us-east-1a_gpu_1", "a.csv", 300.0, (1, 1, 0, 1, 1, 1))
+    # Two traces of one zone: the zone is up while either has a slot.
+    b1 = Trace("us-east-1b_gpu_1", "b1.csv", 300.0, (0, 0, 1, 0, 0, 0))
+    b2 = Trace("us-east-1b_gpu_2", "b2.csv", 300.0, (0, 1, 0, 0, 0, 1))
+    assert capacity_ages([a, b1, b2]) == {
+        "us-east-1a": [300.0, 600.0, 0.0, 300.0, 600.0, 900.0],
+        "us-east-1b": [0.0, 300.0, 600.0, 0.0, 0.0, 300.0],
+    }
