@@ -27,7 +27,7 @@ import contextlib
 import copy
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -586,22 +586,35 @@ def set_load(em: Emulated, percent: int) -> None:
         {LOAD_ANNOTATION: str(percent)}))  # fmt: skip
 
 
-async def test_with_an_hpa_the_spares_ride_on_its_own_count_and_its_bounds_hold_them() -> None:
-    """llm is scaled by an HPA (the emulator's, upstream's arithmetic, a sync every 15 s): 1 to
-    8 replicas at 50 % CPU, a load of 150 % of one pod's request (3 pods). The target's N is
-    what the HPA wants, computed from its status; the HPA's minReplicas holds N plus the plan
-    (it would otherwise scale the spares back within 15 s); N follows the load up at once and
-    down after the HPA's scale-down window (300 s); without the target, the bounds go back."""
+def scaled_by(scaler: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Three zones, one Ready spot node each, llm scaled by `scaler` ("hpa", "keda") with the
+    scenario's `spec` for it."""
     data = three_zones({"1": 1, "2": 1, "3": 1})
-    data["workloads"][0]["hpa"] = {
-        "minReplicas": 1, "maxReplicas": 8, "targetCPUUtilization": 50, "load": 150,
-    }  # fmt: skip
+    data["workloads"][0][scaler] = spec
+    return data
+
+
+@contextlib.asynccontextmanager
+async def planned_on(data: dict[str, Any]) -> AsyncIterator[Emulated]:
+    """The cluster of `data`, llm serving on the first node of each zone, with the controller
+    leading and its first plan for the target applied (llm's count no longer the owner's 3)."""
     async with (
         emulated(data, aged=DAY, prepare=serving_on(first_of_each_zone)) as em,
         controlling(em, **PRICED) as controller,
     ):
         await until(lambda: controller.elector.is_leader, within=10, what="leading")
         await until(lambda: em.replicas() != 3, within=10, what="the plan applied")
+        yield em
+
+
+async def test_with_an_hpa_the_spares_ride_on_its_own_count_and_its_bounds_hold_them() -> None:
+    """llm is scaled by an HPA (the emulator's, upstream's arithmetic, a sync every 15 s): 1 to
+    8 replicas at 50 % CPU, a load of 150 % of one pod's request (3 pods). The target's N is
+    what the HPA wants, computed from its status; the HPA's minReplicas holds N plus the plan
+    (it would otherwise scale the spares back within 15 s); N follows the load up at once and
+    down after the HPA's scale-down window (300 s); without the target, the bounds go back."""
+    hpa = {"minReplicas": 1, "maxReplicas": 8, "targetCPUUtilization": 50, "load": 150}
+    async with planned_on(scaled_by("hpa", hpa)) as em:
         rescales_before = len(em.cluster.hpas.rescales)
         await asyncio.sleep(60)  # four HPA syncs: none scales the spares back
         planned = (em.replicas(), record(em)["base"], hpa_spec(em))
@@ -659,16 +672,8 @@ async def test_with_keda_the_scaledobjects_bounds_hold_the_spares() -> None:
     ScaledObject whenever it changes, as KEDA does. The controller raises the ScaledObject's
     bounds instead of the HPA's, KEDA writes them onto its HPA, and the HPA holds the spares;
     without the target, the ScaledObject's own bounds go back, and KEDA's HPA with them."""
-    data = three_zones({"1": 1, "2": 1, "3": 1})
-    data["workloads"][0]["keda"] = {
-        "minReplicaCount": 1, "maxReplicaCount": 8, "cpu": 50, "load": 150,
-    }  # fmt: skip
-    async with (
-        emulated(data, aged=DAY, prepare=serving_on(first_of_each_zone)) as em,
-        controlling(em, **PRICED) as controller,
-    ):
-        await until(lambda: controller.elector.is_leader, within=10, what="leading")
-        await until(lambda: em.replicas() != 3, within=10, what="the plan applied")
+    keda = {"minReplicaCount": 1, "maxReplicaCount": 8, "cpu": 50, "load": 150}
+    async with planned_on(scaled_by("keda", keda)) as em:
         rescales_before = len(em.cluster.hpas.rescales)
         await asyncio.sleep(60)  # four HPA syncs: none scales the spares back
         planned = (em.replicas(), record(em)["base"], keda_bounds(em))
