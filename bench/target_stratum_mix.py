@@ -6,7 +6,10 @@ covering losses) and the rest all on on-demand, the shares chosen in hindsight s
 seconds below fit what the target allows at the least cost (a linear programme: each kind of
 stretch on the lower hull of its (seconds below, cost) points, the allowance spent where a
 second below saves the most). A loss is as likely in the share run on spot as anywhere else in
-that kind of stretch: that is what "not knowing when it comes" means here.
+that kind of stretch: that is what "not knowing when it comes" means here. Each kind of
+stretch's seconds below and cost are the baseline's within a run that keeps one k throughout:
+what a stretch inherits from the one before (where the replicas are, on-demand still up) is
+that k's, not the mix's, an approximation.
 
 With `--ages=1,4`, each kind of stretch is split again by how long the youngest of its zones'
 capacity has been up (< 1 h, 1-4 h, >= 4 h): the mix then also knows how much riskier fresh
