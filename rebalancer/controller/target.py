@@ -20,11 +20,12 @@ notice, in five steps that the log, the Event and `kubectl spot-rebalancer statu
    W0 and q0 are the priors (a wave a day; a wave hits a group 3 times in 10) and w, a their
    weights: a cluster with no record is assumed neither safe nor hopeless, and its own waves
    soon outweigh the assumption. Groups that go together (one zone, one region) show it in
-   q_gh; nothing about zones is assumed. Where Azure says something fresh of a group (its
-   eviction-rate bucket, its Spot Placement Score: the snapshot's risk, `Evidence`), the
-   group's q0 is q0 times f_g, how many times riskier that makes the group's prior in the
-   risk model than the risk settings' prior alone (bucket rate x placement factor / prior),
-   held within 1/4 to 4 times and a share of at most 1; pairs start from q0_g * q0_h.
+   q_gh; about zones, only that a zone of three groups or more may go whole (step 3). Where
+   Azure says something fresh of a group (its eviction-rate bucket, its Spot Placement Score:
+   the snapshot's risk, `Evidence`), the group's q0 is q0 times f_g, how many times riskier
+   that makes the group's prior in the risk model than the risk settings' prior alone (bucket
+   rate x placement factor / prior), held within 1/4 to 4 times and a share of at most 1;
+   pairs start from q0_g * q0_h.
 3. **Exposure.** A replica lost is missing until its replacement on on-demand is Ready:
    `recovery_seconds` (T: the node's provisioning plus the model's load, less the notice). The
    share of time below N with a configuration is about
@@ -32,7 +33,9 @@ notice, in five steps that the log, the Event and `kubectl spot-rebalancer statu
        U = sum over groups g whose loss alone leaves fewer than N Ready:  lambda_g * T
          + sum over pairs g, h whose loss together does:  lambda_gh * T + lambda_g * lambda_h * T^2
 
-   (a pair lost in one wave, or one after the other within T; three at once are left out).
+   (a pair lost in one wave, or one after the other within T), plus the waves of three groups
+   or more the record holds, each at its own rate, and for each zone of three groups or more
+   its whole loss in one wave, at the prior of its least likely pair (below, `rates`).
 4. **Account.** The time watched and the seconds below N so far are kept on the workload's
    record (written when a stretch below begins or ends), and said with the plan: what the
    target allowed and what was spent, the owner's view of whether it is met.
@@ -257,7 +260,8 @@ class Rates:
     hits: Mapping[str, int]  # waves in the record that hit each group
     window_hours: float
     # Waves of the record that took three groups or more at once, each with its rate: such a
-    # wave, seen once, may come again (the pairs' priors do not cover it).
+    # wave, seen once, may come again (the pairs' priors do not cover it); and each zone of
+    # three groups or more, lost whole in one wave, at its least likely pair's prior.
     wide: tuple[tuple[frozenset[str], float], ...] = ()
     # Groups whose prior hit share Azure's evidence moved: (the factor it moved by, within its
     # bounds; what Azure said), for the words.
@@ -319,6 +323,7 @@ def rates(
         taken = wave.groups & capped
         if len(taken) >= 3:
             wide.append((frozenset(taken), rate * w / (a + seen)))
+    wide += zone_priors(groups[:MAX_GROUPS], share, rate * a / (a + seen))
     priors = {
         group: (share[group] / q, evidence[group].said)
         for group in groups
@@ -327,6 +332,28 @@ def rates(
     return Rates(
         rate, len(found), group_rates, pair_rates, hits, watched_hours, tuple(wide), priors
     )
+
+
+def zone_priors(
+    groups: Sequence[str], share: Mapping[str, float], weight: float
+) -> list[tuple[frozenset[str], float]]:
+    """Each zone of three groups or more (several spot pools of one zone), lost whole in one
+    wave, at the prior of its least likely pair (the product of its two smallest prior
+    shares, times `weight`: the wave rate's share of the prior). Without it a plan counts only
+    pairs until the record holds such a wave, and a plan spread 3 + 2 over eight pools of two
+    zones lost the three together after a quiet day, several times in a run (the shared
+    two-zone set played backwards missed 99.9: docs/targets-measured.md). A pair of a zone's
+    groups lost together is here assumed to take the zone's other groups with it; the
+    record's own waves then say how often that happens."""
+    by_zone: dict[str, list[str]] = {}
+    for group in groups:
+        by_zone.setdefault(group.rpartition("/")[2], []).append(group)
+    out = []
+    for members in by_zone.values():
+        if len(members) >= 3:
+            low, second = sorted(share[g] for g in members)[:2]
+            out.append((frozenset(members), weight * low * second))
+    return out
 
 
 def aged(rates: Rates, held_hours: Mapping[str, float], settings: TargetSettings) -> Rates:

@@ -160,6 +160,30 @@ def test_a_wave_that_took_three_zones_at_once_is_planned_for_not_only_pairs() ->
     assert loose.spot > 0 and loose.standing_on_demand < 3
 
 
+def test_a_zone_of_several_pools_lost_whole_is_planned_for_before_the_record_shows_it() -> None:
+    # Eight pools of one node each over two zones (the shared two-zone set's layout), no record.
+    eight = [f"{pool}/z1" for pool in "abcd"] + [f"{pool}/z2" for pool in "efgh"]
+    seen = rates([], eight, now=NOW, since=NOW, settings=TargetSettings())
+    # Each zone of three pools or more, lost whole in one wave, at its least likely pair's
+    # prior: W * a * q0 * q0 / (a + 0 waves) = 0.05 * 0.09 = 0.0045/h.
+    assert sorted((sorted(taken), rate) for taken, rate in seen.wide) == [
+        (eight[:4], pytest.approx(0.0045)), (eight[4:], pytest.approx(0.0045)),
+    ]  # fmt: skip
+    # 5 on spot spread 3 + 2: no pair leaves fewer than 3, but z1 lost whole leaves 2:
+    # U = 0.0045 * 0.1 = 0.00045, over 99.99's budget (0.0001). Counting pairs alone, the plan
+    # expected 100 % there and kept 5; now 6 (3 + 3), which any one zone's loss leaves at 3.
+    strict = decide(3, 99.99, groups=eight, ready_spot={}, rates=seen, settings=TargetSettings())
+    pairs_only = decide(3, 99.99, groups=eight, ready_spot={}, rates=replace(seen, wide=()),
+                        settings=TargetSettings())  # fmt: skip
+    assert (pairs_only.spot, pairs_only.standing_on_demand, pairs_only.unavailability) == (5, 0, 0)
+    assert (strict.spot, strict.standing_on_demand, strict.unavailability) == (6, 0, 0)
+    # At 99.9 (0.001) the 0.00045 fits: still 5.
+    loose = decide(3, 99.9, groups=eight, ready_spot={}, rates=seen, settings=TargetSettings())
+    assert (loose.spot, loose.unavailability) == (5, pytest.approx(0.00045))
+    # A zone of two pools has its pair's prior already: no zone-wide wave for it.
+    assert rates([], [*eight[:2], "e/z2"], now=NOW, since=NOW, settings=TargetSettings()).wide == ()
+
+
 def test_a_target_missed_so_far_holds_the_plan_to_a_tenth_of_its_budget_until_it_is_met() -> None:
     # 99 over 2 days watched: 0.01 * 2 d = 1728 s allowed below, a tenth in reserve: 1555.2 s.
     within = Account(99, watched_seconds=2 * 86400, below_seconds=1555)
