@@ -12,12 +12,15 @@ TARGET defaults to 99.9, POLICIES to target,dynamic-fallback,oracle.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from bench.simulate_references import DEFAULT_ROOT, each_cluster
 from rebalancer.simulate.engine import RunResult, simulate
 from rebalancer.simulate.trace import Trace
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass
@@ -39,13 +42,21 @@ def zones_with_capacity(traces: Sequence[Trace], at: float) -> int:
 
 
 def by_zones(result: RunResult, traces: Sequence[Trace]) -> dict[int, Stretch]:
+    return split_by(result, traces, lambda at: zones_with_capacity(traces, at))
+
+
+def split_by(
+    result: RunResult, traces: Sequence[Trace], kind: Callable[[float], K]
+) -> dict[K, Stretch]:
+    """`result`'s time split by `kind` of each moment (seconds into the run), a trace tick at
+    a time."""
     step = min(t.gap_seconds for t in traces)
-    out: dict[int, Stretch] = {}
+    out: dict[K, Stretch] = {}
     for start, end, sample in result.intervals():
         at = start
         while at < end:
             until = min(end, (at // step + 1) * step)
-            part = out.setdefault(zones_with_capacity(traces, at), Stretch())
+            part = out.setdefault(kind(at), Stretch())
             length = until - at
             part.seconds += length
             part.cost += sample.cost_rate * length / 3600.0

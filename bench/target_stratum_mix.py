@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from bench.simulate_references import BASELINE, DEFAULT_ROOT, ORACLE, each_cluster
-from bench.target_cost_by_zones import Stretch, zones_with_capacity
+from bench.target_cost_by_zones import Stretch, split_by, zones_with_capacity
 from bench.target_sweep import rotated
-from rebalancer.simulate.engine import RunResult, simulate
+from rebalancer.simulate.engine import simulate
 from rebalancer.simulate.trace import Trace
 
 MAX_K = 4
@@ -131,33 +131,21 @@ def age_bucket(hours: float, edges: Sequence[float]) -> str:
     return f"{above[-1]:g}-{edges[len(above)]:g} h"
 
 
-def by_state(
-    result: RunResult, traces: Sequence[Trace], edges: Sequence[float]
-) -> dict[str, Stretch]:
-    """`result`'s time split by the zones with spot capacity and, with `edges` (hours), by how
-    long the youngest of them has had it."""
+def state_of(traces: Sequence[Trace], edges: Sequence[float]) -> Callable[[float], str]:
+    """The kind of stretch at each moment (seconds into the run): the zones with spot capacity
+    and, with `edges` (hours), how long the youngest of them has had it."""
     step = min(t.gap_seconds for t in traces)
     ages = capacity_ages(traces) if edges else {}
-    out: dict[str, Stretch] = {}
-    for start, end, sample in result.intervals():
-        at = start
-        while at < end:
-            until = min(end, (at // step + 1) * step)
-            zones = zones_with_capacity(traces, at)
-            kind = f"{zones} zones"
-            if edges and zones:
-                tick = int(at // step)
-                youngest = min(a[tick] for a in ages.values() if tick < len(a) and a[tick] > 0)
-                kind += f", capacity {age_bucket(youngest / 3600, edges)}"
-            part = out.setdefault(kind, Stretch())
-            length = until - at
-            part.seconds += length
-            part.cost += sample.cost_rate * length / 3600.0
-            part.on_demand += sample.on_demand_nodes * length
-            part.spot += sample.spot_nodes * length
-            part.below += length if sample.ready < result.needed else 0.0
-            at = until
-    return out
+
+    def kind(at: float) -> str:
+        zones = zones_with_capacity(traces, at)
+        if not edges or not zones:
+            return f"{zones} zones"
+        tick = int(at // step)
+        youngest = min(a[tick] for a in ages.values() if tick < len(a) and a[tick] > 0)
+        return f"{zones} zones, capacity {age_bucket(youngest / 3600, edges)}"
+
+    return kind
 
 
 def main() -> None:
@@ -190,9 +178,10 @@ def main() -> None:
             allowed = (1 - float(target) / 100) * horizon
 
             stretches: dict[str, list[Point]] = {}
-            split = [points(by_state(runs["on-demand"], traces, edges), whole, "on-demand")]
+            kind = state_of(traces, edges)
+            split = [points(split_by(runs["on-demand"], traces, kind), whole, "on-demand")]
             split += [
-                points(by_state(r, traces, edges), whole, f"k = {k}") for k, r in baselines.items()
+                points(split_by(r, traces, kind), whole, f"k = {k}") for k, r in baselines.items()
             ]
             for parts in split:
                 for zones, point in parts.items():
