@@ -47,7 +47,9 @@ notice, in five steps that the log, the Event and `kubectl spot-rebalancer statu
    at once, and given back as soon as spot replicas are Ready again (dynamic fallback). While
    the target is met, the plan's and the cover's budget also hold the account's allowance in
    hand paced over a day (`Account.pace`): whole replicas would otherwise leave it unspent, and
-   a target the budget alone keeps all on on-demand (one zone) would never use spot.
+   a target the budget alone keeps all on on-demand (one zone) would never use spot. The
+   words name what binds: the plan one step cheaper that was refused, and its costliest loss
+   (`losses`: a group, a pair, a wave of the record, a zone's prior).
 
 Why this and not a learned model: a cluster has a day of its own history and no training data;
 every number here is a count a reader can check against the history ConfigMap and a formula.
@@ -60,6 +62,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Literal, NamedTuple
 
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
@@ -249,6 +252,15 @@ def prior_shares(evidence: Mapping[str, Evidence], settings: TargetSettings) -> 
     }
 
 
+class Wide(NamedTuple):
+    """A wave of three groups or more at once, at its rate: one the record holds, which may come
+    again, or a zone's prior (`zone_priors`)."""
+
+    groups: frozenset[str]
+    rate: float
+    seen: bool  # in the record (else: a zone's prior)
+
+
 @dataclass(frozen=True)
 class Rates:
     """Losses per hour of each spot group (pool and zone), and of each pair together."""
@@ -259,13 +271,14 @@ class Rates:
     pair: Mapping[frozenset[str], float]
     hits: Mapping[str, int]  # waves in the record that hit each group
     window_hours: float
-    # Waves of the record that took three groups or more at once, each with its rate: such a
-    # wave, seen once, may come again (the pairs' priors do not cover it); and each zone of
-    # three groups or more, lost whole in one wave, at its least likely pair's prior.
-    wide: tuple[tuple[frozenset[str], float], ...] = ()
+    # Waves of the record that took three groups or more at once: such a wave, seen once, may
+    # come again (the pairs' priors do not cover it); and each zone of three groups or more,
+    # lost whole in one wave, at its least likely pair's prior.
+    wide: tuple[Wide, ...] = ()
     # Groups whose prior hit share Azure's evidence moved: (the factor it moved by, within its
     # bounds; what Azure said), for the words.
     priors: Mapping[str, tuple[float, str]] = field(default_factory=dict)
+    pair_hits: Mapping[frozenset[str], int] = field(default_factory=dict)  # for the words
 
     def of(self, group: str) -> float:
         return self.group.get(group, 0.0)
@@ -312,17 +325,20 @@ def rates(
         group_rates[group] = rate * (a * share[group] + hit) / (a + seen)
         hits[group] = sum(1 for wave in found if group in wave.groups)
     pair_rates: dict[frozenset[str], float] = {}
+    pair_hits: dict[frozenset[str], int] = {}
     for first, second in itertools.combinations(groups[:MAX_GROUPS], 2):
         both = sum(w for wave, w in weights if {first, second} <= wave.groups)
         # Independent before the record, as q0^2: the record shows what goes together.
         prior = a * share[first] * share[second]
-        pair_rates[frozenset((first, second))] = rate * (prior + both) / (a + seen)
+        pair = frozenset((first, second))
+        pair_rates[pair] = rate * (prior + both) / (a + seen)
+        pair_hits[pair] = sum(1 for wave in found if pair <= wave.groups)
     wide = []
     capped = set(groups[:MAX_GROUPS])  # as the pairs: a hostile count of pools costs nothing
     for wave, w in weights:
         taken = wave.groups & capped
         if len(taken) >= 3:
-            wide.append((frozenset(taken), rate * w / (a + seen)))
+            wide.append(Wide(frozenset(taken), rate * w / (a + seen), seen=True))
     wide += zone_priors(groups[:MAX_GROUPS], share, rate * a / (a + seen))
     priors = {
         group: (share[group] / q, evidence[group].said)
@@ -330,13 +346,19 @@ def rates(
         if evidence and group in evidence and share[group] != q
     }
     return Rates(
-        rate, len(found), group_rates, pair_rates, hits, watched_hours, tuple(wide), priors
+        rate,
+        len(found),
+        group_rates,
+        pair_rates,
+        hits,
+        watched_hours,
+        tuple(wide),
+        priors,
+        pair_hits,
     )
 
 
-def zone_priors(
-    groups: Sequence[str], share: Mapping[str, float], weight: float
-) -> list[tuple[frozenset[str], float]]:
+def zone_priors(groups: Sequence[str], share: Mapping[str, float], weight: float) -> list[Wide]:
     """Each zone of three groups or more (several spot pools of one zone), lost whole in one
     wave, at the prior of its least likely pair (the product of its two smallest prior
     shares, times `weight`: the wave rate's share of the prior). Without it a plan counts only
@@ -352,7 +374,7 @@ def zone_priors(
     for members in by_zone.values():
         if len(members) >= 3:
             low, second = sorted(share[g] for g in members)[:2]
-            out.append((frozenset(members), weight * low * second))
+            out.append(Wide(frozenset(members), weight * low * second, seen=False))
     return out
 
 
@@ -377,42 +399,95 @@ def aged(rates: Rates, held_hours: Mapping[str, float], settings: TargetSettings
         first, second = sorted(key)
         pair[key] = r * math.sqrt(factor(first) * factor(second))
     wide = tuple(
-        (taken, r * math.prod(factor(g) for g in taken) ** (1 / len(taken)))
-        for taken, r in rates.wide
+        wave._replace(
+            rate=wave.rate * math.prod(map(factor, wave.groups)) ** (1 / len(wave.groups))
+        )
+        for wave in rates.wide
     )
     return replace(rates, group=group, pair=pair, wide=wide)
 
 
-def unavailability(
+class Loss(NamedTuple):
+    """One way a configuration falls below the count, and the share of time it costs."""
+
+    kind: Literal["group", "pair", "wave", "zone"]
+    groups: tuple[str, ...]
+    rate: float  # per hour: of the group, of the pair together, of the wave
+    share: float
+
+    def words(self, rates: Rates) -> str:
+        """What is lost, at what rate, on what record: "eastus-2 and eastus-3 lost together
+        (0.0042/h: both hit by 1 of 3 waves)"."""
+        if self.kind == "group":
+            (group,) = self.groups
+            return f"{group} lost ({self.rate:.3f}/h: {_record(rates.hits.get(group, 0), rates)})"
+        if self.kind == "pair":
+            first, second = self.groups
+            record = _record(rates.pair_hits.get(frozenset(self.groups), 0), rates, both=True)
+            return f"{first} and {second} lost together ({self.rate:.4f}/h: {record})"
+        if self.kind == "wave":
+            return (
+                f"a wave like the one that took {', '.join(self.groups)} again ({self.rate:.4f}/h)"
+            )
+        zone = self.groups[0].rpartition("/")[2]
+        return (
+            f"all {len(self.groups)} groups of {zone} lost together ({self.rate:.4f}/h: the "
+            "prior of its least likely pair)"
+        )
+
+
+def _record(hits: int, rates: Rates, *, both: bool = False) -> str:
+    """What the rate of a group (or of a pair, `both`) rests on."""
+    if not rates.waves:
+        return "the prior alone: no wave yet"
+    if not hits:
+        return f"the prior: none of {rates.waves} waves hit {'both' if both else 'it'}"
+    return f"hit by {hits} of {rates.waves} waves"
+
+
+def losses(
     spot: Mapping[str, int], on_demand: int, needed: int, rates: Rates, recovery_hours: float
-) -> float:
-    """The share of time below `needed` Ready with `spot` replicas per group and `on_demand`:
-    a group whose loss alone leaves fewer is down for its rate times the recovery; a pair, for
-    its rate together (one wave) plus one after the other within the recovery; a wave of the
-    record that took three groups or more, for its rate if no one or two of its groups alone
-    leave fewer (those are counted already)."""
+) -> list[Loss]:
+    """The ways `spot` replicas per group and `on_demand` fall below `needed` Ready, each with
+    its share of time: a group whose loss alone leaves fewer is down for its rate times the
+    recovery; a pair, for its rate together (one wave) plus one after the other within the
+    recovery; a wave of three groups or more (the record's, or a zone's prior), for its rate if
+    no one or two of its groups alone leave fewer (those are counted already)."""
     total = sum(spot.values()) + on_demand
-    if total < needed:
-        return 1.0
     groups = [g for g in sorted(spot) if spot[g] > 0][:MAX_GROUPS]
     t = recovery_hours
-    share = 0.0
+    found = []
 
     def short(*lost: str) -> bool:
         return total - sum(spot.get(g, 0) for g in lost) < needed
 
     for group in groups:
         if short(group):
-            share += rates.of(group) * t
+            found.append(Loss("group", (group,), rates.of(group), rates.of(group) * t))
     for first, second in itertools.combinations(groups, 2):
         if short(first, second):
-            share += rates.of_pair(first, second) * t + rates.of(first) * rates.of(second) * t * t
-    for taken, rate in rates.wide:
+            together = rates.of_pair(first, second)
+            share = together * t + rates.of(first) * rates.of(second) * t * t
+            found.append(Loss("pair", (first, second), together, share))
+    for wave in rates.wide:
         # Counted already if any two of its groups alone leave fewer: the two fullest would.
-        fullest = sorted(taken, key=lambda g: spot.get(g, 0))[-2:]
-        if short(*taken) and not short(*fullest):
-            share += rate * t
-    return min(1.0, share)
+        fullest = sorted(wave.groups, key=lambda g: spot.get(g, 0))[-2:]
+        if short(*wave.groups) and not short(*fullest):
+            kind: Literal["wave", "zone"] = "wave" if wave.seen else "zone"
+            found.append(Loss(kind, tuple(sorted(wave.groups)), wave.rate, wave.rate * t))
+    return found
+
+
+def unavailability(
+    spot: Mapping[str, int], on_demand: int, needed: int, rates: Rates, recovery_hours: float
+) -> float:
+    """The share of time below `needed` Ready with `spot` replicas per group and `on_demand`:
+    the sum of its `losses`, at most 1 (and 1 if fewer than `needed` to begin with)."""
+    if sum(spot.values()) + on_demand < needed:
+        return 1.0
+    return min(
+        1.0, sum(loss.share for loss in losses(spot, on_demand, needed, rates, recovery_hours))
+    )
 
 
 def spread(count: int, groups: Sequence[str]) -> dict[str, int]:
@@ -607,13 +682,62 @@ def decide(
     now = cover(cover_rates or rates, paced)
     strict = cover(cover_rates or rates, budget)
     named = f"{target:g} %" if stated is None else f"{stated:g} % (held to {target:g} %)"
-    why = _why(needed, named, spot, standing, now, ready, groups, rates, planned, shown=strict)
+    refused = _refused(needed, spot, standing, floor, groups, settings.max_spares)
+    bound = _bound_by(refused, needed, groups, rates, t, paced)
+    why = _why(
+        needed, named, spot, standing, now, ready, groups, rates, planned, shown=strict, bound=bound
+    )
     if cover_rates is not None and now > (settled := cover(rates, paced)):
         why += f" ({now - settled} of them while spot capacity is fresh)"
     if (now < strict or planned > budget) and account is not None:
         # The budget alone asked for more: say what pays for the difference.
         why += f", spending the account's {account.in_hand_seconds:.0f} s in hand"
     return TargetPlan(spot, now, standing, planned, why)
+
+
+def _refused(
+    needed: int, spot: int, standing: int, floor: int, groups: Sequence[str], max_spares: int
+) -> tuple[int, int, str] | None:
+    """The plan one step cheaper than the chosen one, which the search tried and refused (its
+    spot, on-demand, and what it is): one spare fewer; else one more on spot instead of an
+    on-demand replica; else, all on on-demand, the most on spot the search tries. None when
+    no cheaper plan was tried: no spare, no on-demand beyond the floor."""
+    if spot > 0 and spot + standing > needed:
+        return spot - 1, standing, "one spare fewer"
+    if spot > 0 and standing > floor:
+        return spot + 1, standing - 1, "one on-demand fewer"
+    if spot == 0 and groups and needed > floor:
+        return needed - floor + max_spares, floor, "the most on spot tried"
+    return None
+
+
+def _bound_by(
+    refused: tuple[int, int, str] | None,
+    needed: int,
+    groups: Sequence[str],
+    rates: Rates,
+    recovery_hours: float,
+    allowed: float,
+) -> str:
+    """Why the plan is not the `refused` one: what that one would expect, and the loss that
+    costs it most ("; 4 on spot + 0 on-demand (one spare fewer) would expect 99.874 %, 71 % of
+    its time below from eastus-2 and eastus-3 lost in one wave (...)"). Empty if it fits
+    `allowed` after all (a spot price at or above on-demand's)."""
+    if refused is None:
+        return ""
+    spot, on_demand, what = refused
+    found = losses(spread(spot, groups), on_demand, needed, rates, recovery_hours)
+    share = sum(loss.share for loss in found)
+    if share <= allowed or not found:
+        return ""
+    worst = max(found, key=lambda loss: loss.share)
+    alike = sum(1 for loss in found if math.isclose(loss.share, worst.share, rel_tol=1e-9))
+    source = f"each of {alike} alike, such as " if alike > 1 else ""
+    return (
+        f"; {spot} on spot + {on_demand} on-demand ({what}) would expect "
+        f"{100 * (1 - min(1.0, share)):.3f} %, {100 * worst.share / share:.0f} % of its time "
+        f"below from {source}{worst.words(rates)}"
+    )
 
 
 def _why(
@@ -628,6 +752,7 @@ def _why(
     planned: float,
     *,
     shown: int,
+    bound: str = "",
 ) -> str:
     """The plan in words; the cover now (`now`) is said when it or the cover the budget alone
     asks for (`shown`) is above the plan's on-demand."""
@@ -648,6 +773,7 @@ def _why(
             f"on-demand ({spot + standing - needed} spare): expected "
             f"{100 * (1 - planned):.3f} % for a target of {named} ({seen})"
         )
+    plan += bound
     if max(now, shown) > standing:
         # Spot replicas beyond the plan stay Ready until the plan's are (make-before-break).
         kept = sum(ready.values())

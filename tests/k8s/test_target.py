@@ -143,6 +143,10 @@ async def test_a_target_gets_its_spares_and_its_fallback_and_gives_the_fallback_
         why = rig.deployment()["metadata"]["annotations"][names.TARGET_WHY]
         assert why.startswith("7 on spot over 3 groups in 3 zone(s) + 0 on-demand"), why
         assert "2 more on on-demand while 3 of 7 spot are Ready" in why, why
+        # What binds, as in tests/loop/test_targets.py: one spare fewer, 6 (2,2,2), loses 3
+        # with any of the 3 pairs (0.00136 with the priors alone, a few seconds watched).
+        assert "; 6 on spot + 0 on-demand (one spare fewer) would expect 99.86" in why, why
+        assert "each of 3 alike, such as " in why, why
 
         # Each new replica placed by the webhook: the 4 spot spares required on their zone's
         # spot pool (no spot capacity yet: they wait), the 2 others on the on-demand pool.

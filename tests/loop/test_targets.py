@@ -226,9 +226,13 @@ async def test_a_fresh_target_scales_to_the_plan_and_says_why() -> None:
     why = (
         "7 on spot over 3 groups in 3 zone(s) + 0 on-demand (4 spare): expected 99.910 % for a "
         "target of 99.9 % (0 waves of Preempts in 0 h, 0.050/h; riskiest gpuspot3/eastus-3: "
-        "0.015/h, hit by 0); 2 more on on-demand while 3 of 7 spot are Ready; so far 100.000 % "
-        "of 0.0 d all Ready: 0.0 of 0.0 min below used"
-    )  # 1 - 0.0009045 = 99.910 %; the riskiest of equals is the last by name
+        "0.015/h, hit by 0); 6 on spot + 0 on-demand (one spare fewer) would expect 99.864 %, "
+        "33 % of its time below from each of 3 alike, such as gpuspot1/eastus-1 and "
+        "gpuspot2/eastus-2 lost together (0.0045/h: the prior alone: no wave yet); 2 more on "
+        "on-demand while 3 of 7 spot are Ready; so far 100.000 % of 0.0 d all Ready: 0.0 of 0.0 "
+        "min below used"
+    )  # 1 - 0.0009045 = 99.910 %; the riskiest of equals is the last by name; one spare fewer,
+    # 6 (2,2,2), loses 3 with each of the 3 pairs: 1 - 0.00136 = 99.864 %, a third each
     assert em.annotations(R.DEPLOYMENTS, "ml", "llm")[names.TARGET_WHY] == why
     (event,) = events(em, "SpotRebalancerSpares")
     assert event["involvedObject"]["name"] == "llm"
@@ -273,9 +277,13 @@ async def test_azures_eviction_rate_bucket_raises_the_prior_and_the_words_say_it
         "6 on spot over 3 groups in 3 zone(s) + 1 on-demand (4 spare): expected 100.000 % for a "
         "target of 99.9 % (0 waves of Preempts in 0 h, 0.050/h; riskiest gpuspot3/eastus-3: "
         "0.022/h, hit by 0; prior x1.5 for gpuspot1/eastus-1, gpuspot2/eastus-2, "
-        "gpuspot3/eastus-3: Azure's eviction rate 5-10 %); 1 more on on-demand while 3 of 6 "
-        "spot are Ready; so far 100.000 % of 0.0 d all Ready: 0.0 of 0.0 min below used"
-    )  # 0.0225 is written 0.022 (its double is just below)
+        "gpuspot3/eastus-3: Azure's eviction rate 5-10 %); 5 on spot + 1 on-demand (one spare "
+        "fewer) would expect 99.898 %, 100 % of its time below from gpuspot1/eastus-1 and "
+        "gpuspot2/eastus-2 lost together (0.0101/h: the prior alone: no wave yet); 1 more on "
+        "on-demand while 3 of 6 spot are Ready; so far 100.000 % of 0.0 d all Ready: 0.0 of 0.0 "
+        "min below used"
+    )  # 0.0225 is written 0.022 (its double is just below); one spare fewer, 5 (2,2,1) + 1,
+    # loses 3 only with the pair of the 2s: 0.0010176 (99.898 %)
     assert em.annotations(R.DEPLOYMENTS, "ml", "llm")[names.TARGET_WHY] == why
     (event,) = events(em, "SpotRebalancerSpares")
     assert event["message"] == f"Availability target: scaled to 8: {why}"

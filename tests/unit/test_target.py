@@ -135,6 +135,27 @@ def test_a_wave_across_two_zones_starts_on_demand_before_any_notice() -> None:
     assert "1 waves of Preempts" in after.why
 
 
+def test_all_on_on_demand_says_what_the_most_spot_would_lose() -> None:
+    # One zone, no record: lambda = W0 * q0 = 0.05 * 0.3 = 0.015/h; any plan with spot loses
+    # them all with the group, U = 0.015 * 0.1 h = 0.0015 > 99.9's 0.001.
+    one = [GROUPS[0]]
+    seen = rates([], one, now=NOW, since=NOW, settings=TargetSettings())
+    decided = decide(3, 99.9, groups=one, ready_spot={}, rates=seen, settings=TargetSettings())
+    assert (decided.spot, decided.on_demand) == (0, 3)
+    assert decided.why.endswith(
+        "; 7 on spot + 0 on-demand (the most on spot tried) would expect 99.850 %, 100 % of its "
+        "time below from spotgpu/eastus-1 lost (0.015/h: the prior alone: no wave yet)"
+    ), decided.why
+    # With an on-demand floor of 1, the most tried is 6 + 1: the same loss leaves 1.
+    floored = decide(3, 99.9, groups=one, ready_spot={}, rates=seen, settings=TargetSettings(),
+                     min_on_demand=1)  # fmt: skip
+    assert "; 6 on spot + 1 on-demand (the most on spot tried) would expect 99.850 %" in floored.why
+    # At 99 (0.01) the plan keeps 3 on spot, no spare and no on-demand: nothing cheaper was
+    # tried, and nothing is said of it.
+    loose = decide(3, 99, groups=one, ready_spot={}, rates=seen, settings=TargetSettings())
+    assert (loose.spot, loose.standing_on_demand) == (3, 0) and "would expect" not in loose.why
+
+
 def test_a_wave_that_took_three_zones_at_once_is_planned_for_not_only_pairs() -> None:
     record = [preempt(zone, 10, f"n{i}") for i, zone in enumerate(("eastus-1", "eastus-2",
                                                                       "eastus-3"))]  # fmt: skip
@@ -144,7 +165,8 @@ def test_a_wave_that_took_three_zones_at_once_is_planned_for_not_only_pairs() ->
     # 2^(-1/36) = 0.98093. W = (1.2 + 0.98093) / (24 + 0.9444) = 0.087432; the three-group
     # wave's own rate W * 0.98093 / (2 + 0.98093) = 0.028771/h: U = 0.0028771 for a plan it
     # takes below 3.
-    ((taken, rate),) = seen.wide
+    ((taken, rate, from_record),) = seen.wide
+    assert from_record
     assert taken == frozenset(GROUPS)
     assert rate == pytest.approx(0.028771, rel=1e-4)
     # Pairs alone (as before): 6 on spot (2,2,2) + 1 on-demand survive any two zones lost. The
@@ -152,6 +174,15 @@ def test_a_wave_that_took_three_zones_at_once_is_planned_for_not_only_pairs() ->
     # (budget 0.001) only all on-demand is left; at 99 (0.01) the wave's 0.0029 fits.
     strict = decide(3, 99.9, groups=GROUPS, ready_spot={}, rates=seen, settings=TargetSettings())
     assert (strict.spot, strict.on_demand) == (0, 3)
+    # The words say what the most spot tried, 7 (3,2,2), would lose: each pair holding the 3
+    # leaves 2, at W * (a * q0^2 + 0.98093) / (2 + 0.98093) = 0.034052/h each (+ one after the
+    # other: 0.046383^2 * 0.01): U = 2 * 0.0034267 = 0.0068534, half from each pair. The wave
+    # is counted in them (its two fullest groups alone leave 2).
+    assert (
+        "; 7 on spot + 0 on-demand (the most on spot tried) would expect 99.315 %, 50 % of its "
+        "time below from each of 2 alike, such as spotgpu/eastus-1 and spotgpu/eastus-2 lost together (0.0341/h: hit by "
+        "1 of 1 waves)" in strict.why
+    ), strict.why
     pairs_only = replace(seen, wide=())
     before = decide(3, 99.9, groups=GROUPS, ready_spot={}, rates=pairs_only,
                     settings=TargetSettings())  # fmt: skip
@@ -166,8 +197,8 @@ def test_a_zone_of_several_pools_lost_whole_is_planned_for_before_the_record_sho
     seen = rates([], eight, now=NOW, since=NOW, settings=TargetSettings())
     # Each zone of three pools or more, lost whole in one wave, at its least likely pair's
     # prior: W * a * q0 * q0 / (a + 0 waves) = 0.05 * 0.09 = 0.0045/h.
-    assert sorted((sorted(taken), rate) for taken, rate in seen.wide) == [
-        (eight[:4], pytest.approx(0.0045)), (eight[4:], pytest.approx(0.0045)),
+    assert sorted((sorted(w.groups), w.rate, w.seen) for w in seen.wide) == [
+        (eight[:4], pytest.approx(0.0045), False), (eight[4:], pytest.approx(0.0045), False),
     ]  # fmt: skip
     # 5 on spot spread 3 + 2: no pair leaves fewer than 3, but z1 lost whole leaves 2:
     # U = 0.0045 * 0.1 = 0.00045, over 99.99's budget (0.0001). Counting pairs alone, the plan
@@ -177,6 +208,12 @@ def test_a_zone_of_several_pools_lost_whole_is_planned_for_before_the_record_sho
                         settings=TargetSettings())  # fmt: skip
     assert (pairs_only.spot, pairs_only.standing_on_demand, pairs_only.unavailability) == (5, 0, 0)
     assert (strict.spot, strict.standing_on_demand, strict.unavailability) == (6, 0, 0)
+    # The words name the zone's prior as what binds: one spare fewer loses 3 only with z1 whole.
+    assert (
+        "; 5 on spot + 0 on-demand (one spare fewer) would expect 99.955 %, 100 % of its time "
+        "below from all 4 groups of z1 lost together (0.0045/h: the prior of its least likely "
+        "pair)" in strict.why
+    ), strict.why
     # At 99.9 (0.001) the 0.00045 fits: still 5.
     loose = decide(3, 99.9, groups=eight, ready_spot={}, rates=seen, settings=TargetSettings())
     assert (loose.spot, loose.unavailability) == (5, pytest.approx(0.00045))
@@ -883,10 +920,14 @@ def test_a_riskier_bucket_changes_the_plan_and_the_words_say_so() -> None:
     assert action.why.startswith(
         "6 on spot over 3 groups in 3 zone(s) + 1 on-demand (4 spare): expected 100.000 %"
     ), action.why
+    # The words say what binds: one spare fewer, 5 (2,2,1) + 1, loses 3 with the pair of the
+    # 2s, at 0.0010176 (99.898 %), all of it from that pair.
     assert (
         "hit by 0; prior x1.5 for spotgpu/eastus-1, spotgpu/eastus-2, spotgpu/eastus-3: "
-        "Azure's eviction rate 5-10 %); 1 more on on-demand while 3 of 6 spot are Ready"
-        in action.why
+        "Azure's eviction rate 5-10 %); 5 on spot + 1 on-demand (one spare fewer) would expect "
+        "99.898 %, 100 % of its time below from spotgpu/eastus-1 and spotgpu/eastus-2 lost "
+        "together (0.0101/h: the prior alone: no wave yet); 1 more on on-demand while 3 of 6 "
+        "spot are Ready" in action.why
     ), action.why
 
 
