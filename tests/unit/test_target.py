@@ -156,6 +156,23 @@ def test_all_on_on_demand_says_what_the_most_spot_would_lose() -> None:
     assert (loose.spot, loose.standing_on_demand) == (3, 0) and "would expect" not in loose.why
 
 
+def test_a_plan_with_on_demand_and_no_spare_says_what_one_more_on_spot_would_lose() -> None:
+    # Spot at 0.7 of on-demand, 99.5 (budget 0.005), the priors alone: lambda_g = 0.015/h,
+    # lambda_gh = 0.0045/h, T = 0.1 h. 2 on spot (1,1,0) + 1 on-demand: either group lost
+    # leaves 2 (0.0015 each), the pair too (0.00045 + 0.015^2 * 0.01): U = 0.0034525
+    # (99.655 %), cost 2.4. 3 on spot (1,1,1) alone, cost 2.1: 3 * 0.0015 + 3 * 0.0004525 =
+    # 0.0058575 (99.414 %), over; each group's 0.0015 is 26 % of it.
+    settings = TargetSettings(spot_price_share=0.7)
+    seen = rates([], GROUPS, now=NOW, since=NOW, settings=settings)
+    decided = decide(3, 99.5, groups=GROUPS, ready_spot={}, rates=seen, settings=settings)
+    assert (decided.spot, decided.standing_on_demand) == (2, 1)
+    assert (
+        "; 3 on spot + 0 on-demand (one on-demand fewer) would expect 99.414 %, 26 % of its "
+        "time below from each of 3 alike, such as spotgpu/eastus-1 lost (0.015/h: the prior "
+        "alone: no wave yet)" in decided.why
+    ), decided.why
+
+
 def test_a_wave_that_took_three_zones_at_once_is_planned_for_not_only_pairs() -> None:
     record = [preempt(zone, 10, f"n{i}") for i, zone in enumerate(("eastus-1", "eastus-2",
                                                                       "eastus-3"))]  # fmt: skip
