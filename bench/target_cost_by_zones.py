@@ -11,6 +11,7 @@ TARGET defaults to 99.9, POLICIES to target,dynamic-fallback,oracle.
 
 from __future__ import annotations
 
+import bisect
 import sys
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
@@ -46,16 +47,22 @@ def by_zones(result: RunResult, traces: Sequence[Trace]) -> dict[int, Stretch]:
 
 
 def split_by(
-    result: RunResult, traces: Sequence[Trace], kind: Callable[[float], K]
+    result: RunResult,
+    traces: Sequence[Trace],
+    kind: Callable[[float], K],
+    changes: Sequence[float] = (),
 ) -> dict[K, Stretch]:
     """`result`'s time split by `kind` of each moment (seconds into the run), a trace tick at
-    a time."""
+    a time, and at each of `changes` (sorted: moments `kind` may change between ticks)."""
     step = min(t.gap_seconds for t in traces)
     out: dict[K, Stretch] = {}
     for start, end, sample in result.intervals():
         at = start
         while at < end:
             until = min(end, (at // step + 1) * step)
+            following = bisect.bisect_right(changes, at)
+            if following < len(changes):
+                until = min(until, changes[following])
             part = out.setdefault(kind(at), Stretch())
             length = until - at
             part.seconds += length

@@ -617,6 +617,9 @@ class TargetPlan:
     why: str
     # Zones waiting for spot capacity: one of `spot` waits in each (`target_plan.waiting_zones`).
     waiting: tuple[str, ...] = ()
+    # The costliest loss of the plan one step cheaper, which the search refused (`_refused`):
+    # what keeps the plan from being cheaper; None when nothing cheaper was tried.
+    binds: Loss | None = None
 
     @property
     def replicas(self) -> int:
@@ -683,7 +686,7 @@ def decide(
     strict = cover(cover_rates or rates, budget)
     named = f"{target:g} %" if stated is None else f"{stated:g} % (held to {target:g} %)"
     refused = _refused(needed, spot, standing, floor, groups, settings.max_spares)
-    bound = _bound_by(refused, needed, groups, rates, t, paced)
+    binds, bound = _bound_by(refused, needed, groups, rates, t, paced)
     why = _why(
         needed, named, spot, standing, now, ready, groups, rates, planned, shown=strict, bound=bound
     )
@@ -692,7 +695,7 @@ def decide(
     if (now < strict or planned > budget) and account is not None:
         # The budget alone asked for more: say what pays for the difference.
         why += f", spending the account's {account.in_hand_seconds:.0f} s in hand"
-    return TargetPlan(spot, now, standing, planned, why)
+    return TargetPlan(spot, now, standing, planned, why, binds=binds)
 
 
 def _refused(
@@ -718,22 +721,22 @@ def _bound_by(
     rates: Rates,
     recovery_hours: float,
     allowed: float,
-) -> str:
-    """Why the plan is not the `refused` one: what that one would expect, and the loss that
-    costs it most ("; 4 on spot + 0 on-demand (one spare fewer) would expect 99.874 %, 71 % of
-    its time below from eastus-2 and eastus-3 lost in one wave (...)"). Empty if it fits
-    `allowed` after all (a spot price at or above on-demand's)."""
+) -> tuple[Loss | None, str]:
+    """Why the plan is not the `refused` one: the loss that costs that one most, and in words
+    what it would expect and that loss ("; 4 on spot + 0 on-demand (one spare fewer) would
+    expect 99.874 %, 71 % of its time below from eastus-2 and eastus-3 lost together (...)").
+    None and no words if it fits `allowed` after all (a spot price at or above on-demand's)."""
     if refused is None:
-        return ""
+        return None, ""
     spot, on_demand, what = refused
     found = losses(spread(spot, groups), on_demand, needed, rates, recovery_hours)
     share = sum(loss.share for loss in found)
     if share <= allowed or not found:
-        return ""
+        return None, ""
     worst = max(found, key=lambda loss: loss.share)
     alike = sum(1 for loss in found if math.isclose(loss.share, worst.share, rel_tol=1e-9))
     source = f"each of {alike} alike, such as " if alike > 1 else ""
-    return (
+    return worst, (
         f"; {spot} on spot + {on_demand} on-demand ({what}) would expect "
         f"{100 * (1 - min(1.0, share)):.3f} %, {100 * worst.share / share:.0f} % of its time "
         f"below from {source}{worst.words(rates)}"

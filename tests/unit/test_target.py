@@ -29,6 +29,7 @@ from rebalancer.controller.returns import LOWEST
 from rebalancer.controller.risk import RiskSettings, assess
 from rebalancer.controller.target import (
     Account,
+    Loss,
     TargetSettings,
     aged,
     decide,
@@ -154,6 +155,8 @@ def test_all_on_on_demand_says_what_the_most_spot_would_lose() -> None:
     # tried, and nothing is said of it.
     loose = decide(3, 99, groups=one, ready_spot={}, rates=seen, settings=TargetSettings())
     assert (loose.spot, loose.standing_on_demand) == (3, 0) and "would expect" not in loose.why
+    assert loose.binds is None
+    assert decided.binds == Loss("group", (GROUPS[0],), pytest.approx(0.015), pytest.approx(0.0015))
 
 
 def test_a_plan_with_on_demand_and_no_spare_says_what_one_more_on_spot_would_lose() -> None:
@@ -226,6 +229,8 @@ def test_a_zone_of_several_pools_lost_whole_is_planned_for_before_the_record_sho
     assert (pairs_only.spot, pairs_only.standing_on_demand, pairs_only.unavailability) == (5, 0, 0)
     assert (strict.spot, strict.standing_on_demand, strict.unavailability) == (6, 0, 0)
     # The words name the zone's prior as what binds: one spare fewer loses 3 only with z1 whole.
+    assert strict.binds is not None and strict.binds.kind == "zone"
+    assert strict.binds.groups == tuple(eight[:4])
     assert (
         "; 5 on spot + 0 on-demand (one spare fewer) would expect 99.955 %, 100 % of its time "
         "below from all 4 groups of z1 lost together (0.0045/h: the prior of its least likely "
