@@ -9,6 +9,10 @@ The plans are read as the product makes them: `rebalancer.controller.target_plan
 wrapped for the run to note each pass's plan at the simulator's clock; the last plan of a
 pass is the one in force until the next pass.
 
+Beside each part, the dynamic-fallback baseline (N + 2 on spot, on-demand covering losses) in
+the same stretches of its own run: what spot would have lost and cost there, which says what
+the plan's caution bought.
+
     .venv/bin/python -m bench.target_binds [SET_SUBSTRING] [REGION] [TARGET] [ROWS]
 
 SET_SUBSTRING and REGION (as `bench.simulate_targets` names clusters, "all regions as one")
@@ -24,8 +28,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from bench.simulate_references import DEFAULT_ROOT, each_cluster
-from bench.target_cost_by_zones import split_by
+from bench.simulate_references import BASELINE, DEFAULT_ROOT, each_cluster
+from bench.target_cost_by_zones import Stretch, split_by
 from rebalancer.controller import target_plan
 from rebalancer.controller.planning import spares  # calls plan_target by its own name
 from rebalancer.controller.target import TargetPlan
@@ -94,20 +98,30 @@ def main() -> None:
         chosen = replace(scenario, availability_target=target)
         with plans_noted() as noted:
             (result,) = simulate(["target"], traces=members, scenario=chosen, prices=prices)
+        (baseline,) = simulate([BASELINE], traces=members, scenario=chosen, prices=prices)
         times, state_at = in_force(noted)
         whole = result.all_on_demand_cost
         print(
             f"{folder.parent.name} {name}: target {target}: all Ready "
             f"{result.availability * 100:.3f} %, cost {result.cost / whole * 100:.1f} % of "
-            "on-demand"
+            f"on-demand (the target allows {(1 - float(target) / 100) * result.horizon:.0f} s "
+            f"below in {result.horizon / 86400:.1f} d); baseline {baseline.availability * 100:.3f} "
+            f"%, {baseline.cost / whole * 100:.1f} %"
         )
-        print("| zones | plan (spot + on-demand) | binds | time | below | cost |")
-        print("|---|---|---|---|---|---|")
+        print(
+            "| zones | plan (spot + on-demand) | binds | time | below | cost "
+            "| baseline below | baseline cost |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
         parts = split_by(result, members, state_at, times)
-        for (zones, shape, kind), part in sorted(parts.items(), key=lambda kv: -kv[1].cost)[:rows]:
+        beside = split_by(baseline, members, state_at, times)
+        for state, part in sorted(parts.items(), key=lambda kv: -kv[1].cost)[:rows]:
+            other = beside.get(state, Stretch())
+            zones, shape, kind = state
             print(
                 f"| {zones} | {shape} | {kind} | {part.seconds / result.horizon * 100:.1f} % | "
-                f"{part.below:.0f} s | {part.cost / whole * 100:.1f} pts |"
+                f"{part.below:.0f} s | {part.cost / whole * 100:.1f} pts | {other.below:.0f} s "
+                f"| {other.cost / whole * 100:.1f} pts |"
             )
         print()
 
