@@ -203,6 +203,16 @@ def test_a_wave_that_took_three_zones_at_once_is_planned_for_not_only_pairs() ->
         "time below from each of 2 alike, such as spotgpu/eastus-1 and spotgpu/eastus-2 lost together (0.0341/h: hit by "
         "1 of 1 waves)" in strict.why
     ), strict.why
+    # Two needed: 6 on spot (2,2,2) survive any pair, and the wave alone takes them below, at
+    # its rate times the recovery: 0.0028771 (99.712 %); the words name it.
+    two = decide(2, 99.9, groups=GROUPS, ready_spot={}, rates=seen, settings=TargetSettings())
+    assert (two.spot, two.on_demand) == (0, 2) and two.binds is not None
+    assert two.binds.kind == "wave"
+    assert two.why.endswith(
+        "; 6 on spot + 0 on-demand (the most on spot tried) would expect 99.712 %, 100 % of its "
+        "time below from a wave like the one that took spotgpu/eastus-1, spotgpu/eastus-2, "
+        "spotgpu/eastus-3 again (0.0288/h)"
+    ), two.why
     pairs_only = replace(seen, wide=())
     before = decide(3, 99.9, groups=GROUPS, ready_spot={}, rates=pairs_only,
                     settings=TargetSettings())  # fmt: skip
