@@ -12,6 +12,7 @@ cost (`cost.py`, with the bundled prices under the controller's price file).
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -320,6 +321,22 @@ def _per_pool(workload: Json, priority: str) -> str:
     return ", ".join(parts) or "-"
 
 
+WIDTH = 100  # a target's words, wrapped
+
+
+def clauses(why: str) -> list[str]:
+    """A target's words split where the controller joined them ("; " outside parentheses):
+    the plan, what binds it, the cover, the account, each on a line of its own."""
+    out, depth, start = [], 0, 0
+    for index, char in enumerate(why):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and why.startswith("; ", index):
+            out.append(why[start:index])
+            start = index + 2
+    out.append(why[start:])
+    return [clause for clause in out if clause]
+
+
 def render(status: Json, *, wide: bool = False, headers: bool = True) -> str:
     """The text of `status`; `wide` adds zones, VM sizes and taints of pools, kind and GPUs per
     replica of workloads, and the deadline's time of notices. Whatever in it came from the cluster
@@ -385,11 +402,19 @@ def render(status: Json, *, wide: bool = False, headers: bool = True) -> str:
         targeted = [w for w in workloads if w.get("target")]
         if targeted:
             lines += ["", "AVAILABILITY TARGETS"]
-            lines += [
-                f"- {w['namespace']}/{w['name']} {w['target']} %: "
-                f"{w.get('targetWhy') or 'no plan written yet'}"
-                for w in targeted
-            ]
+            for w in targeted:
+                lines.append(f"- {w['namespace']}/{w['name']} {w['target']} %:")
+                lines += [
+                    line
+                    for clause in clauses(w.get("targetWhy") or "no plan written yet")
+                    for line in textwrap.wrap(
+                        clause,
+                        width=WIDTH,
+                        initial_indent="    ",
+                        subsequent_indent="      ",
+                        break_on_hyphens=False,
+                    )
+                ]
     else:
         lines.append("WORKLOADS: none managed")
     lines += ["", *_render_notices(status, wide=wide, headers=headers)]
