@@ -417,7 +417,7 @@ class Loss(NamedTuple):
 
     def words(self, rates: Rates) -> str:
         """What is lost, at what rate, on what record: "eastus-2 and eastus-3 lost together
-        (0.0042/h: both hit by 1 of 3 waves)"."""
+        (0.0042/h: hit by 1 of 3 waves)"."""
         if self.kind == "group":
             (group,) = self.groups
             return f"{group} lost ({self.rate:.3f}/h: {_record(rates.hits.get(group, 0), rates)})"
