@@ -327,12 +327,12 @@ def rates(
     pair_rates: dict[frozenset[str], float] = {}
     pair_hits: dict[frozenset[str], int] = {}
     for first, second in itertools.combinations(groups[:MAX_GROUPS], 2):
-        both = sum(w for wave, w in weights if {first, second} <= wave.groups)
+        pair = frozenset((first, second))
+        both = [w for wave, w in weights if pair <= wave.groups]
         # Independent before the record, as q0^2: the record shows what goes together.
         prior = a * share[first] * share[second]
-        pair = frozenset((first, second))
-        pair_rates[pair] = rate * (prior + both) / (a + seen)
-        pair_hits[pair] = sum(1 for wave in found if pair <= wave.groups)
+        pair_rates[pair] = rate * (prior + sum(both)) / (a + seen)
+        pair_hits[pair] = len(both)
     wide = []
     capped = set(groups[:MAX_GROUPS])  # as the pairs: a hostile count of pools costs nothing
     for wave, w in weights:
