@@ -461,3 +461,22 @@ def test_karpenters_disruption_shows_no_deadline_of_ours() -> None:
     text = status.render(status.status_of(build_view(changed, now=NOW, namespace=None)))
     assert "KarpenterDisruption" in text and "none (Karpenter drains)" in text, text
     assert "no deadline (Karpenter drains)" in text, text
+
+
+def test_a_targets_words_from_a_hostile_annotation_are_shown_whole_and_wrapped() -> None:
+    # The words are an annotation anyone with write access to the Deployment can set: a stray
+    # ")" or "(" only keeps the rest in one clause, and nothing is lost or reordered.
+    assert status.clauses(") a; b") == [") a; b"]
+    assert status.clauses("a; (b; c") == ["a", "(b; c"]
+    assert status.clauses("; ; a;") == ["a;"]
+    # Near the API server's limit for all annotations (256 KiB): every character still shown,
+    # no line over 100 columns.
+    why = "; ".join(f"clause {i} (x; y)" for i in range(15000))
+    llm = deployment("llm", [SPOT, GPU], replicas=3, annotations={
+        names.AVAILABILITY_TARGET: "99.9", names.TARGET_WHY: why})  # fmt: skip
+    view = build_view(raw(deployments=[llm, controller(env=ENV)]), now=NOW, namespace=None)
+    text = status.render(status.status_of(view))
+    section = text[text.index("AVAILABILITY TARGETS") :].split("\n\n")[0]
+    shown = section.splitlines()[2:]
+    assert len(shown) == 15000 and all(len(line) <= 100 for line in shown)
+    assert "    clause 0 (x; y)" in shown and "    clause 14999 (x; y)" in shown
