@@ -38,10 +38,13 @@ class Spare:
     spot: int | None = None
     # With a target, its error budget's account: watched since when (RFC 3339), the seconds the
     # owner's count was not all Ready before the current stretch, and since when it is not
-    # (None: it is). Written when a stretch begins or ends, never in between.
+    # (None: it is). Written when a stretch begins or ends or `overdrawn` changes.
     watched_since: str | None = None
     below_seconds: int = 0
     below_since: str | None = None
+    # With a target: its account went over what the target allowed, and has not had one
+    # recovery in hand since (`target.Account.overdrawn`): the plan stays held stricter.
+    overdrawn: bool = False
     # With a target, its zones waiting for spot capacity (`target_plan.waiting_zones`): the
     # webhook sends one of the plan's spot replicas to each, the rest to the others.
     waiting: tuple[str, ...] = ()
@@ -68,6 +71,8 @@ class Spare:
             data["belowSeconds"] = self.below_seconds
         if self.below_since is not None:
             data["belowSince"] = self.below_since
+        if self.overdrawn:
+            data["overdrawn"] = True
         if self.waiting:
             data["waiting"] = list(self.waiting)
         if self.lower_since is not None:
@@ -94,6 +99,9 @@ class Spare:
         below = data.get("belowSeconds", 0)
         if type(below) is not int or not 0 <= below <= MAX_BELOW_SECONDS:
             raise ValueError(f"belowSeconds is not a whole number from 0 to {MAX_BELOW_SECONDS}")
+        overdrawn = data.get("overdrawn", False)
+        if type(overdrawn) is not bool or (overdrawn and watched_since is None):
+            raise ValueError("overdrawn is not true or false of an account that was opened")
         waiting = _strings(data, "waiting")
         if len(waiting) > (spot or 0):
             raise ValueError("more zones waiting for spot capacity than spot replicas")
@@ -118,6 +126,7 @@ class Spare:
             watched_since=watched_since,
             below_seconds=below,
             below_since=below_since,
+            overdrawn=overdrawn,
             waiting=waiting,
             lower_since=lower_since,
             lower_high=lower_high,

@@ -232,7 +232,9 @@ def plan_target(
         )  # fmt: skip
     below = ready_now < (owner.rising_from or base)
     owner = _account(owner, record, below=below, now=snapshot.now)
-    account = account_of(owner, target, snapshot.now)
+    account = account_of(owner, target, snapshot.now, settings.recovery_seconds)
+    # Set when the account goes over, kept until a recovery is in hand: written as it changes.
+    owner = replace(owner, overdrawn=account.missed)
     held = account.held_target()
 
     def plan(percent: float, ready: Mapping[str, int]) -> TargetPlan:
@@ -307,8 +309,8 @@ def _rising(
 
 # The record's bookkeeping: the target's account, and an HPA's stretches below and above N.
 _BOOKKEEPING = (
-    "watched_since", "below_seconds", "below_since", "lower_since", "lower_high", "rising_from",
-    "rising_since",
+    "watched_since", "below_seconds", "below_since", "overdrawn", "lower_since", "lower_high",
+    "rising_from", "rising_since",
 )  # fmt: skip
 
 
@@ -335,11 +337,14 @@ def _account(owner: Spare, record: Spare | None, *, below: bool, now: datetime) 
         seconds = min(MAX_BELOW_SECONDS, seconds + stretch)  # stays a record we read back
         since = None
     return replace(
-        owner, watched_since=record.watched_since, below_seconds=seconds, below_since=since
-    )
+        owner, watched_since=record.watched_since, below_seconds=seconds, below_since=since,
+        overdrawn=record.overdrawn,
+    )  # fmt: skip
 
 
-def account_of(account: Spare, target: float, now: datetime) -> Account:
+def account_of(
+    account: Spare, target: float, now: datetime, recovery_seconds: float = 0.0
+) -> Account:
     """The target's account on a record, brought up to `now` (a stretch below in progress
     counts to now): what the planner holds the target to and what the metrics show."""
     if account.watched_since is None:
@@ -348,7 +353,7 @@ def account_of(account: Spare, target: float, now: datetime) -> Account:
     below = float(account.below_seconds)
     if account.below_since is not None:
         below += max(0.0, (now - moment(account.below_since)).total_seconds())
-    return Account(target, watched, below)
+    return Account(target, watched, below, account.overdrawn, recovery_seconds)
 
 
 def _converge(

@@ -287,6 +287,49 @@ def test_the_planner_holds_a_missed_target_stricter() -> None:
     assert "more than allowed: planned for 99.9 % until it is met" in why
 
 
+def test_an_account_back_within_keeps_the_plan_stricter_until_one_recovery_is_in_hand() -> None:
+    # 99.9 over 6 days: 518.4 s allowed, 466.56 s less the reserve. 400 s spent: within, 66.56 s
+    # in hand, less than one recovery (360 s): held to 99.99 only if it was over before.
+    fresh = Account(99.9, 6 * 86400, 400, recovery_seconds=360)
+    assert (fresh.missed, fresh.held_target()) == (False, 99.9)
+    after = Account(99.9, 6 * 86400, 400, overdrawn=True, recovery_seconds=360)
+    assert (after.over, after.missed) == (False, True)
+    assert after.held_target() == pytest.approx(99.99)
+    assert after.pace(TargetSettings()) == 0.0
+    assert after.words() == (
+        "so far 99.923 % of 6.0 d all Ready: 6.7 of 8.6 min below used, back within what was "
+        "allowed: planned for 99.99 % until one recovery (6.0 min) is in hand"
+    )
+    # 10 days: 777.6 s less the reserve, 377.6 s in hand: the stated target again.
+    assert not Account(99.9, 10 * 86400, 400, overdrawn=True, recovery_seconds=360).missed
+
+
+def test_the_planner_keeps_an_overdrawn_account_stricter_and_writes_when_it_ends() -> None:
+    # As above, one zone at 99 watched a day: 777.6 s allowed less the reserve; a recovery is
+    # 360 s. Over (800 s): overdrawn is written. Back within at 500 s (277.6 s in hand) after
+    # being over: still all on on-demand. At 400 s (377.6 s in hand): 3 on spot, cleared.
+    nodes = [node_json(f"spot-{i}", zone="eastus-1") for i in range(3)]
+    nodes += [node_json(f"od-{i}", pool="odgpu", spot=False) for i in range(3)]
+    ready = [pod(f"p{i}", f"spot-{i}") for i in range(3)]
+    day = iso(NOW - timedelta(days=1))
+
+    def planned(below: int, overdrawn: bool) -> Spare:
+        kept = Spare(3, 0, spot=3, watched_since=day, below_seconds=below, overdrawn=overdrawn)
+        record = {names.AVAILABILITY_TARGET: "99", names.SPARE_RECORD: kept.to_json()}
+        state = snapshot(nodes, ready, [deployment(3, annotations=record)], history=FRESH)
+        (action,) = of_type(plan(state, Settings()).actions, SetSpare)
+        assert action.record is not None
+        return action.record
+
+    over = planned(800, overdrawn=False)
+    assert (over.spot, over.overdrawn) == (0, True)
+    held = planned(500, overdrawn=True)
+    assert (held.spot, held.overdrawn) == (0, True)
+    back = planned(400, overdrawn=True)
+    assert (back.spot, back.overdrawn) == (3, False)
+    assert Spare.from_json(held.to_json()) == held
+
+
 def test_the_account_opens_when_the_count_is_first_all_ready() -> None:
     # A new target on a Deployment whose replicas still load: nothing counted below yet.
     nodes = [node_json(f"spot-{i}", zone=f"eastus-{i + 1}") for i in range(3)]
@@ -706,7 +749,8 @@ def test_a_stretch_below_the_count_is_counted_on_the_record_when_it_begins_and_e
 
 def test_an_account_we_would_not_have_written_is_refused() -> None:
     for bad in ('"belowSeconds":-1', '"belowSeconds":1.5', '"watchedSince":"yesterday"',
-                '"belowSince":"0001-01-01T00:00:00Z"'):  # fmt: skip
+                '"belowSince":"0001-01-01T00:00:00Z"', '"overdrawn":"yes"', '"overdrawn":true',
+                '"overdrawn":1'):  # fmt: skip
         with pytest.raises(ValueError):
             Spare.from_json('{"base":3,"added":0,' + bad + "}")
     record = Spare(3, 1, spot=4, watched_since=WATCHED, below_seconds=5, below_since=WATCHED)
