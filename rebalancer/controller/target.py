@@ -34,8 +34,9 @@ notice, in five steps that the log, the Event and `kubectl spot-rebalancer statu
          + sum over pairs g, h whose loss together does:  lambda_gh * T + lambda_g * lambda_h * T^2
 
    (a pair lost in one wave, or one after the other within T), plus the waves of three groups
-   or more the record holds, each at its own rate, and for each zone of three groups or more
-   its whole loss in one wave, at the prior of its least likely pair (below, `rates`).
+   or more the record holds, each at its own rate, for each zone of three groups or more
+   its whole loss in one wave, at the prior of its least likely pair, and for every three
+   zones their loss in one wave, at W * a / (a + waves) * q0^3 (below, `rates`).
 4. **Account.** The time watched and the seconds below N so far are kept on the workload's
    record (written when a stretch below begins or ends), and said with the plan: what the
    target allowed and what was spent, the owner's view of whether it is met.
@@ -49,7 +50,7 @@ notice, in five steps that the log, the Event and `kubectl spot-rebalancer statu
    hand paced over a day (`Account.pace`): whole replicas would otherwise leave it unspent, and
    a target the budget alone keeps all on on-demand (one zone) would never use spot. The
    words name what binds: the plan one step cheaper that was refused, and its costliest loss
-   (`losses`: a group, a pair, a wave of the record, a zone's prior).
+   (`losses`: a group, a pair, a wave of the record, a zone's prior, three zones' prior).
 
 Why this and not a learned model: a cluster has a day of its own history and no training data;
 every number here is a count a reader can check against the history ConfigMap and a formula.
@@ -78,6 +79,7 @@ TARGET_LOW, TARGET_HIGH = 50.0, 99.999
 MAX_TARGET_REPLICAS = 100
 
 MAX_GROUPS = 16  # pairs of at most this many groups: 120, well under a millisecond
+MAX_ZONES = 8  # three zones at once among at most this many: 56 (`zones_priors`)
 DEFAULT_SPOT_PRICE_SHARE = 0.2
 # The share of its budget a target missed so far is planned for (99.9 is planned as 99.99).
 MISSED_PACE = 0.1
@@ -254,11 +256,11 @@ def prior_shares(evidence: Mapping[str, Evidence], settings: TargetSettings) -> 
 
 class Wide(NamedTuple):
     """A wave of three groups or more at once, at its rate: one the record holds, which may come
-    again, or a zone's prior (`zone_priors`)."""
+    again, a zone's prior (`zone_priors`) or three zones' (`zones_priors`)."""
 
     groups: frozenset[str]
     rate: float
-    seen: bool  # in the record (else: a zone's prior)
+    kind: Literal["wave", "zone", "zones"]  # in the record, or which prior
 
 
 @dataclass(frozen=True)
@@ -338,8 +340,9 @@ def rates(
     for wave, w in weights:
         taken = wave.groups & capped
         if len(taken) >= 3:
-            wide.append(Wide(frozenset(taken), rate * w / (a + seen), seen=True))
+            wide.append(Wide(frozenset(taken), rate * w / (a + seen), "wave"))
     wide += zone_priors(groups[:MAX_GROUPS], share, rate * a / (a + seen))
+    wide += zones_priors(groups[:MAX_GROUPS], share, rate * a / (a + seen))
     priors = {
         group: (share[group] / q, evidence[group].said)
         for group in groups
@@ -374,7 +377,27 @@ def zone_priors(groups: Sequence[str], share: Mapping[str, float], weight: float
     for members in by_zone.values():
         if len(members) >= 3:
             low, second = sorted(share[g] for g in members)[:2]
-            out.append(Wide(frozenset(members), weight * low * second, seen=False))
+            out.append(Wide(frozenset(members), weight * low * second, "zone"))
+    return out
+
+
+def zones_priors(groups: Sequence[str], share: Mapping[str, float], weight: float) -> list[Wide]:
+    """Every three zones lost whole in one wave, at the product of each zone's smallest prior
+    share, times `weight`: independent before the record, as the pairs start. Without it a
+    plan spread so that only three zones at once take it below (2 spot in each of three zones
+    and 1 on-demand, say) rated that loss zero until the record held such a wave, and at 99.99
+    missed on four of eight public clusters nobody had tuned on, where the four zones of
+    us-east-1 went down together (docs/targets-measured.md). An Azure region has three zones:
+    one such wave, a region's spot lost at once, about once a month before any record."""
+    by_zone: dict[str, list[str]] = {}
+    for group in groups:
+        by_zone.setdefault(group.rpartition("/")[2], []).append(group)
+    out = []
+    # An Azure region has 3 zones; the cap bounds a hostile count of zone labels (16 zones:
+    # 560 triples, 10 ms a plan; 8: 56).
+    for zones in itertools.combinations(sorted(by_zone)[:MAX_ZONES], 3):
+        rate = weight * math.prod(min(share[g] for g in by_zone[zone]) for zone in zones)
+        out.append(Wide(frozenset(g for zone in zones for g in by_zone[zone]), rate, "zones"))
     return out
 
 
@@ -410,7 +433,7 @@ def aged(rates: Rates, held_hours: Mapping[str, float], settings: TargetSettings
 class Loss(NamedTuple):
     """One way a configuration falls below the count, and the share of time it costs."""
 
-    kind: Literal["group", "pair", "wave", "zone"]
+    kind: Literal["group", "pair", "wave", "zone", "zones"]
     groups: tuple[str, ...]
     rate: float  # per hour: of the group, of the pair together, of the wave
     share: float
@@ -428,6 +451,12 @@ class Loss(NamedTuple):
         if self.kind == "wave":
             return (
                 f"a wave like the one that took {', '.join(self.groups)} again ({self.rate:.4f}/h)"
+            )
+        if self.kind == "zones":
+            zones = sorted({group.rpartition("/")[2] for group in self.groups})
+            return (
+                f"{', '.join(zones[:-1])} and {zones[-1]} lost whole together "
+                f"({self.rate:.4f}/h: the prior of three zones at once)"
             )
         zone = self.groups[0].rpartition("/")[2]
         return (
@@ -473,8 +502,7 @@ def losses(
         # Counted already if any two of its groups alone leave fewer: the two fullest would.
         fullest = sorted(wave.groups, key=lambda g: spot.get(g, 0))[-2:]
         if short(*wave.groups) and not short(*fullest):
-            kind: Literal["wave", "zone"] = "wave" if wave.seen else "zone"
-            found.append(Loss(kind, tuple(sorted(wave.groups)), wave.rate, wave.rate * t))
+            found.append(Loss(wave.kind, tuple(sorted(wave.groups)), wave.rate, wave.rate * t))
     return found
 
 

@@ -34,6 +34,7 @@ from rebalancer.controller.target import (
     aged,
     decide,
     evidence_of,
+    losses,
     parse_target,
     rates,
     waves,
@@ -185,10 +186,14 @@ def test_a_wave_that_took_three_zones_at_once_is_planned_for_not_only_pairs() ->
     # 2^(-1/36) = 0.98093. W = (1.2 + 0.98093) / (24 + 0.9444) = 0.087432; the three-group
     # wave's own rate W * 0.98093 / (2 + 0.98093) = 0.028771/h: U = 0.0028771 for a plan it
     # takes below 3.
-    ((taken, rate, from_record),) = seen.wide
-    assert from_record
-    assert taken == frozenset(GROUPS)
-    assert rate == pytest.approx(0.028771, rel=1e-4)
+    (wave,) = [w for w in seen.wide if w.kind == "wave"]
+    assert wave.groups == frozenset(GROUPS)
+    assert wave.rate == pytest.approx(0.028771, rel=1e-4)
+    # Beside it, the prior of those three zones at once: W * a / (a + 0.98093) * q0^3 =
+    # 0.087432 * 0.67093 * 0.027 = 0.0015838/h.
+    (prior,) = [w for w in seen.wide if w.kind == "zones"]
+    assert prior.groups == frozenset(GROUPS)
+    assert prior.rate == pytest.approx(0.0015838, rel=1e-4)
     # Pairs alone (as before): 6 on spot (2,2,2) + 1 on-demand survive any two zones lost. The
     # three at once leave 1; so does every plan with fewer than 3 on on-demand: at 99.9
     # (budget 0.001) only all on-demand is left; at 99 (0.01) the wave's 0.0029 fits.
@@ -204,12 +209,13 @@ def test_a_wave_that_took_three_zones_at_once_is_planned_for_not_only_pairs() ->
         "1 of 1 waves)" in strict.why
     ), strict.why
     # Two needed: 6 on spot (2,2,2) survive any pair, and the wave alone takes them below, at
-    # its rate times the recovery: 0.0028771 (99.712 %); the words name it.
+    # its rate times the recovery, with the three zones' prior: 0.0028771 + 0.00015838 =
+    # 0.0030355 (99.696 %), 95 % of it from the wave; the words name it.
     two = decide(2, 99.9, groups=GROUPS, ready_spot={}, rates=seen, settings=TargetSettings())
     assert (two.spot, two.on_demand) == (0, 2) and two.binds is not None
     assert two.binds.kind == "wave"
     assert two.why.endswith(
-        "; 6 on spot + 0 on-demand (the most on spot tried) would expect 99.712 %, 100 % of its "
+        "; 6 on spot + 0 on-demand (the most on spot tried) would expect 99.696 %, 95 % of its "
         "time below from a wave like the one that took spotgpu/eastus-1, spotgpu/eastus-2, "
         "spotgpu/eastus-3 again (0.0288/h)"
     ), two.why
@@ -221,14 +227,47 @@ def test_a_wave_that_took_three_zones_at_once_is_planned_for_not_only_pairs() ->
     assert loose.spot > 0 and loose.standing_on_demand < 3
 
 
+def test_three_zones_lost_whole_at_once_are_priced_before_the_record_shows_it() -> None:
+    # Three zones, no record: W = 0.05/h, and the three at once at W * a / (a + 0) * q0^3 =
+    # 0.05 * 0.027 = 0.00135/h, as the pairs start from q0^2.
+    seen = rates([], GROUPS, now=NOW, since=NOW, settings=TargetSettings())
+    ((groups, rate, kind),) = seen.wide
+    assert (groups, kind) == (frozenset(GROUPS), "zones")
+    assert rate == pytest.approx(0.00135)
+    # 2 on spot in each zone and 1 on-demand survive any pair; the three at once leave 1:
+    # U = 0.00135 * 0.1 h = 0.000135, within 99.9's budget, over 99.99's (0.0001).
+    spread = dict.fromkeys(GROUPS, 2)
+    (loss,) = losses(spread, 1, 3, seen, 0.1)
+    assert (loss.kind, loss.share) == ("zones", pytest.approx(0.000135))
+    assert loss.words(seen) == (
+        f"eastus-1, eastus-2 and eastus-3 lost whole together ({0.00135:.4f}/h: the prior of "
+        "three zones at once)"
+    )
+    # At 99.9 the plan is cheaper still: 7 (3, 2, 2) lose 3 with either pair holding the 3
+    # (counted there, not again as the three): U = 2 * (0.0045 * 0.1 + 0.015^2 * 0.01) =
+    # 0.0009045.
+    loose = decide(3, 99.9, groups=GROUPS, ready_spot={}, rates=seen, settings=TargetSettings())
+    assert (loose.spot, loose.standing_on_demand) == (7, 0)
+    assert loose.unavailability == pytest.approx(0.0009045)
+    # At 99.99 no plan with spot is left that a loss of all three zones keeps at 3 but 3 on
+    # on-demand alone: 3 spot + 3 on-demand cost more than those 3 (spot at 0.2 of on-demand).
+    strict = decide(3, 99.99, groups=GROUPS, ready_spot={}, rates=seen, settings=TargetSettings())
+    assert (strict.spot, strict.on_demand) == (0, 3)
+    # Two zones have no such wave: their pair's prior already covers them. A hostile count of
+    # zones is bounded: 16 zones give the triples of the first 8 only (56).
+    assert rates([], GROUPS[:2], now=NOW, since=NOW, settings=TargetSettings()).wide == ()
+    sixteen = [f"spotgpu/z{i:02}" for i in range(16)]
+    assert len(rates([], sixteen, now=NOW, since=NOW, settings=TargetSettings()).wide) == 56
+
+
 def test_a_zone_of_several_pools_lost_whole_is_planned_for_before_the_record_shows_it() -> None:
     # Eight pools of one node each over two zones (the shared two-zone set's layout), no record.
     eight = [f"{pool}/z1" for pool in "abcd"] + [f"{pool}/z2" for pool in "efgh"]
     seen = rates([], eight, now=NOW, since=NOW, settings=TargetSettings())
     # Each zone of three pools or more, lost whole in one wave, at its least likely pair's
     # prior: W * a * q0 * q0 / (a + 0 waves) = 0.05 * 0.09 = 0.0045/h.
-    assert sorted((sorted(w.groups), w.rate, w.seen) for w in seen.wide) == [
-        (eight[:4], pytest.approx(0.0045), False), (eight[4:], pytest.approx(0.0045), False),
+    assert sorted((sorted(w.groups), w.rate, w.kind) for w in seen.wide) == [
+        (eight[:4], pytest.approx(0.0045), "zone"), (eight[4:], pytest.approx(0.0045), "zone"),
     ]  # fmt: skip
     # 5 on spot spread 3 + 2: no pair leaves fewer than 3, but z1 lost whole leaves 2:
     # U = 0.0045 * 0.1 = 0.00045, over 99.99's budget (0.0001). Counting pairs alone, the plan
@@ -986,7 +1025,9 @@ def test_a_riskier_bucket_changes_the_plan_and_the_words_say_so() -> None:
     # A pair lost costs 0.010125 * 0.1 + 0.0225^2 * 0.01 = 0.0010176, over the 0.001 budget
     # alone: no plan may lose 3 with a pair. On spot alone, 9 (3,3,3) would do, above the 3 + 4
     # spares searched; 8 (3,3,2) still loses 3 with the pair of the 3s. One on-demand and 6 on
-    # spot (2,2,2) leave 3 after any pair: U = 0, cost 2.2; 5 (2,2,1) with one on-demand lose
+    # spot (2,2,2) leave 3 after any pair, and lose 3 only with the three zones at once, at
+    # their prior W * q0^3 = 0.05 * 0.45^3 = 0.0045563/h: U = 0.00045563 (99.954 %), cost 2.2;
+    # 5 (2,2,1) with one on-demand lose
     # 3 with the pair of the 2s; two on-demand need 3 on spot (cost 2.6). Today's plan (7 on
     # spot, 0 on-demand) loses 3 with two of the pairs. Now, with 1 Ready in each zone: one
     # on-demand leaves 2 after any pair, two leave 3: 6 + 2 = 8 replicas.
@@ -994,7 +1035,7 @@ def test_a_riskier_bucket_changes_the_plan_and_the_words_say_so() -> None:
     assert action.record is not None and action.record.spot == 6
     assert action.why is not None
     assert action.why.startswith(
-        "6 on spot over 3 groups in 3 zone(s) + 1 on-demand (4 spare): expected 100.000 %"
+        "6 on spot over 3 groups in 3 zone(s) + 1 on-demand (4 spare): expected 99.954 %"
     ), action.why
     # The words say what binds: one spare fewer, 5 (2,2,1) + 1, loses 3 with the pair of the
     # 2s, at 0.0010176 (99.898 %), all of it from that pair.
