@@ -38,8 +38,9 @@ notice, in five steps that the log, the Event and `kubectl spot-rebalancer statu
    its whole loss in one wave, at the prior of its least likely pair, and for every three
    zones their loss in one wave, at W * a / (a + waves) * q0^3 (below, `rates`).
 4. **Account.** The time watched and the seconds below N so far are kept on the workload's
-   record (written when a stretch below begins or ends), and said with the plan: what the
-   target allowed and what was spent, the owner's view of whether it is met.
+   record (written when a stretch below begins or ends, or when it goes over or gets a
+   recovery back in hand), and said with the plan: what the target allowed and what was
+   spent, the owner's view of whether it is met.
 5. **Choice.** The cheapest (S spot at `spot_price_share` of on-demand, D on-demand) with
    U <= 1 - target/100, spot spread over the groups as placement spreads it; if none, N on
    on-demand. That is the standing plan, decided before a notice. Now: with the spot replicas
