@@ -195,6 +195,19 @@ def group_of(pool: str, zone: str) -> str:
     return f"{pool}/{zone}"
 
 
+def zone_of(group: str) -> str:
+    """The zone of a group named by `group_of`."""
+    return group.rpartition("/")[2]
+
+
+def by_zone(groups: Iterable[str]) -> dict[str, list[str]]:
+    """The groups of each zone, in the order given."""
+    zones: dict[str, list[str]] = {}
+    for group in groups:
+        zones.setdefault(zone_of(group), []).append(group)
+    return zones
+
+
 def waves(entries: Iterable[Entry], wave_seconds: float) -> list[Wave]:
     """The history's spot Preempts grouped into waves: a notice within `wave_seconds` of the
     previous one joins its wave."""
@@ -371,11 +384,8 @@ def zone_priors(groups: Sequence[str], share: Mapping[str, float], weight: float
     two-zone set played backwards missed 99.9: docs/targets-measured.md). A pair of a zone's
     groups lost together is here assumed to take the zone's other groups with it; the
     record's own waves then say how often that happens."""
-    by_zone: dict[str, list[str]] = {}
-    for group in groups:
-        by_zone.setdefault(group.rpartition("/")[2], []).append(group)
     out = []
-    for members in by_zone.values():
+    for members in by_zone(groups).values():
         if len(members) >= 3:
             low, second = sorted(share[g] for g in members)[:2]
             out.append(Wide(frozenset(members), weight * low * second, "zone"))
@@ -390,15 +400,13 @@ def zones_priors(groups: Sequence[str], share: Mapping[str, float], weight: floa
     missed on four of eight public clusters nobody had tuned on, where the four zones of
     us-east-1 went down together (docs/targets-measured.md). An Azure region has three zones:
     one such wave, a region's spot lost at once, about once a month before any record."""
-    by_zone: dict[str, list[str]] = {}
-    for group in groups:
-        by_zone.setdefault(group.rpartition("/")[2], []).append(group)
+    members = by_zone(groups)
     out = []
     # An Azure region has 3 zones; the cap bounds a hostile count of zone labels (16 zones:
     # 560 triples, 10 ms a plan; 8: 56).
-    for zones in itertools.combinations(sorted(by_zone)[:MAX_ZONES], 3):
-        rate = weight * math.prod(min(share[g] for g in by_zone[zone]) for zone in zones)
-        out.append(Wide(frozenset(g for zone in zones for g in by_zone[zone]), rate, "zones"))
+    for zones in itertools.combinations(sorted(members)[:MAX_ZONES], 3):
+        rate = weight * math.prod(min(share[g] for g in members[zone]) for zone in zones)
+        out.append(Wide(frozenset(g for zone in zones for g in members[zone]), rate, "zones"))
     return out
 
 
@@ -454,12 +462,12 @@ class Loss(NamedTuple):
                 f"a wave like the one that took {', '.join(self.groups)} again ({self.rate:.4f}/h)"
             )
         if self.kind == "zones":
-            zones = sorted({group.rpartition("/")[2] for group in self.groups})
+            zones = sorted({zone_of(group) for group in self.groups})
             return (
                 f"{', '.join(zones[:-1])} and {zones[-1]} lost whole together "
                 f"({self.rate:.4f}/h: the prior of three zones at once)"
             )
-        zone = self.groups[0].rpartition("/")[2]
+        zone = zone_of(self.groups[0])
         return (
             f"all {len(self.groups)} groups of {zone} lost together ({self.rate:.4f}/h: the "
             "prior of its least likely pair)"
@@ -523,15 +531,15 @@ def spread(count: int, groups: Sequence[str]) -> dict[str, int]:
     """`count` replicas over `groups` ("pool/zone") as placement spreads them: each to the
     zone with the fewest, then the group with the fewest, then the first."""
     placed = dict.fromkeys(groups, 0)
-    by_zone: dict[str, int] = {}
+    in_zone: dict[str, int] = {}
     for _ in range(max(0, count)):
         group = min(
             groups,
-            key=lambda g: (by_zone.get(g.rpartition("/")[2], 0), placed[g], groups.index(g)),
+            key=lambda g: (in_zone.get(zone_of(g), 0), placed[g], groups.index(g)),
         )
         placed[group] += 1
-        zone = group.rpartition("/")[2]
-        by_zone[zone] = by_zone.get(zone, 0) + 1
+        zone = zone_of(group)
+        in_zone[zone] = in_zone.get(zone, 0) + 1
     return placed
 
 
@@ -807,7 +815,7 @@ def _why(
     asks for (`shown`) is above the plan's on-demand."""
     if not groups:
         return f"{needed} on on-demand: no spot group the policy accepts"
-    zones = len({g.rpartition("/")[2] for g in groups})
+    zones = len({zone_of(g) for g in groups})
     worst = max(groups, key=lambda g: (rates.of(g), g))
     seen = (
         f"{rates.waves} waves of Preempts in {rates.window_hours:.0f} h, "
