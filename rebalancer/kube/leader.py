@@ -8,7 +8,9 @@
 - Fencing: `may_write()` is true only while this replica leads and its last successful renewal
   started less than `renew_deadline` ago by its own clock (the others wait `lease_duration` from
   when they saw that renewal, which is later). A process that was paused, or whose renewals
-  fail, stops writing before anyone else may start, whatever its loop was doing. `fence` asks
+  fail, stops writing before anyone else may start, whatever its loop was doing. Its own Lease
+  writes follow the same rule: an update is not sent once the renew deadline of the attempt it
+  belongs to has passed (a pause between the read and the write). `fence` asks
   the same of each write at the moment it leaves (`rebalancer.kube.fence`, through
   `rebalancer.kube.gate`): only a write that can be over before the renew deadline is sent.
 - Its own requests go straight to the client, outside the controller's request budget: a
@@ -114,17 +116,26 @@ class LeaderElector:
 
     async def try_acquire_or_renew(self) -> bool:
         started = self._clock.monotonic()
-        if await self._acquire_or_renew():
+        if await self._acquire_or_renew(started):
             self._renewed_at = started
             return True
         return False
 
-    async def _acquire_or_renew(self) -> bool:
+    def _too_late(self, started: float) -> bool:
+        """An attempt that began a renew deadline ago can no longer make this replica fresh,
+        and what it read may be another's by now: its write is not sent at all (the API server
+        would refuse a stale one, but a paused leader must send nothing)."""
+        late = self._clock.monotonic() - started >= self._renew_deadline
+        if late and self._log is not None:
+            self._log.warning("lease write not sent: the read it answers is too old")
+        return late
+
+    async def _acquire_or_renew(self, started: float) -> bool:
         now = self._clock.now()
         try:
             lease = await self._client.request("GET", f"{self._path}/{self._name}")
         except NotFound:
-            return await self._create(now)
+            return not self._too_late(started) and await self._create(now)
         except KubeError as error:
             self._note("lease read failed", error)
             return False
@@ -150,7 +161,7 @@ class LeaderElector:
         if holder != self.identity:
             new_spec["acquireTime"] = micro_time(now)
             new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
-        return await self._update(lease, new_spec)
+        return not self._too_late(started) and await self._update(lease, new_spec)
 
     async def release(self) -> None:
         """Give the lease up: an empty holder lets the other replica take it at once."""

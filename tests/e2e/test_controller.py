@@ -104,7 +104,9 @@ async def test_a_paused_leader_writes_nothing_after_its_lease_may_have_expired(
             resumed = time.monotonic()
             await rig.wait_for(lambda: rig.drained_for(doomed), timeout=30, what="the node drained")
             await asyncio.sleep(max(0.0, resumed + 5 - time.monotonic()))  # time to misbehave
-        by_old_leader = [w for w in writes if f"; {leader})" in w[3] and w[0] >= paused]
+        # A stopped process sends nothing: a write the API server took between SIGSTOP and
+        # SIGCONT left before the pause (in flight while this loop sent the signal).
+        by_old_leader = [w for w in writes if f"; {leader})" in w[3] and w[0] >= resumed]
         assert by_old_leader == [], f"the paused leader wrote after it resumed: {by_old_leader}"
         assert any(f"; {follower})" in w[3] for w in writes), "writes are not attributed"
         assert rig.max_replicas[("inference", "llm")] == 4, "surged twice"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rebalancer.clock import ManualClock
-from rebalancer.kube.errors import Fenced
+from rebalancer.kube.errors import Fenced, NotFound
 from rebalancer.kube.fence import WriteFence
 from rebalancer.kube.gate import RequestGate
 from rebalancer.kube.leader import LeaderElector
@@ -131,3 +131,44 @@ def test_the_margin_leaves_a_leader_that_renews_on_time_able_to_write(
     )  # fmt: skip
     assert elector.fence.margin_seconds == pytest.approx(margin)
     assert elector.fence.seconds_left() == 0.0  # no Lease yet
+
+
+class PausedLeaseReader:
+    """A Lease API whose GET lasts `pause` seconds of the manual clock: a process stopped
+    between the read and the write it prepares. `holder` None: no Lease yet (404)."""
+
+    def __init__(self, clock: ManualClock, pause: float, holder: str | None) -> None:
+        self.clock, self.pause, self.holder = clock, pause, holder
+        self.writes: list[str] = []
+
+    async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Any:
+        if method != "GET":
+            self.writes.append(method)
+            return body
+        self.clock.advance(self.pause)
+        if self.holder is None:
+            raise NotFound("no lease", status=404)
+        spec = {"holderIdentity": self.holder, "leaseDurationSeconds": 1}
+        return {"metadata": {"name": "lease", "resourceVersion": "7"}, "spec": spec}
+
+    def stream(
+        self, path: str, *, query: Mapping[str, str], timeout_seconds: float
+    ) -> AsyncIterator[dict[str, Any]]:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("holder", ["me", "", None])  # renew; take a released lease; create
+@pytest.mark.parametrize(("pause", "sent"), [(9.9, True), (10.0, False)])
+async def test_a_lease_write_prepared_before_a_pause_of_a_renew_deadline_is_not_sent(
+    holder: str | None, pause: float, sent: bool
+) -> None:
+    clock = ManualClock()
+    api = PausedLeaseReader(clock, pause, holder)
+    elector = LeaderElector(
+        api, namespace="ns", name="lease", identity="me", clock=clock,
+        lease_duration=15.0, renew_deadline=10.0, retry_period=2.0,
+    )  # fmt: skip
+    assert await elector.try_acquire_or_renew() is sent
+    assert api.writes == ([("PUT" if holder is not None else "POST")] if sent else [])
+    # Sent after 9.9 s, the renewal counts from its start: 0.1 s left, below the margin.
+    assert elector.fence.seconds_left() == pytest.approx(0.1 if sent else 0.0)
