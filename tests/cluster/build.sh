@@ -53,12 +53,33 @@ NO_DWARF=(-gcflags=all=-dwarf=false)
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG" >&2; }
 
-# timed LABEL CMD... : run CMD niced, log its wall time.
+# timed LABEL CMD... : run CMD niced (a function of this script nices its own steps), log its
+# wall time.
 timed() {
   local label="$1"; shift
   local t0=$SECONDS
-  "${NICE[@]}" "$@"
+  if declare -F "$1" >/dev/null; then "$@"; else "${NICE[@]}" "$@"; fi
   log "$label: $((SECONDS - t0)) s"
+}
+
+# go_build OUT LDFLAGS PKG...: `go build -o OUT` of the main packages PKG..., in stages.
+# A `go build` keeps every archive it compiles in its work folder (under /tmp) until it exits,
+# as much again as it adds to GOCACHE: the three builds side by side held 4 GB there on top of
+# 9 GB of caches, and a CI machine ran out of disk. So the packages they import are compiled
+# first in STAGES runs of their own, in dependency order (`go list -deps` lists a package after
+# what it imports): each run's folder holds only its share and is gone when it ends, and the
+# last run finds everything in GOCACHE and only links.
+STAGES="${STAGES:-4}"
+go_build() {
+  local out=$1 ld=$2; shift 2
+  local flags=(-p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}") deps=() i n
+  mapfile -t deps < <(go list -deps \
+    -f '{{if and (not .Standard) (ne .Name "main")}}{{.ImportPath}}{{end}}' "$@" | grep .)
+  n=$(( (${#deps[@]} + STAGES - 1) / STAGES ))
+  for ((i = 0; i < ${#deps[@]}; i += n)); do
+    "${NICE[@]}" go build "${flags[@]}" "${deps[@]:i:n}"
+  done
+  "${NICE[@]}" go build "${flags[@]}" -ldflags "$ld" -o "$out" "$@"
 }
 
 up_to_date() { # NAME STAMP
@@ -128,7 +149,7 @@ build_control_plane() {
   ld+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
   rm -rf "$out" && mkdir -p "$out"
   (cd "$dir" && timed "build ${todo[*]} (kubernetes $K8S_VERSION, etcd $ETCD_VERSION)" \
-    go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" -ldflags "$ld" -o "$out" "${pkgs[@]}")
+    go_build "$out" "$ld" "${pkgs[@]}")
   # Go names a binary after its package path's last element before a major version: etcd's
   # server/v3 comes out as "server".
   [[ ! -e "$out/server" ]] || mv "$out/server" "$out/etcd"
@@ -175,8 +196,7 @@ build_nodes() {
     rm -rf "$out" && mkdir -p "$out" "$NODES_MODULE/karpenter-kwok"
     cp "$KARPENTER_MAIN" "$NODES_MODULE/karpenter-kwok/main.go"
     (cd "$NODES_MODULE" && nodes_go timed "build ${todo[*]} (kwok $KWOK_VERSION, karpenter $KARPENTER_VERSION)" \
-      go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" \
-        -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" -o "$out" "${pkgs[@]}")
+      go_build "$out" "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" "${pkgs[@]}")
     for c in "${todo[@]}"; do mv "$out/$c" "$BIN/$c"; done
     [[ " ${todo[*]} " != *" kwok "* ]] || { echo "$kwok_stamp" > "$BIN/kwok.stamp"; write_kwok_stages; }
     if [[ " ${todo[*]} " == *" karpenter-kwok "* ]]; then
@@ -252,9 +272,8 @@ build_keda() {
     local out="$KEDA_MODULE/out/"
     rm -rf "$out" && mkdir -p "$out"
     (cd "$KEDA_MODULE" && timed "build keda-operator (keda $KEDA_VERSION)" \
-      go build -p "$BUILD_JOBS" -trimpath "${NO_DWARF[@]}" \
-        -ldflags "-s -w -X github.com/kedacore/keda/v2/version.Version=$KEDA_VERSION" \
-        -o "$out" github.com/kedacore/keda/v2/cmd/operator)
+      go_build "$out" "-s -w -X github.com/kedacore/keda/v2/version.Version=$KEDA_VERSION" \
+        github.com/kedacore/keda/v2/cmd/operator)
     mv "$out/operator" "$BIN/keda-operator"
     echo "$stamp" > "$BIN/keda-operator.stamp"
     rm -f "$CACHE/keda-crds.yaml"
@@ -291,4 +310,4 @@ if ((PRUNE)); then
   rm -rf "$GOCACHE" "$GOPATH"
   log "pruned the Go module and build caches"
 fi
-log "build.sh total: $((SECONDS - t0)) s; cache: $(du -sh "$CACHE" | cut -f1) (bin $(du -sh "$BIN" | cut -f1))"
+log "build.sh total: $((SECONDS - t0)) s; cache: $(du -sh "$CACHE" | cut -f1) (bin $(du -sh "$BIN" | cut -f1)); $(df -h --output=avail "$CACHE" | tail -1 | tr -d ' ') free"
