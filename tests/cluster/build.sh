@@ -181,7 +181,7 @@ build_control_plane() {
 NODES_MODULE="$MODS/kwok-$KWOK_VERSION-karpenter-$KARPENTER_VERSION"
 # Its own Go caches: built with another Go on other k8s.io/* versions, it shares no compiled
 # package with the other modules, so with --prune its 2 GB go as soon as it is done, minutes
-# before the others are (the three builds' peak was about 11 GB of disk).
+# before the others are (the three builds' peak: 10.9 GB of disk without this, 9.3 with it).
 NODES_GOMOD="$CACHE/gomod-nodes" NODES_GOCACHE="$CACHE/gocache-nodes"
 nodes_go() { GOTOOLCHAIN="$KARPENTER_GO" "$@"; }
 nodes_module() {
